@@ -1,0 +1,189 @@
+//! The configuration file: a `[tunables]` table and classifier rules, and
+//! how it combines with the environment and `--set` overrides into the
+//! effective settings.
+//!
+//! ```toml
+//! [tunables]
+//! SSE_IDLE_TIMEOUT_S = 300
+//!
+//! [[classifier.rule]]
+//! name = "vllm queue"
+//! body_contains = "queue full"
+//! category = "rate_limit"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::core::classify::{Classifier, Rule, RuleError};
+use crate::core::policy::CorePolicy;
+use crate::tunables::{TunableError, Tunables};
+
+/// A parsed configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Tunable values, by full or short name.
+    #[serde(default)]
+    pub tunables: toml::Table,
+    /// Classifier rules.
+    #[serde(default)]
+    pub classifier: ClassifierConfig,
+}
+
+/// The `[classifier]` section.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifierConfig {
+    /// User rules, checked in order before the built-ins.
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<Rule>,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read config {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown keys.
+    #[error("config {}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A tunable value is not accepted.
+    #[error(transparent)]
+    Tunable(#[from] TunableError),
+    /// A classifier rule is not usable.
+    #[error("config {}: {source}", path.display())]
+    Rule {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: RuleError,
+    },
+}
+
+impl Config {
+    /// Reads and parses a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+    }
+}
+
+/// Where the configuration lives when `--config` is not given.
+pub fn default_path() -> Option<PathBuf> {
+    directories::ProjectDirs::from("", "", "stallscope").map(|dirs| dirs.config_dir().join("config.toml"))
+}
+
+/// The effective settings: tunables with their sources, the policy read
+/// from them, and the classifier.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Effective tunables.
+    pub tunables: Tunables,
+    /// The core policy.
+    pub policy: CorePolicy,
+    /// The classifier with the config's rules.
+    pub classifier: Classifier,
+}
+
+impl Settings {
+    /// Layers defaults < config file < environment < overrides. With no
+    /// explicit path, the default file is read when it exists.
+    pub fn load<I, K, V>(config: Option<&Path>, env: I, overrides: &[String]) -> Result<Settings, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let path = config.map(Path::to_path_buf).or_else(|| default_path().filter(|p| p.exists()));
+        let (file, path) = match path {
+            Some(path) => (Config::load(&path)?, path),
+            None => (Config::default(), PathBuf::new()),
+        };
+        let mut tunables = Tunables::defaults();
+        tunables.apply_config(&file.tunables, &path)?;
+        tunables.apply_env(env)?;
+        for assignment in overrides {
+            tunables.apply_override(assignment)?;
+        }
+        let policy = CorePolicy::from_tunables(&tunables)?;
+        let classifier = Classifier::new(file.classifier.rules).map_err(|source| ConfigError::Rule { path, source })?;
+        Ok(Settings { tunables, policy, classifier })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> (tempdir::Dir, PathBuf) {
+        let dir = tempdir::Dir::new();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    /// A directory removed on drop (no extra crate for one test helper).
+    mod tempdir {
+        pub struct Dir(std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Self {
+                static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let path = std::env::temp_dir().join(format!("stallscope-config-{}-{n}", std::process::id()));
+                std::fs::create_dir_all(&path).unwrap();
+                Dir(path)
+            }
+            pub fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn layers_file_env_and_overrides() {
+        let (_dir, path) = write(
+            "[tunables]\nSSE_IDLE_TIMEOUT_S = 300\nTCP_KEEPCNT = 4\n\n[[classifier.rule]]\nstatus = 500\ncategory = \"permanent\"\n",
+        );
+        let env = [("STALLSCOPE_TCP_KEEPCNT", "5")];
+        let settings = Settings::load(Some(&path), env, &["PROVIDER_STREAM_RETRIES=1".to_owned()]).unwrap();
+        let t = &settings.tunables;
+        assert_eq!(t.get("STALLSCOPE_SSE_IDLE_TIMEOUT_S").source.to_string(), format!("config {}", path.display()));
+        assert_eq!(t.get("STALLSCOPE_TCP_KEEPCNT").value.as_i64(), 5);
+        assert_eq!(settings.policy.retry.max_retries, 1);
+    }
+
+    #[test]
+    fn errors_name_the_file_and_line() {
+        let (_dir, path) = write("[tunables]\nSSE_IDLE_TIMEOUT_S = \n");
+        let err = Settings::load(Some(&path), Vec::<(String, String)>::new(), &[]).unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()) && err.contains("line 2"), "{err}");
+        let (_dir, path) = write("[tunabels]\n");
+        let err = Settings::load(Some(&path), Vec::<(String, String)>::new(), &[]).unwrap_err().to_string();
+        assert!(err.contains("tunabels"), "{err}");
+        let (_dir, path) = write("[[classifier.rule]]\ncategory = \"timeout\"\n");
+        let err = Settings::load(Some(&path), Vec::<(String, String)>::new(), &[]).unwrap_err().to_string();
+        assert!(err.contains("no condition"), "{err}");
+        let missing = Path::new("/nonexistent/stallscope.toml");
+        let err = Settings::load(Some(missing), Vec::<(String, String)>::new(), &[]).unwrap_err().to_string();
+        assert!(err.starts_with("cannot read config /nonexistent/stallscope.toml"), "{err}");
+    }
+}

@@ -1,0 +1,338 @@
+//! The typed events the core emits for every decision and observation, and
+//! the sink they are delivered to.
+//!
+//! The core knows nothing of who listens: the recorder, the GUI and the
+//! CLI's progress line are all sinks. A sink must never block a stream.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::category::{Category, TimerKind};
+use super::failover::Target;
+
+/// Identifies one call within a run.
+pub type StreamId = u64;
+
+/// What a parsed stream event is, which decides the timers it resets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventClass {
+    /// SSE comments (`: keep-alive`) and pings: alive, but no progress.
+    Keepalive,
+    /// Start, stop, usage and other bookkeeping events.
+    Lifecycle,
+    /// Reasoning or thinking deltas.
+    Reasoning,
+    /// Output text deltas.
+    Content,
+    /// Tool-call argument deltas.
+    ToolCall,
+    /// An error reported inside the stream.
+    Error,
+}
+
+impl EventClass {
+    /// The name used in tunables and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EventClass::Keepalive => "keepalive",
+            EventClass::Lifecycle => "lifecycle",
+            EventClass::Reasoning => "reasoning",
+            EventClass::Content => "content",
+            EventClass::ToolCall => "tool_call",
+            EventClass::Error => "error",
+        }
+    }
+
+    /// Whether this class is output the caller keeps: the first such event
+    /// commits the attempt (no failover or retry after it).
+    pub const fn is_output(self) -> bool {
+        matches!(self, EventClass::Content | EventClass::ToolCall)
+    }
+}
+
+/// Why the executor sleeps before the next attempt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SleepReason {
+    /// Computed backoff.
+    Backoff,
+    /// The server asked for this wait (Retry-After or a reset hint).
+    ServerRequested {
+        /// The header it came from.
+        header: String,
+    },
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The stream completed.
+    Ok,
+    /// A transient break after content; the partial text was kept.
+    Partial,
+    /// The call failed.
+    Failed,
+    /// The call was cancelled from outside.
+    Cancelled,
+}
+
+impl Outcome {
+    /// The name used in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Partial => "partial",
+            Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The phases of one attempt. The attempt is committed once it reaches
+/// `Streaming`: from then on the call can neither retry nor fail over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptPhase {
+    /// Opening the connection and sending the request.
+    Connecting,
+    /// Request sent, no response headers yet.
+    AwaitingHeaders,
+    /// Headers received, no output yet.
+    AwaitingFirstContent,
+    /// Output has streamed: committed.
+    Streaming,
+    /// The attempt ended.
+    Done,
+}
+
+/// One event: when, which call and attempt, and what.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// Monotonic time since the run's epoch.
+    pub at: Duration,
+    /// The call.
+    pub stream: StreamId,
+    /// The attempt number within the call, from 1 (0 = between attempts).
+    pub attempt: u32,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// Everything the core reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A call began.
+    CallStarted {
+        /// The first target.
+        target: Target,
+        /// The estimated context size in tokens, when known.
+        context_tokens: Option<u64>,
+    },
+    /// An attempt began against a target.
+    AttemptStarted {
+        /// Where it goes.
+        target: Target,
+        /// Index of the pool key used (never the key itself).
+        credential: Option<usize>,
+    },
+    /// The attempt moved to another phase.
+    PhaseChanged {
+        /// The new phase.
+        phase: AttemptPhase,
+    },
+    /// Response headers arrived.
+    HeadersReceived {
+        /// HTTP status.
+        status: u16,
+        /// The `content-type`, if any.
+        content_type: Option<String>,
+    },
+    /// Bytes arrived (resets the idle timer).
+    ChunkReceived {
+        /// Size of the chunk.
+        bytes: usize,
+    },
+    /// A parsed stream event arrived.
+    SseReceived {
+        /// Its class.
+        class: EventClass,
+        /// Characters of text it carried.
+        chars: usize,
+        /// Whether it reset the data-stall timer.
+        progress: bool,
+    },
+    /// A timer was armed (or re-armed with a new budget).
+    TimerArmed {
+        /// Which timer.
+        timer: TimerKind,
+        /// Its budget from now.
+        after: Duration,
+    },
+    /// A timer was switched off for this attempt.
+    TimerDisarmed {
+        /// Which timer.
+        timer: TimerKind,
+        /// Why it is off.
+        reason: String,
+    },
+    /// A timer fired.
+    TimerFired {
+        /// Which timer.
+        timer: TimerKind,
+        /// Its budget.
+        after: Duration,
+    },
+    /// Rate-limit headers were read.
+    RateLimitObserved {
+        /// Requests left, if reported.
+        requests_remaining: Option<u64>,
+        /// Tokens left, if reported.
+        tokens_remaining: Option<u64>,
+        /// Longest reset among exhausted buckets.
+        exhausted_reset: Option<Duration>,
+    },
+    /// A failure was classified.
+    ErrorClassified {
+        /// Its category.
+        category: Category,
+        /// The timer, when it was a timeout.
+        timer: Option<TimerKind>,
+        /// HTTP status, when there was one.
+        status: Option<u16>,
+        /// Whether the category may be retried.
+        retryable: bool,
+        /// The rule that matched.
+        rule: String,
+        /// A short description.
+        message: String,
+    },
+    /// The retry decision was made and a sleep begins.
+    BackoffScheduled {
+        /// The retry number within the call, from 1.
+        retry: u32,
+        /// The category being retried.
+        category: Category,
+        /// The un-jittered delay (backoff) or the requested one (server).
+        nominal: Duration,
+        /// The sleep actually taken.
+        sleep: Duration,
+        /// Why.
+        reason: SleepReason,
+    },
+    /// A server asked for a longer wait than the cap allows; not slept.
+    ServerWaitRefused {
+        /// What the server asked for.
+        requested: Duration,
+        /// The cap (`STALLSCOPE_RETRY_AFTER_MAX_S`).
+        cap: Duration,
+    },
+    /// The fleet-wide retry budget refused a retry.
+    RetryBudgetRefused {
+        /// The provider.
+        provider: String,
+        /// Retries in flight at the time.
+        in_flight: usize,
+        /// The limit in force.
+        limit: usize,
+    },
+    /// The call moved to the next target of its chain.
+    FailedOver {
+        /// The target it leaves.
+        from: Target,
+        /// The target it moves to.
+        to: Target,
+        /// The category that caused it.
+        reason: Category,
+    },
+    /// A pool key was set aside.
+    CredentialCooledDown {
+        /// The provider.
+        provider: String,
+        /// The key's index.
+        credential: usize,
+        /// How long it rests.
+        cooldown: Duration,
+    },
+    /// The next attempt uses another key of the pool.
+    CredentialRotated {
+        /// The provider.
+        provider: String,
+        /// The key left.
+        from: usize,
+        /// The key taken.
+        to: usize,
+    },
+    /// A transient break after content was turned into a partial finish.
+    PartialRecovered {
+        /// Characters kept.
+        chars: usize,
+        /// The category of the break.
+        category: Category,
+    },
+    /// The call ended.
+    Finished {
+        /// How.
+        outcome: Outcome,
+        /// Attempts made.
+        attempts: u32,
+        /// The stop reason reported, if any.
+        stop_reason: Option<String>,
+    },
+}
+
+/// Receives events. Implementations must return quickly and never block
+/// the stream: a full buffer drops (and counts) rather than waits.
+pub trait EventSink: Send + Sync {
+    /// Delivers one event.
+    fn emit(&self, event: Event);
+}
+
+/// A sink that discards everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: Event) {}
+}
+
+/// A sink that keeps every event in memory (tests, short CLI runs).
+#[derive(Debug, Default)]
+pub struct VecSink {
+    events: Mutex<Vec<Event>>,
+}
+
+impl VecSink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of the events so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// The kinds of the events so far, in order.
+    pub fn kinds(&self) -> Vec<EventKind> {
+        self.events().into_iter().map(|e| e.kind).collect()
+    }
+}
+
+impl EventSink for VecSink {
+    fn emit(&self, event: Event) {
+        if let Ok(mut events) = self.events.lock() {
+            events.push(event);
+        }
+    }
+}
+
+impl<S: EventSink + ?Sized> EventSink for std::sync::Arc<S> {
+    fn emit(&self, event: Event) {
+        (**self).emit(event);
+    }
+}

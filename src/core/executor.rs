@@ -1,0 +1,614 @@
+//! The retry executor: the one loop per call that owns attempts, per-category
+//! budgets, backoff and server-requested waits, timeout escalation,
+//! credential rotation, failover and partial recovery.
+//!
+//! There is no other retry loop anywhere (seeds 000 and 003 show how nested
+//! loops multiply). Every bound is checked here, against one call-wide
+//! budget: retries across categories (`STALLSCOPE_PROVIDER_STREAM_RETRIES`)
+//! and each category's own; a retry needs both. Failover hops are not
+//! retries but are bounded by the chain, so the worst case stays additive:
+//! at most `1 + retries + hops` attempts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::category::{Category, TimerKind};
+use super::classify::{Classification, Classifier};
+use super::event::{Event, EventKind, EventSink, Outcome, SleepReason, StreamId};
+use super::failover::Target;
+use super::failure::Failure;
+use super::fleet::{Fleet, RetryPermit};
+use super::governor::{AttemptProgress, AttemptScope, run_attempt};
+use super::policy::CorePolicy;
+use super::retry_after::DelaySource;
+use super::upstream::{AttemptRequest, CallInput, Upstreams};
+
+/// One call to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// Its id within the run.
+    pub stream: StreamId,
+    /// The primary target.
+    pub target: Target,
+    /// What to ask.
+    pub input: CallInput,
+}
+
+/// A category's retries: used so far and allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Used {
+    /// Retries used.
+    pub used: u32,
+    /// Retries allowed.
+    pub budget: u32,
+}
+
+/// A failover hop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Hop {
+    /// The target left.
+    pub from: Target,
+    /// The target taken.
+    pub to: Target,
+    /// The category that caused it.
+    pub reason: Category,
+}
+
+/// How a call went.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallReport {
+    /// The call.
+    pub stream: StreamId,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The last target tried.
+    pub target: Target,
+    /// Attempts made.
+    pub attempts: u32,
+    /// From the call's start to its end.
+    pub elapsed: Duration,
+    /// Time to first byte of the last attempt that got one.
+    pub ttfb: Option<Duration>,
+    /// Body bytes over all attempts.
+    pub bytes: u64,
+    /// Parsed events over all attempts.
+    pub events: u64,
+    /// Keep-alives over all attempts.
+    pub keepalives: u64,
+    /// The output text (partial when the outcome is partial).
+    pub content: String,
+    /// The stop reason (`length` after partial recovery).
+    pub stop_reason: Option<String>,
+    /// The failure that ended the call, or the break partial recovery
+    /// absorbed.
+    #[serde(skip)]
+    pub error: Option<Classification>,
+    /// Failover hops.
+    pub hops: Vec<Hop>,
+    /// Every sleep before a retry.
+    pub backoff_sleeps: Vec<Duration>,
+    /// For each sleep, the wait the server asked for, if it asked.
+    pub retry_after: Vec<Option<Duration>>,
+    /// A server wait that was refused for exceeding the cap.
+    pub refused_wait: Option<Duration>,
+    /// Retries used and allowed, per category.
+    pub retry_counts: BTreeMap<Category, Used>,
+}
+
+/// Everything a call needs, shared by the calls of a run.
+#[derive(Clone)]
+pub struct Executor {
+    /// Settings.
+    pub policy: Arc<CorePolicy>,
+    /// Failure classifier.
+    pub classifier: Arc<Classifier>,
+    /// Endpoints.
+    pub upstreams: Arc<Upstreams>,
+    /// Credential pools and the fleet retry budget.
+    pub fleet: Arc<Fleet>,
+    /// Where events go.
+    pub sink: Arc<dyn EventSink>,
+    /// The run's epoch for event timestamps.
+    pub epoch: Instant,
+}
+
+/// What the loop decided after a failure.
+enum Next {
+    /// Sleep, then retry the same target.
+    Retry { sleep: Duration, requested: Option<Duration>, permit: RetryPermit },
+    /// Move to the next target now.
+    Failover,
+    /// End the call with this classification.
+    Fail(Classification),
+}
+
+impl Executor {
+    /// Runs one call to its end. Never panics on any upstream behaviour;
+    /// returns as soon as `cancel` fires.
+    pub async fn run(&self, call: &Call, cancel: &CancellationToken) -> CallReport {
+        let mut state = CallState::new(self, call);
+        state.run(cancel).await
+    }
+}
+
+/// The mutable state of one call's loop.
+struct CallState<'a> {
+    exec: &'a Executor,
+    call: &'a Call,
+    chain: Vec<Target>,
+    hop: usize,
+    started: Instant,
+    deadline: Option<(Instant, Duration)>,
+    report: CallReport,
+    total_retries: u32,
+    timeout_retries: u32,
+    previous_sleep: Option<Duration>,
+    rng: SmallRng,
+}
+
+impl<'a> CallState<'a> {
+    fn new(exec: &'a Executor, call: &'a Call) -> Self {
+        let policy = &exec.policy;
+        let chain: Vec<Target> = policy
+            .failover
+            .fallback
+            .chain(&call.target, &exec.upstreams.targets)
+            .into_iter()
+            .enumerate()
+            // Fallbacks whose provider is not configured cannot be tried;
+            // the primary stays so its absence is reported.
+            .filter(|(i, t)| *i == 0 || exec.upstreams.providers.contains_key(&t.provider))
+            .map(|(_, t)| t)
+            .collect();
+        let started = Instant::now();
+        let retry_counts =
+            Category::RETRYABLE.into_iter().map(|c| (c, Used { used: 0, budget: policy.retry.budget(c) })).collect();
+        CallState {
+            exec,
+            call,
+            report: CallReport {
+                stream: call.stream,
+                outcome: Outcome::Failed,
+                target: call.target.clone(),
+                attempts: 0,
+                elapsed: Duration::ZERO,
+                ttfb: None,
+                bytes: 0,
+                events: 0,
+                keepalives: 0,
+                content: String::new(),
+                stop_reason: None,
+                error: None,
+                hops: Vec::new(),
+                backoff_sleeps: Vec::new(),
+                retry_after: Vec::new(),
+                refused_wait: None,
+                retry_counts,
+            },
+            chain,
+            hop: 0,
+            started,
+            deadline: policy.retry.deadline.map(|d| (started + d, d)),
+            total_retries: 0,
+            timeout_retries: 0,
+            previous_sleep: None,
+            // Seeded per call and per process so concurrent calls never
+            // retry in lockstep (hermes-agent seeds from time ^ counter).
+            rng: SmallRng::from_rng(&mut rand::rng()),
+        }
+    }
+
+    fn scope<'s>(&'s self, attempt: u32, cancel: &'s CancellationToken) -> AttemptScope<'s> {
+        AttemptScope {
+            sink: self.exec.sink.as_ref(),
+            epoch: self.exec.epoch,
+            stream: self.call.stream,
+            attempt,
+            deadline: self.deadline,
+            cancel,
+        }
+    }
+
+    fn emit(&self, kind: EventKind) {
+        self.exec.sink.emit(Event {
+            at: Instant::now().saturating_duration_since(self.exec.epoch),
+            stream: self.call.stream,
+            attempt: self.report.attempts,
+            kind,
+        });
+    }
+
+    async fn run(&mut self, cancel: &CancellationToken) -> CallReport {
+        let exec = self.exec;
+        self.emit(EventKind::CallStarted {
+            target: self.call.target.clone(),
+            context_tokens: self.call.input.context_tokens,
+        });
+        let mut active = exec.fleet.activate(&self.call.target.provider);
+        let mut permit: Option<RetryPermit> = None;
+        loop {
+            let target = self.chain[self.hop].clone();
+            self.report.target = target.clone();
+            self.report.attempts += 1;
+            let attempt = self.report.attempts;
+            let mut progress = AttemptProgress::default();
+            let (result, credential) = match self.attempt(&target, attempt, cancel, &mut progress).await {
+                Ok(credential) => (Ok(()), credential),
+                Err((failure, credential)) => (Err(failure), credential),
+            };
+            drop(permit.take());
+            self.absorb(&progress);
+            let failure = match result {
+                Ok(()) => {
+                    self.report.content = progress.content;
+                    self.report.stop_reason = progress.stop_reason;
+                    return self.finish(Outcome::Ok);
+                }
+                Err(failure) => failure,
+            };
+            let classification = match failure {
+                Classified::Raw(failure) => self.classify(&failure),
+                Classified::Done(c) => c,
+            };
+            self.cool_down(&target, credential, &classification);
+
+            if progress.committed {
+                return self.after_commit(progress, classification);
+            }
+            if classification.category == Category::Cancelled {
+                self.report.error = Some(classification);
+                return self.finish(Outcome::Cancelled);
+            }
+            match self.decide(&target, credential, &classification) {
+                Next::Retry { sleep, requested, permit: granted } => {
+                    if let Some((at, budget)) = self.deadline
+                        && Instant::now() + sleep >= at
+                    {
+                        // Sleeping would cross the deadline: end now rather
+                        // than wake up out of time (seed 000 §4, :801).
+                        return self.fail(self.backoff_crosses_deadline(budget, sleep));
+                    }
+                    let reason = match (&classification.server_delay, requested) {
+                        (Some(delay), Some(_)) => SleepReason::ServerRequested { header: delay_header(&delay.source) },
+                        _ => SleepReason::Backoff,
+                    };
+                    let category = classification.category;
+                    self.report.error = Some(classification);
+                    if !self.sleep(category, sleep, requested, reason, cancel).await {
+                        return self.finish(Outcome::Cancelled);
+                    }
+                    permit = Some(granted);
+                }
+                Next::Failover => {
+                    let to = self.chain[self.hop + 1].clone();
+                    self.emit(EventKind::FailedOver {
+                        from: target.clone(),
+                        to: to.clone(),
+                        reason: classification.category,
+                    });
+                    self.report.hops.push(Hop {
+                        from: target.clone(),
+                        to: to.clone(),
+                        reason: classification.category,
+                    });
+                    if to.provider != target.provider {
+                        active = exec.fleet.activate(&to.provider);
+                    }
+                    self.hop += 1;
+                    self.report.error = Some(classification);
+                }
+                Next::Fail(classification) => {
+                    drop(active);
+                    return self.fail(classification);
+                }
+            }
+        }
+    }
+
+    /// Runs one attempt; returns the credential index it used.
+    async fn attempt(
+        &mut self,
+        target: &Target,
+        attempt: u32,
+        cancel: &CancellationToken,
+        progress: &mut AttemptProgress,
+    ) -> Result<Option<usize>, (Classified, Option<usize>)> {
+        let exec = self.exec;
+        let Some(upstream) = exec.upstreams.providers.get(&target.provider) else {
+            let c = self.builtin(
+                Category::Permanent,
+                "builtin: unknown provider",
+                format!("no provider named `{}` is configured", target.provider),
+            );
+            return Err((Classified::Done(c), None));
+        };
+        let credential = match exec.fleet.pool(&target.provider).map(|p| p.pick(Instant::now())) {
+            None | Some(Ok(None)) => None,
+            Some(Ok(Some(credential))) => Some(credential),
+            Some(Err(resting)) => {
+                // Every key rests: the same decision as a server asking to
+                // wait that long.
+                let mut c = self.builtin(
+                    Category::RateLimit,
+                    "builtin: every key of the pool is cooling down",
+                    format!(
+                        "every key of `{}` rests for {:.1} s more",
+                        target.provider,
+                        resting.ready_in.as_secs_f64()
+                    ),
+                );
+                c.server_delay = Some(super::retry_after::ServerDelay {
+                    delay: resting.ready_in,
+                    source: DelaySource::ResetHint { header: "credential cooldown".to_owned() },
+                    raw: String::new(),
+                });
+                return Err((Classified::Done(c), None));
+            }
+        };
+        let index = credential.as_ref().map(|c| c.index);
+        let scope = self.scope(attempt, cancel);
+        scope.emit(EventKind::AttemptStarted { target: target.clone(), credential: index });
+        let policy = &exec.policy;
+        let timers = policy.timers.for_attempt(
+            self.call.input.context_tokens,
+            &policy.retry.escalation,
+            self.timeout_retries,
+            policy.retry.budget(Category::Timeout),
+        );
+        let request = AttemptRequest { target, credential: credential.as_ref(), input: &self.call.input };
+        run_attempt(upstream.as_ref(), request, &timers, &scope, progress)
+            .await
+            .map(|()| index)
+            .map_err(|failure| (Classified::Raw(failure), index))
+    }
+
+    fn absorb(&mut self, progress: &AttemptProgress) {
+        self.report.bytes += progress.bytes;
+        self.report.events += progress.events;
+        self.report.keepalives += progress.keepalives;
+        if progress.ttfb.is_some() {
+            self.report.ttfb = progress.ttfb;
+        }
+    }
+
+    fn classify(&self, failure: &Failure) -> Classification {
+        let c = self.exec.classifier.classify(failure, SystemTime::now());
+        self.emit(EventKind::ErrorClassified {
+            category: c.category,
+            timer: c.timer,
+            status: c.status,
+            retryable: c.retryable,
+            rule: c.rule.clone(),
+            message: c.message.clone(),
+        });
+        if let Some(limits) = &c.rate_limits {
+            self.emit(EventKind::RateLimitObserved {
+                requests_remaining: limits.requests.remaining,
+                tokens_remaining: limits.tokens.remaining,
+                exhausted_reset: limits.exhausted_reset(),
+            });
+        }
+        c
+    }
+
+    /// A classification the executor makes itself (not from a failure).
+    fn builtin(&self, category: Category, rule: &str, message: String) -> Classification {
+        let c = Classification {
+            category,
+            timer: None,
+            status: None,
+            retryable: category.is_retryable(),
+            rule: rule.to_owned(),
+            message,
+            server_delay: None,
+            rate_limits: None,
+        };
+        self.emit(EventKind::ErrorClassified {
+            category,
+            timer: None,
+            status: None,
+            retryable: c.retryable,
+            rule: c.rule.clone(),
+            message: c.message.clone(),
+        });
+        c
+    }
+
+    /// Rests a key refused for auth or rate limiting (hermes-agent: 401 → 5
+    /// min, 429 → 1 h or the server's reset hint).
+    fn cool_down(&self, target: &Target, credential: Option<usize>, c: &Classification) {
+        let (Some(index), Some(pool)) = (credential, self.exec.fleet.pool(&target.provider)) else { return };
+        let settings = &self.exec.policy.credentials;
+        let cooldown = match c.category {
+            Category::Auth => settings.auth_cooldown,
+            Category::RateLimit => c
+                .rate_limits
+                .as_ref()
+                .and_then(|l| l.exhausted_reset())
+                .or_else(|| c.requested_wait())
+                .unwrap_or(settings.rate_limit_cooldown),
+            _ => return,
+        };
+        if pool.cool_down(index, cooldown, Instant::now()) {
+            self.emit(EventKind::CredentialCooledDown {
+                provider: target.provider.clone(),
+                credential: index,
+                cooldown,
+            });
+        }
+    }
+
+    /// Decides what follows a failure before any content streamed.
+    fn decide(&mut self, target: &Target, credential: Option<usize>, c: &Classification) -> Next {
+        let policy = &self.exec.policy;
+        if c.timer == Some(TimerKind::Deadline) {
+            return Next::Fail(c.clone());
+        }
+        let here = self.retry_here(target, credential, c);
+        match here {
+            Ok(next) => next,
+            Err(()) => {
+                let may_hop = policy.failover.on.contains(&c.category) && self.hop + 1 < self.chain.len();
+                if may_hop { Next::Failover } else { Next::Fail(c.clone()) }
+            }
+        }
+    }
+
+    /// A retry on the same target, if every bound allows one.
+    fn retry_here(&mut self, target: &Target, credential: Option<usize>, c: &Classification) -> Result<Next, ()> {
+        let exec = self.exec;
+        let retry = &exec.policy.retry;
+        if self.total_retries >= retry.max_retries {
+            return Err(());
+        }
+        let rotation = c.category == Category::Auth
+            && credential.is_some()
+            && exec.fleet.pool(&target.provider).is_some_and(|p| p.len() > 1);
+        if !c.retryable && !rotation {
+            return Err(());
+        }
+        if let Some(used) = self.report.retry_counts.get(&c.category)
+            && used.used >= used.budget
+        {
+            return Err(());
+        }
+        let requested = c.requested_wait();
+        if let Some(wanted) = requested
+            && wanted > retry.retry_after_max
+        {
+            self.emit(EventKind::ServerWaitRefused { requested: wanted, cap: retry.retry_after_max });
+            self.report.refused_wait = Some(wanted);
+            return Err(());
+        }
+        let permit = match exec.fleet.try_retry(&target.provider) {
+            Ok(permit) => permit,
+            Err(refusal) => {
+                self.emit(EventKind::RetryBudgetRefused {
+                    provider: target.provider.clone(),
+                    in_flight: refusal.in_flight,
+                    limit: refusal.limit,
+                });
+                return Err(());
+            }
+        };
+        let sleep = if rotation {
+            // Another key is a fresh chance, not a wait for the same one.
+            Duration::ZERO
+        } else {
+            match requested {
+                Some(wanted) => retry.backoff.server_delay(wanted, retry.server_jitter, &mut self.rng),
+                None => retry.backoff.delay(self.total_retries, self.previous_sleep, &mut self.rng),
+            }
+        };
+        Ok(Next::Retry { sleep, requested: if rotation { None } else { requested }, permit })
+    }
+
+    /// Sleeps before a retry, counting it. Returns false when cancelled.
+    async fn sleep(
+        &mut self,
+        category: Category,
+        sleep: Duration,
+        requested: Option<Duration>,
+        reason: SleepReason,
+        cancel: &CancellationToken,
+    ) -> bool {
+        self.total_retries += 1;
+        if category == Category::Timeout {
+            self.timeout_retries += 1;
+        }
+        if let Some(used) = self.report.retry_counts.get_mut(&category) {
+            used.used += 1;
+        }
+        let retry = self.total_retries;
+        let nominal = requested.unwrap_or_else(|| self.exec.policy.retry.backoff.nominal(retry - 1));
+        self.emit(EventKind::BackoffScheduled { retry, category, nominal, sleep, reason });
+        self.report.backoff_sleeps.push(sleep);
+        self.report.retry_after.push(requested);
+        self.previous_sleep = Some(sleep);
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => {
+                let c = self.builtin(Category::Cancelled, "builtin: cancelled", "cancelled during backoff".to_owned());
+                self.report.error = Some(c);
+                false
+            }
+            () = tokio::time::sleep(sleep) => true,
+        }
+    }
+
+    fn backoff_crosses_deadline(&self, budget: Duration, sleep: Duration) -> Classification {
+        self.emit(EventKind::TimerFired { timer: TimerKind::Deadline, after: budget });
+        let mut c = self.builtin(
+            Category::Timeout,
+            "builtin: backoff would cross the deadline",
+            format!(
+                "a {:.3} s backoff would cross the {:.3} s call deadline",
+                sleep.as_secs_f64(),
+                budget.as_secs_f64()
+            ),
+        );
+        c.timer = Some(TimerKind::Deadline);
+        c.retryable = false;
+        c
+    }
+
+    /// A failure after content streamed: partial recovery or failure.
+    fn after_commit(&mut self, progress: AttemptProgress, c: Classification) -> CallReport {
+        self.report.content = progress.content;
+        self.report.stop_reason = progress.stop_reason;
+        if c.category == Category::Cancelled {
+            self.report.error = Some(c);
+            return self.finish(Outcome::Cancelled);
+        }
+        if self.exec.policy.retry.partial_recovery && c.category.is_transient() {
+            self.emit(EventKind::PartialRecovered { chars: self.report.content.chars().count(), category: c.category });
+            self.report.stop_reason = Some("length".to_owned());
+            self.report.error = Some(c);
+            return self.finish(Outcome::Partial);
+        }
+        self.fail(c)
+    }
+
+    fn fail(&mut self, c: Classification) -> CallReport {
+        let cancelled = c.category == Category::Cancelled;
+        self.report.error = Some(c);
+        self.finish(if cancelled { Outcome::Cancelled } else { Outcome::Failed })
+    }
+
+    fn finish(&mut self, outcome: Outcome) -> CallReport {
+        self.report.outcome = outcome;
+        if outcome == Outcome::Ok {
+            self.report.error = None;
+        }
+        self.report.elapsed = Instant::now().saturating_duration_since(self.started);
+        self.emit(EventKind::Finished {
+            outcome,
+            attempts: self.report.attempts,
+            stop_reason: self.report.stop_reason.clone(),
+        });
+        self.report.clone()
+    }
+}
+
+/// The header a server-requested wait came from, for events.
+fn delay_header(source: &DelaySource) -> String {
+    match source {
+        DelaySource::RetryAfterMs => "retry-after-ms".to_owned(),
+        DelaySource::RetryAfterSeconds | DelaySource::RetryAfterDate => "retry-after".to_owned(),
+        DelaySource::ResetHint { header } => header.clone(),
+    }
+}
+
+/// A failure as the attempt returned it, or already classified by the
+/// executor (unknown provider, all keys resting).
+enum Classified {
+    Raw(Failure),
+    Done(Classification),
+}

@@ -1,0 +1,309 @@
+//! The stream governor: runs one attempt through its phases under three
+//! separate clocks (seed 001 §3) plus the connect, TTFB and total timers.
+//!
+//! - **Liveness** (`idle`): any byte resets it, pings included.
+//! - **Progress** (`data_stall`): only a parsed event of a progress class
+//!   resets it, so a proxy that keeps a dead stream alive with pings is
+//!   still caught. Armed when headers arrive.
+//! - **Deadline**: the whole call's, never reset; it interrupts the attempt
+//!   in flight (the defect of seed 000 §4 was a deadline checked only
+//!   between attempts).
+//! - **TTFB**: from the request until the first body byte; **total**: the
+//!   attempt's optional cap; **connect** is enforced by the transport.
+//!
+//! Phases: connecting → awaiting headers → awaiting first content →
+//! streaming (committed) → done. A response that is not an event stream is
+//! read to a bounded size under the same timers and turned into a failure:
+//! it never bypasses them.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::category::TimerKind;
+use super::event::{AttemptPhase, Event, EventClass, EventKind, EventSink, StreamId};
+use super::failure::{Failure, TransportKind};
+use super::policy::AttemptTimers;
+use super::upstream::{AttemptRequest, Decoded, Upstream};
+
+/// How much of an error body is kept for classification.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// Where the attempt's events go and what bounds it from outside.
+pub struct AttemptScope<'a> {
+    /// Event sink.
+    pub sink: &'a dyn EventSink,
+    /// The run's epoch, for event timestamps.
+    pub epoch: Instant,
+    /// The call.
+    pub stream: StreamId,
+    /// The attempt number.
+    pub attempt: u32,
+    /// The call's deadline, if any.
+    pub deadline: Option<(Instant, Duration)>,
+    /// Stops the attempt at once.
+    pub cancel: &'a CancellationToken,
+}
+
+impl AttemptScope<'_> {
+    /// Emits one event stamped now.
+    pub fn emit(&self, kind: EventKind) {
+        self.sink.emit(Event {
+            at: Instant::now().saturating_duration_since(self.epoch),
+            stream: self.stream,
+            attempt: self.attempt,
+            kind,
+        });
+    }
+}
+
+/// What an attempt produced, kept on failure too (partial recovery needs it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttemptProgress {
+    /// Output text so far.
+    pub content: String,
+    /// True once output has streamed: no retry or failover after this.
+    pub committed: bool,
+    /// The stop reason the stream reported.
+    pub stop_reason: Option<String>,
+    /// Time from the attempt's start to the first body byte.
+    pub ttfb: Option<Duration>,
+    /// Body bytes received.
+    pub bytes: u64,
+    /// Parsed events received.
+    pub events: u64,
+    /// Keep-alive events received.
+    pub keepalives: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    budget: Duration,
+    fires_at: Instant,
+}
+
+impl Clock {
+    fn start(budget: Option<Duration>, now: Instant) -> Option<Clock> {
+        budget.map(|budget| Clock { budget, fires_at: now + budget })
+    }
+}
+
+/// The armed timers of one attempt.
+struct Clocks {
+    idle: Option<Clock>,
+    data_stall: Option<Clock>,
+    ttfb: Option<Clock>,
+    total: Option<Clock>,
+    deadline: Option<Clock>,
+}
+
+impl Clocks {
+    /// The timer that fires first.
+    fn earliest(&self) -> Option<(TimerKind, Clock)> {
+        [
+            (TimerKind::Deadline, self.deadline),
+            (TimerKind::Total, self.total),
+            (TimerKind::Ttfb, self.ttfb),
+            (TimerKind::DataStall, self.data_stall),
+            (TimerKind::Idle, self.idle),
+        ]
+        .into_iter()
+        .filter_map(|(kind, clock)| clock.map(|c| (kind, c)))
+        .min_by_key(|(_, c)| c.fires_at)
+    }
+}
+
+/// What the body loop is doing with the bytes.
+enum Reading {
+    /// Decoding an event stream.
+    Stream,
+    /// Collecting an error or non-stream body for classification.
+    ErrorBody { status: u16, headers: http::HeaderMap, content_type: Option<String>, body: Vec<u8> },
+}
+
+/// Runs one attempt to completion or failure. `progress` holds what
+/// streamed either way.
+pub async fn run_attempt(
+    upstream: &dyn Upstream,
+    request: AttemptRequest<'_>,
+    timers: &AttemptTimers,
+    scope: &AttemptScope<'_>,
+    progress: &mut AttemptProgress,
+) -> Result<(), Failure> {
+    let started = Instant::now();
+    let mut clocks = Clocks {
+        idle: Clock::start(timers.idle, started),
+        data_stall: None,
+        ttfb: Clock::start(timers.ttfb, started),
+        total: Clock::start(timers.total, started),
+        deadline: scope.deadline.map(|(fires_at, budget)| Clock { budget, fires_at }),
+    };
+    scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::Connecting });
+    for (timer, clock) in
+        [(TimerKind::Ttfb, clocks.ttfb), (TimerKind::Idle, clocks.idle), (TimerKind::Total, clocks.total)]
+    {
+        if let Some(clock) = clock {
+            scope.emit(EventKind::TimerArmed { timer, after: clock.budget });
+        }
+    }
+    if let Some(reason) = &timers.ttfb_off_reason {
+        scope.emit(EventKind::TimerDisarmed { timer: TimerKind::Ttfb, reason: reason.clone() });
+    }
+
+    // Connecting and awaiting headers: the transport cannot tell us when the
+    // connection is up, so both phases run under the same timers.
+    scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::AwaitingHeaders });
+    let open = upstream.open(request);
+    let response = tokio::select! {
+        biased;
+        () = scope.cancel.cancelled() => return Err(Failure::Cancelled),
+        fired = fire(&clocks) => return Err(timed_out(scope, fired)),
+        response = open => response?,
+    };
+    let now = Instant::now();
+    if let Some(idle) = &mut clocks.idle {
+        idle.fires_at = now + idle.budget;
+    }
+    let content_type =
+        response.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    scope.emit(EventKind::HeadersReceived { status: response.status, content_type: content_type.clone() });
+    let is_stream = content_type.as_deref().is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
+    let mut reading = if (200..300).contains(&response.status) && is_stream {
+        scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::AwaitingFirstContent });
+        clocks.data_stall = Clock::start(timers.data_stall, now);
+        if let Some(clock) = clocks.data_stall {
+            scope.emit(EventKind::TimerArmed { timer: TimerKind::DataStall, after: clock.budget });
+        }
+        Reading::Stream
+    } else {
+        Reading::ErrorBody { status: response.status, headers: response.headers, content_type, body: Vec::new() }
+    };
+
+    let mut decoder = upstream.decoder();
+    let mut decoded = Vec::new();
+    let mut body = response.body;
+    loop {
+        let chunk = tokio::select! {
+            biased;
+            () = scope.cancel.cancelled() => return Err(Failure::Cancelled),
+            fired = fire(&clocks) => return Err(timed_out(scope, fired)),
+            chunk = body.next() => chunk,
+        };
+        let now = Instant::now();
+        let chunk = match chunk {
+            Some(Ok(chunk)) => chunk,
+            Some(Err(failure)) => return Err(failure),
+            None => {
+                return match reading {
+                    Reading::ErrorBody { status, headers, content_type, body } => {
+                        Err(body_failure(status, headers, content_type, &body))
+                    }
+                    Reading::Stream => {
+                        decoder.finish(&mut decoded);
+                        match absorb(&mut decoded, timers, &mut clocks, scope, progress, now) {
+                            Some(result) => result,
+                            None => Err(Failure::Transport {
+                                kind: TransportKind::Closed,
+                                message: "the body ended before the stream said it was done".to_owned(),
+                            }),
+                        }
+                    }
+                };
+            }
+        };
+        if progress.ttfb.is_none() {
+            progress.ttfb = Some(now.saturating_duration_since(started));
+            clocks.ttfb = None;
+        }
+        progress.bytes += chunk.len() as u64;
+        if let Some(idle) = &mut clocks.idle {
+            idle.fires_at = now + idle.budget;
+        }
+        scope.emit(EventKind::ChunkReceived { bytes: chunk.len() });
+        match &mut reading {
+            Reading::ErrorBody { body, .. } => {
+                let room = ERROR_BODY_LIMIT.saturating_sub(body.len());
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if body.len() >= ERROR_BODY_LIMIT {
+                    let Reading::ErrorBody { status, headers, content_type, body } = reading else { unreachable!() };
+                    return Err(body_failure(status, headers, content_type, &body));
+                }
+            }
+            Reading::Stream => {
+                decoder.feed(&chunk, &mut decoded);
+                if let Some(result) = absorb(&mut decoded, timers, &mut clocks, scope, progress, now) {
+                    return result;
+                }
+            }
+        }
+    }
+}
+
+/// Applies decoded events to the clocks and progress. Returns the attempt's
+/// result once the stream is done or has failed.
+fn absorb(
+    decoded: &mut Vec<Decoded>,
+    timers: &AttemptTimers,
+    clocks: &mut Clocks,
+    scope: &AttemptScope<'_>,
+    progress: &mut AttemptProgress,
+    now: Instant,
+) -> Option<Result<(), Failure>> {
+    for item in decoded.drain(..) {
+        match item {
+            Decoded::Event { class, text } => {
+                progress.events += 1;
+                if class == EventClass::Keepalive {
+                    progress.keepalives += 1;
+                }
+                let resets = timers.progress_classes.contains(&class);
+                if resets && let Some(stall) = &mut clocks.data_stall {
+                    stall.fires_at = now + stall.budget;
+                }
+                scope.emit(EventKind::SseReceived { class, chars: text.chars().count(), progress: resets });
+                if class.is_output() && !progress.committed {
+                    progress.committed = true;
+                    scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::Streaming });
+                }
+                if class == EventClass::Content {
+                    progress.content.push_str(&text);
+                }
+            }
+            Decoded::StopReason(reason) => progress.stop_reason = Some(reason),
+            Decoded::Done => {
+                scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::Done });
+                return Some(Ok(()));
+            }
+            Decoded::Error { code, message } => return Some(Err(Failure::InStream { code, message })),
+            Decoded::Malformed(message) => return Some(Err(Failure::Malformed { message })),
+        }
+    }
+    None
+}
+
+fn body_failure(status: u16, headers: http::HeaderMap, content_type: Option<String>, body: &[u8]) -> Failure {
+    let body = String::from_utf8_lossy(body).into_owned();
+    if (200..300).contains(&status) {
+        Failure::UnexpectedContentType { status, content_type, headers, body }
+    } else {
+        Failure::Http { status, headers, body }
+    }
+}
+
+/// Resolves when the earliest armed timer fires; pending forever if none.
+async fn fire(clocks: &Clocks) -> (TimerKind, Duration) {
+    match clocks.earliest() {
+        Some((kind, clock)) => {
+            tokio::time::sleep_until(clock.fires_at).await;
+            (kind, clock.budget)
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn timed_out(scope: &AttemptScope<'_>, (timer, after): (TimerKind, Duration)) -> Failure {
+    scope.emit(EventKind::TimerFired { timer, after });
+    Failure::Timeout { timer, after }
+}

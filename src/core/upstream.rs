@@ -1,0 +1,112 @@
+//! What an attempt talks to: a provider endpoint that opens a streaming
+//! response, and the decoder that turns its bytes into classed events.
+//!
+//! Provider dialects implement these over HTTP; tests implement them with
+//! scripted streams. Neither retries: retrying is the executor's alone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use http::HeaderMap;
+
+use super::credentials::Credential;
+use super::event::EventClass;
+use super::failover::Target;
+use super::failure::Failure;
+
+/// What the caller asks of a call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallInput {
+    /// The prompt.
+    pub prompt: String,
+    /// Estimated context size in tokens (drives the TTFB and stale rules).
+    pub context_tokens: Option<u64>,
+}
+
+/// One attempt's request.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptRequest<'a> {
+    /// Where it goes.
+    pub target: &'a Target,
+    /// The key to use, if the provider needs one.
+    pub credential: Option<&'a Credential>,
+    /// What the caller asked.
+    pub input: &'a CallInput,
+}
+
+/// A response whose headers have arrived.
+pub struct Response {
+    /// HTTP status.
+    pub status: u16,
+    /// Response headers.
+    pub headers: HeaderMap,
+    /// The body, chunk by chunk.
+    pub body: BoxStream<'static, Result<Bytes, Failure>>,
+}
+
+impl std::fmt::Debug for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Response").field("status", &self.status).field("headers", &self.headers).finish_non_exhaustive()
+    }
+}
+
+/// One thing a decoder found in the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// A stream event of a class, with the text it carries (content,
+    /// reasoning or tool-call arguments; empty for the rest).
+    Event {
+        /// Its class.
+        class: EventClass,
+        /// Its text.
+        text: String,
+    },
+    /// The provider reported why generation stopped.
+    StopReason(String),
+    /// The stream says it is complete.
+    Done,
+    /// The stream carried an error event.
+    Error {
+        /// The provider's error type or code.
+        code: Option<String>,
+        /// Its message.
+        message: String,
+    },
+    /// The bytes are not a valid stream.
+    Malformed(String),
+}
+
+/// Turns a byte stream into decoded events, however the bytes are split.
+pub trait Decoder: Send {
+    /// Feeds one chunk.
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<Decoded>);
+    /// The body ended: flush what is pending.
+    fn finish(&mut self, out: &mut Vec<Decoded>);
+}
+
+/// A provider endpoint.
+pub trait Upstream: Send + Sync {
+    /// Sends the request and resolves when the response headers arrive.
+    fn open<'a>(&'a self, request: AttemptRequest<'a>) -> BoxFuture<'a, Result<Response, Failure>>;
+    /// A fresh decoder for one response body.
+    fn decoder(&self) -> Box<dyn Decoder>;
+}
+
+/// The endpoints a call may use, by provider name, and every configured
+/// target in config order (for the default failover chain).
+#[derive(Clone, Default)]
+pub struct Upstreams {
+    /// Endpoint per provider name.
+    pub providers: HashMap<String, Arc<dyn Upstream>>,
+    /// Every configured provider/model pair, in config order.
+    pub targets: Vec<Target>,
+}
+
+impl std::fmt::Debug for Upstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstreams").field("targets", &self.targets).finish_non_exhaustive()
+    }
+}

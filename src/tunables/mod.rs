@@ -1,0 +1,406 @@
+//! The tunables registry: every knob of the core, with its effective value
+//! and where that value came from.
+//!
+//! Values are layered: defaults < config file (`[tunables]`) < environment
+//! (`STALLSCOPE_…`) < explicit overrides (`--set NAME=VALUE`). Each layer is
+//! validated as it is applied, so a bad value is reported with the tunable's
+//! name, the value, the layer it came from and what is allowed.
+
+pub mod spec;
+pub mod value;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+pub use spec::{DefaultValue, Group, Kind, PREFIX, TUNABLES, TunableSpec};
+pub use value::Value;
+
+/// Where an effective value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// A default computed from another tunable.
+    Derived,
+    /// The `[tunables]` table of a config file.
+    ConfigFile(PathBuf),
+    /// An environment variable.
+    Environment,
+    /// An explicit `--set` (or an edit in the app).
+    Override,
+}
+
+impl Source {
+    /// True when somebody chose this value (as opposed to a default).
+    pub fn is_explicit(&self) -> bool {
+        !matches!(self, Source::Default | Source::Derived)
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::Derived => f.write_str("derived"),
+            Source::ConfigFile(path) => write!(f, "config {}", path.display()),
+            Source::Environment => f.write_str("env"),
+            Source::Override => f.write_str("--set"),
+        }
+    }
+}
+
+/// A tunable name or value that cannot be accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TunableError {
+    /// No tunable has this name.
+    #[error("unknown tunable `{name}` (from {origin}){}", did_you_mean(suggestion))]
+    Unknown {
+        /// The name as given.
+        name: String,
+        /// The closest known name, if any is close.
+        suggestion: Option<&'static str>,
+        /// Where the name was given.
+        origin: String,
+    },
+    /// The value does not parse or is outside the allowed values.
+    #[error("{name}={value:?} (from {origin}) is not accepted: {reason}; allowed: {allowed}")]
+    Invalid {
+        /// The tunable's full name.
+        name: &'static str,
+        /// The value as given.
+        value: String,
+        /// What was wrong with it.
+        reason: String,
+        /// What is allowed.
+        allowed: String,
+        /// Where the value was given.
+        origin: String,
+    },
+    /// A `--set` argument without `=`.
+    #[error("`{0}` is not NAME=VALUE")]
+    NotAnAssignment(String),
+}
+
+fn did_you_mean(suggestion: &Option<&'static str>) -> String {
+    suggestion.map(|s| format!("; did you mean {s}?")).unwrap_or_default()
+}
+
+/// One tunable's effective value and its provenance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effective {
+    /// The value in force.
+    pub value: Value,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// The effective value of every tunable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tunables {
+    values: BTreeMap<&'static str, Effective>,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Self::defaults()
+    }
+}
+
+impl Tunables {
+    /// Every tunable at its default.
+    pub fn defaults() -> Self {
+        let mut values = BTreeMap::new();
+        for spec in TUNABLES {
+            if let DefaultValue::Fixed(text) = spec.default {
+                // The spec tests parse every default, so this cannot fail
+                // for a shipped table; fall back to text to stay total.
+                let value = Value::parse(&spec.kind, text).unwrap_or(Value::Text(text.to_owned()));
+                values.insert(spec.name, Effective { value, source: Source::Default });
+            }
+        }
+        let mut tunables = Tunables { values };
+        tunables.derive_defaults();
+        tunables
+    }
+
+    /// Applies the `[tunables]` table of a config file. Keys may be given
+    /// with or without the `STALLSCOPE_` prefix.
+    pub fn apply_config(&mut self, table: &toml::Table, path: &std::path::Path) -> Result<(), TunableError> {
+        let source = Source::ConfigFile(path.to_path_buf());
+        for (key, item) in table {
+            let text = match item {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(n) => n.to_string(),
+                toml::Value::Float(x) => x.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                toml::Value::Array(items) => items
+                    .iter()
+                    .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_owned))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.to_string(),
+            };
+            self.set(key, &text, source.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Applies every `STALLSCOPE_…` variable of an environment. Variables
+    /// that name no tunable are errors (a typo must not pass silently),
+    /// except the few that configure the program rather than the core.
+    pub fn apply_env<I, K, V>(&mut self, vars: I) -> Result<(), TunableError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        const NOT_TUNABLES: &[&str] = &["STALLSCOPE_CONFIG", "STALLSCOPE_DB", "STALLSCOPE_LOG"];
+        for (key, value) in vars {
+            let key = key.as_ref();
+            if key.starts_with(PREFIX) && !NOT_TUNABLES.contains(&key) {
+                self.set(key, value.as_ref(), Source::Environment)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one `NAME=VALUE` override.
+    pub fn apply_override(&mut self, assignment: &str) -> Result<(), TunableError> {
+        let (name, value) =
+            assignment.split_once('=').ok_or_else(|| TunableError::NotAnAssignment(assignment.to_owned()))?;
+        self.set(name, value, Source::Override)
+    }
+
+    /// Sets one tunable from text, validating it.
+    pub fn set(&mut self, name: &str, text: &str, source: Source) -> Result<(), TunableError> {
+        let spec = spec::find(name).ok_or_else(|| TunableError::Unknown {
+            name: name.to_owned(),
+            suggestion: suggest(name),
+            origin: source.to_string(),
+        })?;
+        let value = Value::parse(&spec.kind, text).map_err(|reason| TunableError::Invalid {
+            name: spec.name,
+            value: text.to_owned(),
+            reason,
+            allowed: spec.allowed(),
+            origin: source.to_string(),
+        })?;
+        self.values.insert(spec.name, Effective { value, source });
+        self.derive_defaults();
+        Ok(())
+    }
+
+    /// Resets one tunable to its default.
+    pub fn reset(&mut self, name: &str) {
+        if let Some(spec) = spec::find(name) {
+            if let DefaultValue::Fixed(text) = spec.default {
+                if let Ok(value) = Value::parse(&spec.kind, text) {
+                    self.values.insert(spec.name, Effective { value, source: Source::Default });
+                }
+            } else {
+                self.values.remove(spec.name);
+            }
+            self.derive_defaults();
+        }
+    }
+
+    /// Recomputes derived defaults that nobody set explicitly.
+    fn derive_defaults(&mut self) {
+        for spec in TUNABLES {
+            let DefaultValue::Offset { from, plus } = spec.default else { continue };
+            if self.values.get(spec.name).is_some_and(|e| e.source.is_explicit()) {
+                continue;
+            }
+            let base = self.values.get(from).map_or(0.0, |e| e.value.as_f64());
+            let value = if base == 0.0 { Value::Float(0.0) } else { Value::Float(base + plus) };
+            self.values.insert(spec.name, Effective { value, source: Source::Derived });
+        }
+    }
+
+    /// The effective value and source of one tunable.
+    ///
+    /// # Panics
+    /// When `name` is not in the table: names in code are checked by tests.
+    pub fn get(&self, name: &str) -> &Effective {
+        match self.values.get(name) {
+            Some(effective) => effective,
+            None => panic!("tunable {name} is not in the table"),
+        }
+    }
+
+    /// A number of seconds as a duration (0 stays zero).
+    pub fn seconds(&self, name: &str) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.get(name).value.as_f64().max(0.0))
+    }
+
+    /// A number of seconds where 0 means "off".
+    pub fn optional_seconds(&self, name: &str) -> Option<std::time::Duration> {
+        let d = self.seconds(name);
+        (!d.is_zero()).then_some(d)
+    }
+
+    /// Every tunable with its spec and effective value, in listing order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static TunableSpec, &Effective)> {
+        TUNABLES.iter().filter_map(|spec| self.values.get(spec.name).map(|e| (spec, e)))
+    }
+
+    /// The default value of a tunable given the other effective values.
+    pub fn default_of(&self, spec: &TunableSpec) -> Value {
+        match spec.default {
+            DefaultValue::Fixed(text) => Value::parse(&spec.kind, text).unwrap_or(Value::Text(text.to_owned())),
+            DefaultValue::Offset { from, plus } => {
+                let base = self.get(from).value.as_f64();
+                Value::Float(if base == 0.0 { 0.0 } else { base + plus })
+            }
+        }
+    }
+
+    /// The tunables as a `.env` file under another prefix (for example
+    /// `OPENPROGRAM_`), each preceded by its help and, when it was changed,
+    /// where the change came from.
+    pub fn to_env(&self, prefix: &str) -> String {
+        let mut out = String::new();
+        let mut group = None;
+        for (spec, effective) in self.iter() {
+            if group != Some(spec.group) {
+                group = Some(spec.group);
+                out.push_str(&format!("\n# {}\n", spec.group.title()));
+            }
+            let origin =
+                if effective.source.is_explicit() { format!(" [{}]", effective.source) } else { String::new() };
+            out.push_str(&format!("# {}{origin}\n", spec.help));
+            out.push_str(&format!("{prefix}{}={}\n", spec.short_name(), env_quote(&effective.value)));
+        }
+        out.trim_start().to_owned()
+    }
+
+    /// The listing `stallscope tunables --json` prints.
+    pub fn to_json(&self) -> serde_json::Value {
+        let rows: Vec<serde_json::Value> = self
+            .iter()
+            .map(|(spec, effective)| {
+                serde_json::json!({
+                    "name": spec.name,
+                    "value": effective.value.to_json(),
+                    "default": self.default_of(spec).to_json(),
+                    "unit": spec.unit,
+                    "source": effective.source.to_string(),
+                    "group": spec.group,
+                    "allowed": spec.allowed(),
+                    "help": spec.help,
+                })
+            })
+            .collect();
+        serde_json::Value::Array(rows)
+    }
+
+    /// Name → value of every tunable, as reports embed it.
+    pub fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.iter().map(|(spec, e)| (spec.name.to_owned(), e.value.to_json())).collect()
+    }
+}
+
+/// Quotes a value for a `.env` file when it holds characters a shell or
+/// dotenv parser would split on.
+fn env_quote(value: &Value) -> String {
+    let text = value.to_string();
+    if text.is_empty() || text.chars().all(|c| c.is_ascii_alphanumeric() || "._-,:/+@".contains(c)) {
+        text
+    } else {
+        format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+}
+
+/// The known name closest to `name`, when it is close enough to be a typo.
+fn suggest(name: &str) -> Option<&'static str> {
+    let wanted = name.trim().to_ascii_uppercase();
+    let wanted = wanted.strip_prefix(PREFIX).unwrap_or(&wanted).to_owned();
+    TUNABLES
+        .iter()
+        .map(|spec| (strsim::damerau_levenshtein(&wanted, spec.short_name()), spec.name))
+        .filter(|&(distance, _)| distance <= (wanted.len() / 3).max(2))
+        .min_by_key(|&(distance, _)| distance)
+        .map(|(_, name)| name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_parses() {
+        for spec in TUNABLES {
+            if let DefaultValue::Fixed(text) = spec.default {
+                Value::parse(&spec.kind, text).unwrap_or_else(|e| panic!("{} default {text:?}: {e}", spec.name));
+            }
+        }
+        assert_eq!(Tunables::defaults().iter().count(), TUNABLES.len());
+    }
+
+    #[test]
+    fn layers_apply_in_order_and_keep_their_source() {
+        let mut t = Tunables::defaults();
+        let table: toml::Table = toml::from_str("SSE_IDLE_TIMEOUT_S = 600\nSTALLSCOPE_TCP_KEEPCNT = 5").unwrap();
+        t.apply_config(&table, std::path::Path::new("/etc/s.toml")).unwrap();
+        t.apply_env([("STALLSCOPE_TCP_KEEPCNT", "7"), ("HOME", "/root")]).unwrap();
+        t.apply_override("tcp_keepcnt=9").unwrap();
+        assert_eq!(t.get("STALLSCOPE_SSE_IDLE_TIMEOUT_S").value, Value::Float(600.0));
+        assert_eq!(t.get("STALLSCOPE_SSE_IDLE_TIMEOUT_S").source, Source::ConfigFile("/etc/s.toml".into()));
+        assert_eq!(t.get("STALLSCOPE_TCP_KEEPCNT").value, Value::Int(9));
+        assert_eq!(t.get("STALLSCOPE_TCP_KEEPCNT").source, Source::Override);
+        // The read backstop follows idle while nobody sets it.
+        let read = t.get("STALLSCOPE_HTTP_READ_TIMEOUT_S");
+        assert_eq!((read.value.clone(), read.source.clone()), (Value::Float(660.0), Source::Derived));
+        t.apply_override("STALLSCOPE_HTTP_READ_TIMEOUT_S=5").unwrap();
+        t.apply_override("STALLSCOPE_SSE_IDLE_TIMEOUT_S=10").unwrap();
+        assert_eq!(t.get("STALLSCOPE_HTTP_READ_TIMEOUT_S").value, Value::Float(5.0));
+    }
+
+    #[test]
+    fn unknown_names_get_a_suggestion() {
+        let mut t = Tunables::defaults();
+        let err = t.apply_override("STALLSCOPE_SSE_IDEL_TIMEOUT_S=3").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown tunable `STALLSCOPE_SSE_IDEL_TIMEOUT_S` (from --set); did you mean STALLSCOPE_SSE_IDLE_TIMEOUT_S?"
+        );
+        let err = t.apply_env([("STALLSCOPE_ZZZ", "1")]).unwrap_err();
+        assert!(matches!(err, TunableError::Unknown { suggestion: None, .. }), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_tunable_value_and_allowed() {
+        let mut t = Tunables::defaults();
+        let err = t.apply_override("STALLSCOPE_TCP_KEEPCNT=0").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "STALLSCOPE_TCP_KEEPCNT=\"0\" (from --set) is not accepted: out of range; allowed: a whole number from 1 to 100"
+        );
+        let err = t.apply_override("STALLSCOPE_BACKOFF_JITTER=gaussian").unwrap_err().to_string();
+        assert!(err.contains("one of none, full, equal, decorrelated, symmetric, positive-only"), "{err}");
+        let err = t.apply_override("STALLSCOPE_FALLBACK_MODELS=gpt-4o").unwrap_err().to_string();
+        assert!(err.contains("provider/model"), "{err}");
+        assert!(matches!(t.apply_override("NOEQUALS"), Err(TunableError::NotAnAssignment(_))));
+    }
+
+    #[test]
+    fn env_export_uses_the_requested_prefix() {
+        let mut t = Tunables::defaults();
+        t.apply_override("SSE_IDLE_TIMEOUT_S=120").unwrap();
+        let env = t.to_env("OPENPROGRAM_");
+        assert!(env.contains("\nOPENPROGRAM_SSE_IDLE_TIMEOUT_S=120\n"), "{env}");
+        assert!(env.contains("[--set]"), "{env}");
+        assert!(env.contains("OPENPROGRAM_FALLBACK_MODELS=\n"), "{env}");
+        assert_eq!(env.lines().filter(|l| l.starts_with("OPENPROGRAM_")).count(), TUNABLES.len());
+    }
+
+    #[test]
+    fn reset_restores_default_and_derived_values() {
+        let mut t = Tunables::defaults();
+        t.apply_override("HTTP_READ_TIMEOUT_S=5").unwrap();
+        t.reset("HTTP_READ_TIMEOUT_S");
+        assert_eq!(t.get("STALLSCOPE_HTTP_READ_TIMEOUT_S").value, Value::Float(1860.0));
+        assert_eq!(t, Tunables::defaults());
+    }
+}
