@@ -150,6 +150,8 @@ struct CallState<'a> {
     total_retries: u32,
     timeout_retries: u32,
     previous_sleep: Option<Duration>,
+    /// The provider and key of the previous attempt, to report rotations.
+    last_credential: Option<(String, usize)>,
     rng: SmallRng,
 }
 
@@ -199,6 +201,7 @@ impl<'a> CallState<'a> {
             total_retries: 0,
             timeout_retries: 0,
             previous_sleep: None,
+            last_credential: None,
             // Seeded per call and per process so concurrent calls never
             // retry in lockstep (hermes-agent seeds from time ^ counter).
             rng: SmallRng::from_rng(&mut rand::rng()),
@@ -353,6 +356,15 @@ impl<'a> CallState<'a> {
             }
         };
         let index = credential.as_ref().map(|c| c.index);
+        if let Some(index) = index {
+            if let Some((provider, from)) = &self.last_credential
+                && *provider == target.provider
+                && *from != index
+            {
+                self.emit(EventKind::CredentialRotated { provider: provider.clone(), from: *from, to: index });
+            }
+            self.last_credential = Some((target.provider.clone(), index));
+        }
         let scope = self.scope(attempt, cancel);
         scope.emit(EventKind::AttemptStarted { target: target.clone(), credential: index });
         let policy = &exec.policy;

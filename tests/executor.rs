@@ -1,0 +1,437 @@
+//! The retry executor and stream governor in paused time: a 30-minute
+//! stall runs in microseconds and every duration is exact.
+
+mod support;
+
+use std::time::Duration;
+
+use stallscope::core::category::{Category, TimerKind};
+use stallscope::core::event::{EventKind, Outcome};
+use stallscope::core::failure::{Failure, TransportKind};
+use support::{Harness, Script, Scripted, Step, policy};
+use tokio_util::sync::CancellationToken;
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+fn reset() -> Failure {
+    Failure::Transport { kind: TransportKind::Reset, message: "connection reset by peer".into() }
+}
+
+fn refused() -> Failure {
+    Failure::Transport { kind: TransportKind::Connect, message: "connection refused".into() }
+}
+
+/// Deterministic sleeps: no jitter, base 1 s doubling.
+const NO_JITTER: &[&str] = &["BACKOFF_JITTER=none", "RETRY_AFTER_JITTER=none", "FALLBACK_MODELS=off"];
+
+fn with(extra: &[&'static str]) -> Vec<&'static str> {
+    NO_JITTER.iter().copied().chain(extra.iter().copied()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_healthy_stream_completes_in_one_attempt() {
+    let up = Scripted::new(vec![Script::stream(vec![
+        Step::Send("r:thinking\n"),
+        Step::Send("c:Hel"),
+        Step::Send("lo\nc: world\ns:end_turn\n"),
+        Step::Send("d\n"),
+    ])]);
+    let h = Harness::single(policy(NO_JITTER), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!(report.outcome, Outcome::Ok);
+    assert_eq!(report.content, "Hello world");
+    assert_eq!(report.stop_reason.as_deref(), Some("end_turn"));
+    assert_eq!((report.attempts, report.events), (1, 3));
+    assert!(report.error.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_interrupts_a_stall_in_flight() {
+    // Headers, then silence; idle is 30 minutes, the deadline 10 s.
+    let up = Scripted::new(vec![Script::stream(vec![Step::Send("p\n"), Step::Hang])]);
+    let h = Harness::single(policy(&with(&["CALL_DEADLINE_S=10"])), up.clone());
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    let error = report.error.unwrap();
+    assert_eq!(
+        (report.outcome, error.category, error.timer),
+        (Outcome::Failed, Category::Timeout, Some(TimerKind::Deadline))
+    );
+    assert!(!error.retryable);
+    assert_eq!(report.elapsed, S(10));
+    assert_eq!(up.opened(), 1, "a deadline is final: no retry");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backoff_that_would_cross_the_deadline_ends_the_call_at_once() {
+    let up = Scripted::new(vec![Script::status(500, vec![], "boom")]);
+    let h = Harness::single(
+        policy(&with(&["CALL_DEADLINE_S=5", "PROVIDER_STREAM_BACKOFF_S=10", "PROVIDER_STREAM_BACKOFF_MAX_S=10"])),
+        up.clone(),
+    );
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    let error = report.error.unwrap();
+    assert_eq!((error.category, error.timer), (Category::Timeout, Some(TimerKind::Deadline)));
+    assert_eq!(error.rule, "builtin: backoff would cross the deadline");
+    assert_eq!(report.elapsed, Duration::ZERO);
+    assert!(report.backoff_sleeps.is_empty());
+    assert_eq!(up.opened(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn permanent_errors_are_never_retried() {
+    for (status, body, category) in [
+        (400, "{\"error\":{\"type\":\"invalid_request_error\"}}", Category::InvalidRequest),
+        (418, "teapot", Category::Permanent),
+        (429, "{\"error\":{\"code\":\"insufficient_quota\"}}", Category::Permanent),
+    ] {
+        let up = Scripted::new(vec![
+            Script::status(status, vec![("content-type", "application/json")], body),
+            Script::ok("c:late\n"),
+        ]);
+        let h = Harness::single(policy(NO_JITTER), up.clone());
+        let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+        assert_eq!((report.outcome, report.error.unwrap().category), (Outcome::Failed, category), "{status}");
+        assert_eq!(up.opened(), 1, "{status}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn category_budgets_are_independent_and_the_total_caps_them() {
+    // server_error has 2 retries: the third 500 ends the call.
+    let up = Scripted::new(vec![Script::status(500, vec![], "")]);
+    let h = Harness::single(policy(&with(&["PROVIDER_STREAM_RETRIES=10"])), up.clone());
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.attempts), (Outcome::Failed, 3));
+    let counts = &report.retry_counts;
+    assert_eq!((counts[&Category::ServerError].used, counts[&Category::ServerError].budget), (2, 2));
+
+    // Spending server_error's budget leaves connection's untouched.
+    let scripts = vec![
+        Script::status(500, vec![], ""),
+        Script::status(502, vec![], ""),
+        Script::refuse(refused()),
+        Script::refuse(refused()),
+        Script::refuse(refused()),
+        Script::ok("c:finally\n"),
+    ];
+    let up = Scripted::new(scripts);
+    let h = Harness::single(policy(&with(&["PROVIDER_STREAM_RETRIES=10", "PROVIDER_STREAM_BACKOFF_S=0.01"])), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.attempts), (Outcome::Ok, 6));
+    assert_eq!(report.retry_counts[&Category::ServerError].used, 2);
+    assert_eq!(report.retry_counts[&Category::Connection].used, 3);
+
+    // The call-wide cap (default 3) stops before any category's budget.
+    let up = Scripted::new(vec![Script::status(429, vec![], "")]);
+    let h = Harness::single(policy(&with(&["PROVIDER_STREAM_BACKOFF_S=0.01"])), up.clone());
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.attempts, report.retry_counts[&Category::RateLimit].used), (4, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_doubles_without_jitter() {
+    let up = Scripted::new(vec![Script::refuse(refused())]);
+    let h = Harness::single(policy(NO_JITTER), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!(report.backoff_sleeps, [S(1), S(2), S(4)]);
+    assert_eq!(report.elapsed, S(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn failover_happens_before_the_first_token_and_never_after() {
+    // Pre-content: 503 with no overloaded budget left moves to m2.
+    let up = Scripted::new(vec![Script::status(503, vec![], "overloaded"), Script::ok("c:from m2\n")]);
+    let h = Harness::single(policy(&["BACKOFF_JITTER=none", "RETRY_BUDGET_OVERLOADED=0"]), up.clone());
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.content.as_str()), (Outcome::Ok, "from m2"));
+    assert_eq!(report.hops.len(), 1);
+    assert_eq!((report.hops[0].from.to_string(), report.hops[0].to.to_string()), ("p/m1".into(), "p/m2".into()));
+    assert_eq!(report.hops[0].reason, Category::Overloaded);
+    let seen: Vec<String> = up.seen.lock().unwrap().iter().map(|(m, _)| m.clone()).collect();
+    assert_eq!(seen, ["m1", "m2"]);
+
+    // After content: no hop, no retry, even with budgets and a chain.
+    let up = Scripted::new(vec![
+        Script::stream(vec![Step::Send("c:partial\n"), Step::Fail(reset())]),
+        Script::ok("c:never\n"),
+    ]);
+    let h = Harness::single(policy(&["PARTIAL_RECOVERY=0"]), up.clone());
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.attempts, report.hops.len()), (Outcome::Failed, 1, 0));
+    assert_eq!(report.error.unwrap().category, Category::Connection);
+    assert_eq!(up.opened(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_primary_fails_over_down_the_explicit_chain() {
+    let dead = Scripted::new(vec![Script::refuse(refused())]);
+    let alive = Scripted::new(vec![Script::ok("c:backup\n")]);
+    let h = Harness::new(
+        policy(&[
+            "BACKOFF_JITTER=none",
+            "FALLBACK_MODELS=q/b1",
+            "RETRY_BUDGET_CONNECTION=1",
+            "PROVIDER_STREAM_BACKOFF_S=0.1",
+        ]),
+        vec![("p", vec!["m1"], dead.clone(), 0), ("q", vec!["b1"], alive, 0)],
+    );
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.attempts), (Outcome::Ok, 3));
+    assert_eq!(report.target.to_string(), "q/b1");
+    assert_eq!(dead.opened(), 2, "one retry in place, then the hop");
+    assert_eq!(report.backoff_sleeps, [MS(100)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn partial_recovery_keeps_the_text_with_stop_reason_length() {
+    let broken = || {
+        Scripted::new(vec![Script::stream(vec![
+            Step::Send("c:half an ans"),
+            Step::Send("wer\n"),
+            Step::Wait(S(1)),
+            Step::Fail(reset()),
+        ])])
+    };
+    let h = Harness::single(policy(NO_JITTER), broken());
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!(report.outcome, Outcome::Partial);
+    assert_eq!((report.content.as_str(), report.stop_reason.as_deref()), ("half an answer", Some("length")));
+    assert!(h.sink.kinds().iter().any(|k| matches!(k, EventKind::PartialRecovered { chars: 14, .. })));
+
+    let h = Harness::single(policy(&with(&["PARTIAL_RECOVERY=0"])), broken());
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!(report.outcome, Outcome::Failed);
+
+    // A permanent error after content still fails.
+    let up =
+        Scripted::new(vec![Script::stream(vec![Step::Send("c:text\n"), Step::Send("e:invalid_request_error:bad\n")])]);
+    let h = Harness::single(policy(NO_JITTER), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.error.unwrap().category), (Outcome::Failed, Category::InvalidRequest));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancellation_stops_a_sleeping_backoff_at_once() {
+    let up = Scripted::new(vec![Script::refuse(refused())]);
+    let h = Harness::single(
+        policy(&with(&["PROVIDER_STREAM_BACKOFF_S=60", "PROVIDER_STREAM_BACKOFF_MAX_S=60"])),
+        up.clone(),
+    );
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(S(5)).await;
+        trigger.cancel();
+    });
+    let report = h.executor.run(&h.call("m1"), &cancel).await;
+    assert_eq!((report.outcome, report.elapsed, up.opened()), (Outcome::Cancelled, S(5), 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancellation_stops_an_attempt_in_flight_at_once() {
+    let up = Scripted::new(vec![Script::stream(vec![Step::Send("c:some\n"), Step::Hang])]);
+    let h = Harness::single(policy(NO_JITTER), up);
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(S(3)).await;
+        trigger.cancel();
+    });
+    let report = h.executor.run(&h.call("m1"), &cancel).await;
+    assert_eq!((report.outcome, report.elapsed, report.content.as_str()), (Outcome::Cancelled, S(3), "some"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn pings_reset_the_idle_timer_but_not_the_data_stall_timer() {
+    let mut pings = vec![Step::Send("c:start\n")];
+    for _ in 0..100 {
+        pings.push(Step::Wait(S(1)));
+        pings.push(Step::Send("p\n"));
+    }
+    let up = Scripted::new(vec![Script::stream(pings)]);
+    let sets = with(&["SSE_IDLE_TIMEOUT_S=2", "SSE_DATA_STALL_TIMEOUT_S=5", "PARTIAL_RECOVERY=0"]);
+    let h = Harness::single(policy(&sets), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    let error = report.error.unwrap();
+    assert_eq!(error.timer, Some(TimerKind::DataStall));
+    assert_eq!(report.elapsed, S(5));
+    assert_eq!(report.keepalives, 4);
+
+    // Silence trips the idle timer first.
+    let up = Scripted::new(vec![Script::stream(vec![Step::Send("c:start\n"), Step::Hang])]);
+    let h = Harness::single(policy(&sets), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.error.unwrap().timer, report.elapsed), (Some(TimerKind::Idle), S(2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn reasoning_counts_as_progress_unless_configured_otherwise() {
+    let mut thinking = vec![];
+    for _ in 0..20 {
+        thinking.push(Step::Wait(S(1)));
+        thinking.push(Step::Send("r:hmm\n"));
+    }
+    thinking.push(Step::Send("c:answer\n"));
+    thinking.push(Step::Send("d\n"));
+    let up = Scripted::new(vec![Script::stream(thinking)]);
+    let h = Harness::single(policy(&with(&["SSE_DATA_STALL_TIMEOUT_S=5"])), up.clone());
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!(report.outcome, Outcome::Ok);
+
+    let up = Scripted::new(vec![up_script_thinking()]);
+    let sets =
+        with(&["SSE_DATA_STALL_TIMEOUT_S=5", "PROGRESS_EVENT_CLASSES=content,tool_call", "RETRY_BUDGET_TIMEOUT=0"]);
+    let h = Harness::single(policy(&sets), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.error.unwrap().timer), (Outcome::Failed, Some(TimerKind::DataStall)));
+}
+
+fn up_script_thinking() -> Script {
+    let mut thinking = vec![];
+    for _ in 0..20 {
+        thinking.push(Step::Wait(S(1)));
+        thinking.push(Step::Send("r:hmm\n"));
+    }
+    Script::stream(thinking)
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_honoured_and_a_longer_wait_than_the_cap_is_refused() {
+    let up = Scripted::new(vec![Script::status(429, vec![("retry-after-ms", "1500")], ""), Script::ok("c:ok\n")]);
+    let h = Harness::single(policy(NO_JITTER), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!(report.outcome, Outcome::Ok);
+    assert_eq!((report.backoff_sleeps.clone(), report.retry_after.clone()), (vec![MS(1500)], vec![Some(MS(1500))]));
+
+    // Positive-only jitter never sleeps less than asked.
+    let up = Scripted::new(vec![Script::status(429, vec![("retry-after", "2")], ""), Script::ok("c:ok\n")]);
+    let h = Harness::single(policy(&["FALLBACK_MODELS=off"]), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert!(report.backoff_sleeps[0] >= S(2) && report.backoff_sleeps[0] <= MS(2500), "{:?}", report.backoff_sleeps);
+
+    // Over the cap: not slept; no chain, so the call fails fast and says
+    // what the server asked for.
+    let up = Scripted::new(vec![Script::status(429, vec![("retry-after", "600")], "")]);
+    let h = Harness::single(policy(NO_JITTER), up.clone());
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.refused_wait, report.elapsed), (Outcome::Failed, Some(S(600)), Duration::ZERO));
+    assert!(h.sink.kinds().iter().any(|k| matches!(k, EventKind::ServerWaitRefused { .. })));
+    assert_eq!(up.opened(), 1);
+
+    // With a chain, the refused wait moves the call on.
+    let up = Scripted::new(vec![Script::status(429, vec![("retry-after", "600")], ""), Script::ok("c:ok\n")]);
+    let h = Harness::single(policy(&["BACKOFF_JITTER=none"]), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.hops.len()), (Outcome::Ok, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_retries_escalate_the_timers() {
+    let up = Scripted::new(vec![Script::stream(vec![Step::Hang])]);
+    let sets = with(&[
+        "SSE_TTFB_TIMEOUT_S=1",
+        "TIMEOUT_ESCALATION=additive",
+        "TIMEOUT_ESCALATION_INCREMENT_S=1",
+        "PROVIDER_STREAM_BACKOFF_S=0",
+    ]);
+    let h = Harness::single(policy(&sets), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    let fired: Vec<Duration> = h
+        .sink
+        .kinds()
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::TimerFired { timer: TimerKind::Ttfb, after } => Some(after),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fired, [S(1), S(2), S(3), S(4)]);
+    assert_eq!(report.elapsed, S(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_ttfb_guard_is_off_for_large_contexts() {
+    let up = Scripted::new(vec![Script { headers_after: S(200), ..Script::ok("c:slow prefill\n") }]);
+    let h = Harness::single(policy(NO_JITTER), up);
+    let mut call = h.call("m1");
+    call.input.context_tokens = Some(30_000);
+    let report = h.executor.run(&call, &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.elapsed), (Outcome::Ok, S(200)));
+    assert!(h.sink.kinds().iter().any(|k| matches!(k, EventKind::TimerDisarmed { timer: TimerKind::Ttfb, .. })));
+
+    let up = Scripted::new(vec![Script { headers_after: S(200), ..Script::ok("c:slow prefill\n") }]);
+    let h = Harness::single(policy(&with(&["RETRY_BUDGET_TIMEOUT=0"])), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.error.unwrap().timer, report.elapsed), (Some(TimerKind::Ttfb), S(120)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_non_event_stream_body_is_read_under_the_timers_and_classified() {
+    let json =
+        Script::status(200, vec![("content-type", "application/json")], "{\"error\":{\"type\":\"overloaded_error\"}}");
+    let h = Harness::single(policy(&with(&["RETRY_BUDGET_OVERLOADED=0"])), Scripted::new(vec![json]));
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!(report.error.unwrap().category, Category::Overloaded);
+
+    // A proxy page that never ends still trips the idle timer.
+    let html = Script {
+        headers_after: Duration::ZERO,
+        open: Ok((200, vec![("content-type", "text/html")])),
+        body: vec![Step::Send("<html>"), Step::Hang],
+    };
+    let sets = with(&["SSE_IDLE_TIMEOUT_S=3", "RETRY_BUDGET_TIMEOUT=0"]);
+    let h = Harness::single(policy(&sets), Scripted::new(vec![html]));
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.error.unwrap().timer, report.elapsed), (Some(TimerKind::Idle), S(3)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn auth_failures_rotate_to_the_next_key_and_rest_the_refused_one() {
+    let up = Scripted::new(vec![Script::status(401, vec![], "invalid key"), Script::ok("c:ok\n")]);
+    let h = Harness::new(policy(NO_JITTER), vec![("p", vec!["m1"], up.clone(), 2)]);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.attempts), (Outcome::Ok, 2));
+    let keys: Vec<Option<usize>> = up.seen.lock().unwrap().iter().map(|(_, k)| *k).collect();
+    assert_eq!(keys, [Some(0), Some(1)]);
+    let kinds = h.sink.kinds();
+    assert!(
+        kinds.iter().any(
+            |k| matches!(k, EventKind::CredentialCooledDown { credential: 0, cooldown, .. } if *cooldown == S(300))
+        )
+    );
+    assert!(kinds.iter().any(|k| matches!(k, EventKind::CredentialRotated { from: 0, to: 1, .. })));
+
+    // A single key is never rested and an auth failure is final.
+    let up = Scripted::new(vec![Script::status(401, vec![], "invalid key")]);
+    let h = Harness::new(policy(NO_JITTER), vec![("p", vec!["m1"], up.clone(), 1)]);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, up.opened()), (Outcome::Failed, 1));
+    assert!(!h.sink.kinds().iter().any(|k| matches!(k, EventKind::CredentialCooledDown { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fleet_budget_refuses_retries_beyond_its_share() {
+    let up = Scripted::new(vec![Script::refuse(refused())]);
+    let sets = with(&["FLEET_RETRY_BUDGET_MIN=0", "FLEET_RETRY_BUDGET_PERCENT=20"]);
+    let h = Harness::single(policy(&sets), up.clone());
+    // One active call: 20 % of 1 is 0 and the floor is 0, so no retry.
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, up.opened()), (Outcome::Failed, 1));
+    assert!(h.sink.kinds().iter().any(|k| matches!(k, EventKind::RetryBudgetRefused { limit: 0, .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_event_carries_stream_attempt_and_monotonic_time() {
+    let up = Scripted::new(vec![Script::refuse(refused()), Script::ok("c:ok\n")]);
+    let h = Harness::single(policy(NO_JITTER), up);
+    h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    let events = h.sink.events();
+    assert!(events.windows(2).all(|w| w[0].at <= w[1].at));
+    assert!(events.iter().all(|e| e.stream == 1));
+    assert!(matches!(events.first().unwrap().kind, EventKind::CallStarted { .. }));
+    assert!(matches!(events.last().unwrap().kind, EventKind::Finished { outcome: Outcome::Ok, attempts: 2, .. }));
+    let attempts: Vec<u32> =
+        events.iter().filter(|e| matches!(e.kind, EventKind::AttemptStarted { .. })).map(|e| e.attempt).collect();
+    assert_eq!(attempts, [1, 2]);
+}
