@@ -126,7 +126,7 @@ enum Next {
     /// Move to the next target now.
     Failover,
     /// End the call with this classification.
-    Fail(Classification),
+    Fail(Box<Classification>),
 }
 
 impl Executor {
@@ -309,7 +309,7 @@ impl<'a> CallState<'a> {
                 }
                 Next::Fail(classification) => {
                     drop(active);
-                    return self.fail(classification);
+                    return self.fail(*classification);
                 }
             }
         }
@@ -461,14 +461,14 @@ impl<'a> CallState<'a> {
     fn decide(&mut self, target: &Target, credential: Option<usize>, c: &Classification) -> Next {
         let policy = &self.exec.policy;
         if c.timer == Some(TimerKind::Deadline) {
-            return Next::Fail(c.clone());
+            return Next::Fail(Box::new(c.clone()));
         }
         let here = self.retry_here(target, credential, c);
         match here {
             Ok(next) => next,
             Err(()) => {
                 let may_hop = policy.failover.on.contains(&c.category) && self.hop + 1 < self.chain.len();
-                if may_hop { Next::Failover } else { Next::Fail(c.clone()) }
+                if may_hop { Next::Failover } else { Next::Fail(Box::new(c.clone())) }
             }
         }
     }

@@ -16,10 +16,11 @@
 //! read to a bounded size under the same timers and turned into a failure:
 //! it never bypasses them.
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use super::category::TimerKind;
@@ -155,12 +156,20 @@ pub async fn run_attempt(
     // Connecting and awaiting headers: the transport cannot tell us when the
     // connection is up, so both phases run under the same timers.
     scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::AwaitingHeaders });
-    let open = upstream.open(request);
-    let response = tokio::select! {
-        biased;
-        () = scope.cancel.cancelled() => return Err(Failure::Cancelled),
-        fired = fire(&clocks) => return Err(timed_out(scope, fired)),
-        response = open => response?,
+    let sleep = tokio::time::sleep_until(clocks.earliest().map_or_else(far_future, |(_, c)| c.fires_at));
+    tokio::pin!(sleep);
+    let mut open = upstream.open(request);
+    let response = loop {
+        tokio::select! {
+            biased;
+            () = scope.cancel.cancelled() => return Err(Failure::Cancelled),
+            () = &mut sleep => {
+                if let Some(fired) = on_wake(&clocks, sleep.as_mut()) {
+                    return Err(timed_out(scope, fired));
+                }
+            }
+            response = &mut open => break response?,
+        }
     };
     let now = Instant::now();
     if let Some(idle) = &mut clocks.idle {
@@ -175,6 +184,7 @@ pub async fn run_attempt(
         clocks.data_stall = Clock::start(timers.data_stall, now);
         if let Some(clock) = clocks.data_stall {
             scope.emit(EventKind::TimerArmed { timer: TimerKind::DataStall, after: clock.budget });
+            rearm_if_earlier(&clocks, sleep.as_mut());
         }
         Reading::Stream
     } else {
@@ -188,7 +198,10 @@ pub async fn run_attempt(
         let chunk = tokio::select! {
             biased;
             () = scope.cancel.cancelled() => return Err(Failure::Cancelled),
-            fired = fire(&clocks) => return Err(timed_out(scope, fired)),
+            () = &mut sleep => match on_wake(&clocks, sleep.as_mut()) {
+                Some(fired) => return Err(timed_out(scope, fired)),
+                None => continue,
+            },
             chunk = body.next() => chunk,
         };
         let now = Instant::now();
@@ -292,14 +305,35 @@ fn body_failure(status: u16, headers: http::HeaderMap, content_type: Option<Stri
     }
 }
 
-/// Resolves when the earliest armed timer fires; pending forever if none.
-async fn fire(clocks: &Clocks) -> (TimerKind, Duration) {
+/// A moment no attempt reaches, for a timer with nothing armed.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+/// Handles a wake-up of the shared sleep. Resets only ever move clocks
+/// later, so the sleep is re-armed lazily here instead of on every chunk:
+/// it wakes at the earliest deadline it knew of and either reports the
+/// timer that expired or sleeps on to the new earliest one.
+fn on_wake(clocks: &Clocks, sleep: Pin<&mut Sleep>) -> Option<(TimerKind, Duration)> {
     match clocks.earliest() {
-        Some((kind, clock)) => {
-            tokio::time::sleep_until(clock.fires_at).await;
-            (kind, clock.budget)
+        Some((kind, clock)) if clock.fires_at <= Instant::now() => Some((kind, clock.budget)),
+        Some((_, clock)) => {
+            sleep.reset(clock.fires_at);
+            None
         }
-        None => std::future::pending().await,
+        None => {
+            sleep.reset(far_future());
+            None
+        }
+    }
+}
+
+/// Moves the sleep earlier when a newly armed clock fires before it.
+fn rearm_if_earlier(clocks: &Clocks, sleep: Pin<&mut Sleep>) {
+    if let Some((_, clock)) = clocks.earliest()
+        && clock.fires_at < sleep.deadline()
+    {
+        sleep.reset(clock.fires_at);
     }
 }
 

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, StreamExt};
 use http::{HeaderMap, HeaderName, HeaderValue};
-use stallscope::core::credentials::{CredentialPool, Rotation, Secret};
+use stallscope::core::credentials::{CredentialPool, Secret};
 use stallscope::core::event::{EventClass, EventSink, VecSink};
 use stallscope::core::executor::{Call, Executor};
 use stallscope::core::failover::Target;
@@ -41,11 +41,14 @@ pub enum Step {
     Hang,
 }
 
+/// A status with its headers.
+pub type Head = (u16, Vec<(&'static str, &'static str)>);
+
 /// One attempt's script.
 #[derive(Debug, Clone)]
 pub struct Script {
     pub headers_after: Duration,
-    pub open: Result<(u16, Vec<(&'static str, &'static str)>), Failure>,
+    pub open: Result<Head, Failure>,
     pub body: Vec<Step>,
 }
 
@@ -182,7 +185,6 @@ impl Harness {
             let keys = (0..keys).map(|i| Secret::new(format!("{name}-key-{i}"))).collect();
             pools.insert(name.to_owned(), Arc::new(CredentialPool::new(keys, policy.credentials.rotation)));
         }
-        let _ = Rotation::RoundRobin;
         let sink = Arc::new(VecSink::new());
         let executor = Executor {
             fleet: Arc::new(Fleet::new(policy.fleet, pools)),
