@@ -62,7 +62,11 @@ fn decisions(c: &mut Criterion) {
     headers.insert("retry-after-ms", HeaderValue::from_static("1500"));
     headers.insert("x-ratelimit-remaining-requests", HeaderValue::from_static("0"));
     headers.insert("x-ratelimit-reset-requests", HeaderValue::from_static("6m0s"));
-    let failure = Failure::Http { status: 429, headers, body: "{\"error\":{\"type\":\"rate_limit_error\"}}".into() };
+    let failure = Failure::Http {
+        status: 429,
+        headers: Box::new(headers),
+        body: "{\"error\":{\"type\":\"rate_limit_error\"}}".into(),
+    };
     let policy = CorePolicy::default();
     let mut rng = SmallRng::seed_from_u64(7);
     let mut group = c.benchmark_group("decision");

@@ -29,7 +29,11 @@ fn tunables_json_lists_every_tunable_with_its_source() {
         (idle["value"].as_f64(), idle["default"].as_f64(), idle["source"].as_str()),
         (Some(600.0), Some(1800.0), Some("--set"))
     );
-    assert_eq!(idle["unit"], "s");
+    assert_eq!(
+        (idle["unit"].as_str(), idle["type"].as_str(), idle["group"].as_str()),
+        (Some("s"), Some("float"), Some("stream"))
+    );
+    assert!(idle["allowed"].as_str().unwrap().contains("86400"), "{idle}");
     assert_eq!(row("STALLSCOPE_TCP_KEEPCNT")["source"], "env");
     let read = row("STALLSCOPE_HTTP_READ_TIMEOUT_S");
     assert_eq!((read["value"].as_f64(), read["source"].as_str()), (Some(660.0), Some("derived")));
@@ -49,7 +53,9 @@ fn tunables_table_and_env_export() {
 
 #[test]
 fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
-    let cases: [(&[&str], &[(&str, &str)], &str); 4] = [
+    /// Arguments, environment, and what stderr must say.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 4] = [
         (&["--set", "SSE_IDLE_TIMOUT_S=3", "tunables"], &[], "did you mean STALLSCOPE_SSE_IDLE_TIMEOUT_S?"),
         (
             &["tunables"],

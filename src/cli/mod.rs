@@ -40,7 +40,10 @@ pub enum Command {
 
 /// Runs the command line; `out` receives data.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
-    let settings = || Settings::load(cli.config.as_deref(), std::env::vars(), &cli.overrides);
+    // `vars()` would panic on a variable that is not UTF-8; such a variable
+    // cannot be one of ours, so it is skipped.
+    let env = || std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let settings = || Settings::load(cli.config.as_deref(), env(), &cli.overrides);
     match &cli.command {
         Some(Command::Tunables(args)) => tunables::run(args, &settings()?, out),
         Some(Command::Budget(args)) => budget::run(args, &settings()?, out),

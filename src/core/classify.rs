@@ -308,7 +308,7 @@ mod tests {
     use super::*;
 
     fn http(status: u16, body: &str) -> Failure {
-        Failure::Http { status, headers: HeaderMap::new(), body: body.to_owned() }
+        Failure::Http { status, headers: Box::default(), body: body.to_owned() }
     }
 
     fn classify(failure: &Failure) -> Classification {
@@ -356,11 +356,11 @@ mod tests {
     fn should_retry_header_overrides_retryability() {
         let mut headers = HeaderMap::new();
         headers.insert("x-should-retry", HeaderValue::from_static("false"));
-        let c = classify(&Failure::Http { status: 503, headers: headers.clone(), body: String::new() });
+        let c = classify(&Failure::Http { status: 503, headers: Box::new(headers.clone()), body: String::new() });
         assert!(!c.retryable);
         assert!(c.rule.ends_with("x-should-retry: false"), "{}", c.rule);
         headers.insert("x-should-retry", HeaderValue::from_static("true"));
-        let c = classify(&Failure::Http { status: 409, headers, body: String::new() });
+        let c = classify(&Failure::Http { status: 409, headers: Box::new(headers), body: String::new() });
         assert!(c.retryable);
     }
 
@@ -370,7 +370,7 @@ mod tests {
         headers.insert("retry-after-ms", HeaderValue::from_static("1500"));
         headers.insert("x-ratelimit-remaining-requests", HeaderValue::from_static("0"));
         headers.insert("x-ratelimit-reset-requests", HeaderValue::from_static("6m0s"));
-        let c = classify(&Failure::Http { status: 429, headers, body: String::new() });
+        let c = classify(&Failure::Http { status: 429, headers: Box::new(headers), body: String::new() });
         assert_eq!(c.requested_wait(), Some(Duration::from_millis(1500)));
         assert_eq!(c.rate_limits.unwrap().exhausted_reset(), Some(Duration::from_secs(360)));
     }

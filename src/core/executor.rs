@@ -258,7 +258,7 @@ impl<'a> CallState<'a> {
             };
             let classification = match failure {
                 Classified::Raw(failure) => self.classify(&failure),
-                Classified::Done(c) => c,
+                Classified::Done(c) => *c,
             };
             self.cool_down(&target, credential, &classification);
 
@@ -330,7 +330,7 @@ impl<'a> CallState<'a> {
                 "builtin: unknown provider",
                 format!("no provider named `{}` is configured", target.provider),
             );
-            return Err((Classified::Done(c), None));
+            return Err((Classified::Done(Box::new(c)), None));
         };
         let credential = match exec.fleet.pool(&target.provider).map(|p| p.pick(Instant::now())) {
             None | Some(Ok(None)) => None,
@@ -352,7 +352,7 @@ impl<'a> CallState<'a> {
                     source: DelaySource::ResetHint { header: "credential cooldown".to_owned() },
                     raw: String::new(),
                 });
-                return Err((Classified::Done(c), None));
+                return Err((Classified::Done(Box::new(c)), None));
             }
         };
         let index = credential.as_ref().map(|c| c.index);
@@ -622,5 +622,5 @@ fn delay_header(source: &DelaySource) -> String {
 /// executor (unknown provider, all keys resting).
 enum Classified {
     Raw(Failure),
-    Done(Classification),
+    Done(Box<Classification>),
 }

@@ -56,8 +56,9 @@ pub enum Failure {
     Http {
         /// The status.
         status: u16,
-        /// The response headers.
-        headers: HeaderMap,
+        /// The response headers (boxed: they would triple the size of
+        /// every body item's `Result`).
+        headers: Box<HeaderMap>,
         /// The start of the body.
         body: String,
     },
@@ -67,8 +68,9 @@ pub enum Failure {
         status: u16,
         /// The content type, if any.
         content_type: Option<String>,
-        /// The response headers.
-        headers: HeaderMap,
+        /// The response headers (boxed: they would triple the size of
+        /// every body item's `Result`).
+        headers: Box<HeaderMap>,
         /// The start of the body.
         body: String,
     },

@@ -51,8 +51,13 @@ pub struct AttemptScope<'a> {
 impl AttemptScope<'_> {
     /// Emits one event stamped now.
     pub fn emit(&self, kind: EventKind) {
+        self.emit_at(Instant::now(), kind);
+    }
+
+    /// Emits one event stamped `at` (saves a clock read per chunk).
+    pub fn emit_at(&self, at: Instant, kind: EventKind) {
         self.sink.emit(Event {
-            at: Instant::now().saturating_duration_since(self.epoch),
+            at: at.saturating_duration_since(self.epoch),
             stream: self.stream,
             attempt: self.attempt,
             kind,
@@ -121,7 +126,35 @@ enum Reading {
     /// Decoding an event stream.
     Stream,
     /// Collecting an error or non-stream body for classification.
-    ErrorBody { status: u16, headers: http::HeaderMap, content_type: Option<String>, body: Vec<u8> },
+    ErrorBody(ErrorBody),
+}
+
+/// An error or non-stream response, collected up to [`ERROR_BODY_LIMIT`].
+struct ErrorBody {
+    status: u16,
+    headers: http::HeaderMap,
+    content_type: Option<String>,
+    body: Vec<u8>,
+}
+
+impl ErrorBody {
+    /// Keeps what fits; true once the limit is reached.
+    fn push(&mut self, chunk: &[u8]) -> bool {
+        let room = ERROR_BODY_LIMIT.saturating_sub(self.body.len());
+        self.body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        self.body.len() >= ERROR_BODY_LIMIT
+    }
+
+    /// The failure this response amounts to.
+    fn into_failure(self) -> Failure {
+        let body = String::from_utf8_lossy(&self.body).into_owned();
+        let (status, headers, content_type) = (self.status, self.headers, self.content_type);
+        if (200..300).contains(&status) {
+            Failure::UnexpectedContentType { status, content_type, headers: Box::new(headers), body }
+        } else {
+            Failure::Http { status, headers: Box::new(headers), body }
+        }
+    }
 }
 
 /// Runs one attempt to completion or failure. `progress` holds what
@@ -158,11 +191,14 @@ pub async fn run_attempt(
     scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::AwaitingHeaders });
     let sleep = tokio::time::sleep_until(clocks.earliest().map_or_else(far_future, |(_, c)| c.fires_at));
     tokio::pin!(sleep);
+    // Made once: each `cancelled()` registers a waiter with the token.
+    let cancelled = scope.cancel.cancelled();
+    tokio::pin!(cancelled);
     let mut open = upstream.open(request);
     let response = loop {
         tokio::select! {
             biased;
-            () = scope.cancel.cancelled() => return Err(Failure::Cancelled),
+            () = &mut cancelled => return Err(Failure::Cancelled),
             () = &mut sleep => {
                 if let Some(fired) = on_wake(&clocks, sleep.as_mut()) {
                     return Err(timed_out(scope, fired));
@@ -188,31 +224,44 @@ pub async fn run_attempt(
         }
         Reading::Stream
     } else {
-        Reading::ErrorBody { status: response.status, headers: response.headers, content_type, body: Vec::new() }
+        Reading::ErrorBody(ErrorBody {
+            status: response.status,
+            headers: response.headers,
+            content_type,
+            body: Vec::new(),
+        })
     };
 
     let mut decoder = upstream.decoder();
     let mut decoded = Vec::new();
     let mut body = response.body;
     loop {
+        // The body is polled first so a flowing stream pays for neither the
+        // sleep nor the token; both are checked by hand right after.
         let chunk = tokio::select! {
             biased;
-            () = scope.cancel.cancelled() => return Err(Failure::Cancelled),
+            chunk = body.next() => chunk,
+            () = &mut cancelled => return Err(Failure::Cancelled),
             () = &mut sleep => match on_wake(&clocks, sleep.as_mut()) {
                 Some(fired) => return Err(timed_out(scope, fired)),
                 None => continue,
             },
-            chunk = body.next() => chunk,
         };
         let now = Instant::now();
+        if scope.cancel.is_cancelled() {
+            return Err(Failure::Cancelled);
+        }
+        if let Some((timer, clock)) = clocks.earliest()
+            && clock.fires_at <= now
+        {
+            return Err(timed_out(scope, (timer, clock.budget)));
+        }
         let chunk = match chunk {
             Some(Ok(chunk)) => chunk,
             Some(Err(failure)) => return Err(failure),
             None => {
                 return match reading {
-                    Reading::ErrorBody { status, headers, content_type, body } => {
-                        Err(body_failure(status, headers, content_type, &body))
-                    }
+                    Reading::ErrorBody(collected) => Err(collected.into_failure()),
                     Reading::Stream => {
                         decoder.finish(&mut decoded);
                         match absorb(&mut decoded, timers, &mut clocks, scope, progress, now) {
@@ -234,23 +283,22 @@ pub async fn run_attempt(
         if let Some(idle) = &mut clocks.idle {
             idle.fires_at = now + idle.budget;
         }
-        scope.emit(EventKind::ChunkReceived { bytes: chunk.len() });
-        match &mut reading {
-            Reading::ErrorBody { body, .. } => {
-                let room = ERROR_BODY_LIMIT.saturating_sub(body.len());
-                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                if body.len() >= ERROR_BODY_LIMIT {
-                    let Reading::ErrorBody { status, headers, content_type, body } = reading else { unreachable!() };
-                    return Err(body_failure(status, headers, content_type, &body));
+        scope.emit_at(now, EventKind::ChunkReceived { bytes: chunk.len() });
+        reading = match reading {
+            Reading::ErrorBody(mut collected) => {
+                if collected.push(&chunk) {
+                    return Err(collected.into_failure());
                 }
+                Reading::ErrorBody(collected)
             }
             Reading::Stream => {
                 decoder.feed(&chunk, &mut decoded);
                 if let Some(result) = absorb(&mut decoded, timers, &mut clocks, scope, progress, now) {
                     return result;
                 }
+                Reading::Stream
             }
-        }
+        };
     }
 }
 
@@ -275,10 +323,10 @@ fn absorb(
                 if resets && let Some(stall) = &mut clocks.data_stall {
                     stall.fires_at = now + stall.budget;
                 }
-                scope.emit(EventKind::SseReceived { class, chars: text.chars().count(), progress: resets });
+                scope.emit_at(now, EventKind::SseReceived { class, chars: text.chars().count(), progress: resets });
                 if class.is_output() && !progress.committed {
                     progress.committed = true;
-                    scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::Streaming });
+                    scope.emit_at(now, EventKind::PhaseChanged { phase: AttemptPhase::Streaming });
                 }
                 if class == EventClass::Content {
                     progress.content.push_str(&text);
@@ -294,15 +342,6 @@ fn absorb(
         }
     }
     None
-}
-
-fn body_failure(status: u16, headers: http::HeaderMap, content_type: Option<String>, body: &[u8]) -> Failure {
-    let body = String::from_utf8_lossy(body).into_owned();
-    if (200..300).contains(&status) {
-        Failure::UnexpectedContentType { status, content_type, headers, body }
-    } else {
-        Failure::Http { status, headers, body }
-    }
 }
 
 /// A moment no attempt reaches, for a timer with nothing armed.

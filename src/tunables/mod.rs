@@ -284,6 +284,7 @@ impl Tunables {
                     "name": spec.name,
                     "value": effective.value.to_json(),
                     "default": self.default_of(spec).to_json(),
+                    "type": spec.kind.type_name(),
                     "unit": spec.unit,
                     "source": effective.source.to_string(),
                     "group": spec.group,

@@ -108,6 +108,20 @@ pub struct TunableSpec {
     pub help: &'static str,
 }
 
+impl Kind {
+    /// The type's name in listings.
+    pub const fn type_name(&self) -> &'static str {
+        match self {
+            Kind::Bool => "bool",
+            Kind::Int { .. } => "int",
+            Kind::Float { .. } => "float",
+            Kind::Choice(_) => "choice",
+            Kind::List(_) => "list",
+            Kind::Text { .. } => "text",
+        }
+    }
+}
+
 impl TunableSpec {
     /// The name without the `STALLSCOPE_` prefix.
     pub fn short_name(&self) -> &'static str {
