@@ -208,7 +208,12 @@ impl CorePolicy {
                 _ => None,
             })
             .collect();
-        let ttfb_limit = t.get("STALLSCOPE_TTFB_DISABLE_ABOVE_TOKENS").value.as_i64();
+        // Switching TTFB off for a large context is a derived default: a TTFB
+        // the user set explicitly stays on, unless they also set the
+        // threshold explicitly.
+        let threshold = t.get("STALLSCOPE_TTFB_DISABLE_ABOVE_TOKENS");
+        let ttfb_explicit = t.get("STALLSCOPE_SSE_TTFB_TIMEOUT_S").source.is_explicit();
+        let ttfb_limit = if ttfb_explicit && !threshold.source.is_explicit() { 0 } else { threshold.value.as_i64() };
         let timers = TimerSettings {
             idle: t.optional_seconds("STALLSCOPE_SSE_IDLE_TIMEOUT_S"),
             data_stall: t.optional_seconds("STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S"),
@@ -335,9 +340,17 @@ mod tests {
 
         let mut t = Tunables::defaults();
         t.apply_override("SSE_DATA_STALL_TIMEOUT_S=900").unwrap();
+        t.apply_override("SSE_TTFB_TIMEOUT_S=60").unwrap();
         let explicit = CorePolicy::from_tunables(&t).unwrap();
         let big = explicit.timers.for_attempt(Some(120_000), &none, 0, 3);
         assert_eq!(big.data_stall, Some(Duration::from_secs(900)));
+        assert_eq!(big.ttfb, Some(Duration::from_secs(60)));
+
+        // An explicit threshold applies to an explicit TTFB too.
+        t.apply_override("TTFB_DISABLE_ABOVE_TOKENS=100000").unwrap();
+        let both = CorePolicy::from_tunables(&t).unwrap();
+        assert_eq!(both.timers.for_attempt(Some(120_000), &none, 0, 3).ttfb, None);
+        assert_eq!(both.timers.for_attempt(Some(90_000), &none, 0, 3).ttfb, Some(Duration::from_secs(60)));
     }
 
     #[test]

@@ -213,7 +213,7 @@ pub static TUNABLES: &[TunableSpec] = &[
         "tokens",
         "25000",
         Stream,
-        "Above this estimated context size the TTFB guard is off (long prefill is not a stall); 0 keeps it on."
+        "Above this estimated context size the TTFB guard is off (long prefill is not a stall); 0 keeps it on. An explicit TTFB stays on unless this is set too."
     ),
     tunable!(
         "STALE_CONTEXT_SCALING",
