@@ -116,7 +116,7 @@ fn stream_costs(c: &mut Criterion) {
                     cancel: &cancel,
                 };
                 let mut progress = AttemptProgress::default();
-                let request = AttemptRequest { target: &target, credential: None, input: &input };
+                let request = AttemptRequest { stream: 1, target: &target, credential: None, input: &input };
                 run_attempt(&InMemory, request, &timers, &scope, &mut progress).await.unwrap();
                 progress.events
             })

@@ -1,8 +1,15 @@
-//! The configuration file: a `[tunables]` table and classifier rules, and
-//! how it combines with the environment and `--set` overrides into the
-//! effective settings.
+//! The configuration file: providers, a `[tunables]` table and classifier
+//! rules, and how it combines with the environment and `--set` overrides
+//! into the effective settings.
 //!
 //! ```toml
+//! [[provider]]
+//! name = "openai"
+//! kind = "openai-chat"            # or openai-responses, anthropic-messages
+//! base_url = "https://api.openai.com/v1"
+//! model = "gpt-4o-mini"
+//! api_key_env = "OPENAI_API_KEY"  # or api_key_envs = ["KEY_A", "KEY_B"]
+//!
 //! [tunables]
 //! SSE_IDLE_TIMEOUT_S = 300
 //!
@@ -18,12 +25,16 @@ use serde::Deserialize;
 
 use crate::core::classify::{Classifier, Rule, RuleError};
 use crate::core::policy::CorePolicy;
-use crate::tunables::{TunableError, Tunables};
+use crate::tunables::{Source, TunableError, Tunables};
 
 /// A parsed configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// Provider/model rows, in order (the default failover chain follows
+    /// this order).
+    #[serde(default, rename = "provider")]
+    pub providers: Vec<crate::providers::setup::ProviderConfig>,
     /// Tunable values, by full or short name.
     #[serde(default)]
     pub tunables: toml::Table,
@@ -88,9 +99,13 @@ pub fn default_path() -> Option<PathBuf> {
 }
 
 /// The effective settings: tunables with their sources, the policy read
-/// from them, and the classifier.
+/// from them, the classifier and the providers.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The config file read, if any.
+    pub path: Option<PathBuf>,
+    /// Provider rows from the file.
+    pub providers: Vec<crate::providers::setup::ProviderConfig>,
     /// Effective tunables.
     pub tunables: Tunables,
     /// The core policy.
@@ -109,19 +124,20 @@ impl Settings {
         V: AsRef<str>,
     {
         let path = config.map(Path::to_path_buf).or_else(|| default_path().filter(|p| p.exists()));
-        let (file, path) = match path {
-            Some(path) => (Config::load(&path)?, path),
+        let (file, origin) = match &path {
+            Some(path) => (Config::load(path)?, path.clone()),
             None => (Config::default(), PathBuf::new()),
         };
         let mut tunables = Tunables::defaults();
-        tunables.apply_config(&file.tunables, &path)?;
+        tunables.apply_table(&file.tunables, Source::ConfigFile(origin.clone()))?;
         tunables.apply_env(env)?;
         for assignment in overrides {
             tunables.apply_override(assignment)?;
         }
         let policy = CorePolicy::from_tunables(&tunables)?;
-        let classifier = Classifier::new(file.classifier.rules).map_err(|source| ConfigError::Rule { path, source })?;
-        Ok(Settings { tunables, policy, classifier })
+        let classifier =
+            Classifier::new(file.classifier.rules).map_err(|source| ConfigError::Rule { path: origin, source })?;
+        Ok(Settings { path, providers: file.providers, tunables, policy, classifier })
     }
 }
 

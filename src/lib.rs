@@ -14,4 +14,7 @@
 pub mod cli;
 pub mod config;
 pub mod core;
+pub mod providers;
+pub mod report;
+pub mod run;
 pub mod tunables;

@@ -374,7 +374,12 @@ impl<'a> CallState<'a> {
             self.timeout_retries,
             policy.retry.budget(Category::Timeout),
         );
-        let request = AttemptRequest { target, credential: credential.as_ref(), input: &self.call.input };
+        let request = AttemptRequest {
+            stream: self.call.stream,
+            target,
+            credential: credential.as_ref(),
+            input: &self.call.input,
+        };
         run_attempt(upstream.as_ref(), request, &timers, &scope, progress)
             .await
             .map(|()| index)

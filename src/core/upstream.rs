@@ -13,7 +13,7 @@ use futures_util::stream::BoxStream;
 use http::HeaderMap;
 
 use super::credentials::Credential;
-use super::event::EventClass;
+use super::event::{EventClass, StreamId};
 use super::failover::Target;
 use super::failure::Failure;
 
@@ -29,6 +29,9 @@ pub struct CallInput {
 /// One attempt's request.
 #[derive(Debug, Clone, Copy)]
 pub struct AttemptRequest<'a> {
+    /// The call it belongs to (sent as `x-stallscope-stream` so a simulator
+    /// can tell attempts of one call apart).
+    pub stream: StreamId,
     /// Where it goes.
     pub target: &'a Target,
     /// The key to use, if the provider needs one.

@@ -23,6 +23,8 @@ pub enum Source {
     Default,
     /// A default computed from another tunable.
     Derived,
+    /// The recommended settings of a built-in scenario.
+    Scenario(String),
     /// The `[tunables]` table of a config file.
     ConfigFile(PathBuf),
     /// An environment variable.
@@ -43,6 +45,7 @@ impl fmt::Display for Source {
         match self {
             Source::Default => f.write_str("default"),
             Source::Derived => f.write_str("derived"),
+            Source::Scenario(name) => write!(f, "scenario {name}"),
             Source::ConfigFile(path) => write!(f, "config {}", path.display()),
             Source::Environment => f.write_str("env"),
             Source::Override => f.write_str("--set"),
@@ -124,10 +127,10 @@ impl Tunables {
         tunables
     }
 
-    /// Applies the `[tunables]` table of a config file. Keys may be given
-    /// with or without the `STALLSCOPE_` prefix.
-    pub fn apply_config(&mut self, table: &toml::Table, path: &std::path::Path) -> Result<(), TunableError> {
-        let source = Source::ConfigFile(path.to_path_buf());
+    /// Applies a table of values (a config file's `[tunables]`, a
+    /// scenario's recommendations). Keys may be given with or without the
+    /// `STALLSCOPE_` prefix.
+    pub fn apply_table(&mut self, table: &toml::Table, source: Source) -> Result<(), TunableError> {
         for (key, item) in table {
             let text = match item {
                 toml::Value::String(s) => s.clone(),
@@ -343,7 +346,7 @@ mod tests {
     fn layers_apply_in_order_and_keep_their_source() {
         let mut t = Tunables::defaults();
         let table: toml::Table = toml::from_str("SSE_IDLE_TIMEOUT_S = 600\nSTALLSCOPE_TCP_KEEPCNT = 5").unwrap();
-        t.apply_config(&table, std::path::Path::new("/etc/s.toml")).unwrap();
+        t.apply_table(&table, Source::ConfigFile("/etc/s.toml".into())).unwrap();
         t.apply_env([("STALLSCOPE_TCP_KEEPCNT", "7"), ("HOME", "/root")]).unwrap();
         t.apply_override("tcp_keepcnt=9").unwrap();
         assert_eq!(t.get("STALLSCOPE_SSE_IDLE_TIMEOUT_S").value, Value::Float(600.0));

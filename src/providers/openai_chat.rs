@@ -1,0 +1,116 @@
+//! The OpenAI chat completions streaming dialect (`stream: true`):
+//! `data: {chunk}` events, `data: [DONE]`, an optional usage chunk, and
+//! `{"error": …}` objects in the stream.
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::sse::SseItem;
+use super::{DialectState, ErrorObject};
+use crate::core::event::EventClass;
+use crate::core::upstream::{CallInput, Decoded};
+
+/// The request body.
+pub(super) fn body(model: &str, input: &CallInput) -> serde_json::Value {
+    json!({
+        "model": model,
+        "messages": [{ "role": "user", "content": input.prompt }],
+        "stream": true,
+        "stream_options": { "include_usage": true },
+    })
+}
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Vec<Choice<'a>>,
+    #[serde(default)]
+    error: Option<ErrorObject>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
+    /// DeepSeek, vLLM and others stream reasoning here.
+    #[serde(default, borrow)]
+    reasoning_content: Option<std::borrow::Cow<'a, str>>,
+    /// OpenRouter and others use this name.
+    #[serde(default, borrow)]
+    reasoning: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall {
+    #[serde(default)]
+    function: Option<ToolFunction>,
+}
+
+#[derive(Deserialize)]
+struct ToolFunction {
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+/// Maps one SSE item to what it means.
+pub(super) fn decode(item: SseItem<'_>, state: &mut DialectState, out: &mut Vec<Decoded>) {
+    let data = match item {
+        SseItem::Comment(_) => return out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() }),
+        SseItem::Event { data, .. } => data,
+    };
+    if data.trim() == "[DONE]" {
+        state.done = true;
+        return out.push(Decoded::Done);
+    }
+    let chunk: Chunk<'_> = match serde_json::from_str(data) {
+        Ok(chunk) => chunk,
+        Err(e) => return out.push(Decoded::Malformed(format!("chat completion chunk is not JSON ({e})"))),
+    };
+    if let Some(error) = chunk.error {
+        return out.push(error.into_decoded());
+    }
+    let mut emitted = false;
+    for choice in chunk.choices {
+        if let Some(delta) = choice.delta {
+            let reasoning = delta.reasoning_content.or(delta.reasoning).filter(|r| !r.is_empty());
+            if let Some(text) = reasoning {
+                out.push(Decoded::Event { class: EventClass::Reasoning, text: text.into_owned() });
+                emitted = true;
+            }
+            if let Some(text) = delta.content.filter(|c| !c.is_empty()) {
+                out.push(Decoded::Event { class: EventClass::Content, text: text.into_owned() });
+                emitted = true;
+            }
+            for call in delta.tool_calls.unwrap_or_default() {
+                let text = call.function.and_then(|f| f.arguments).unwrap_or_default();
+                out.push(Decoded::Event { class: EventClass::ToolCall, text });
+                emitted = true;
+            }
+        }
+        if let Some(reason) = choice.finish_reason {
+            state.stop_reason_seen = true;
+            out.push(Decoded::StopReason(reason));
+        }
+    }
+    if !emitted {
+        // Role announcements, finish and usage chunks.
+        out.push(Decoded::Event { class: EventClass::Lifecycle, text: String::new() });
+    }
+}
+
+/// Some servers end with a finish reason and close without `[DONE]`.
+pub(super) fn finish(state: &DialectState, out: &mut Vec<Decoded>) {
+    if state.stop_reason_seen && !state.done {
+        out.push(Decoded::Done);
+    }
+}

@@ -1,0 +1,88 @@
+//! The OpenAI Responses streaming dialect: named events such as
+//! `response.output_text.delta`, ending in `response.completed`,
+//! `response.incomplete` or `response.failed`; `error` events in the stream.
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::sse::SseItem;
+use super::{DialectState, ErrorObject};
+use crate::core::event::EventClass;
+use crate::core::upstream::{CallInput, Decoded};
+
+/// The request body.
+pub(super) fn body(model: &str, input: &CallInput) -> serde_json::Value {
+    json!({ "model": model, "input": input.prompt, "stream": true })
+}
+
+#[derive(Deserialize)]
+struct Payload<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    delta: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    response: Option<ResponseObject>,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ResponseObject {
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    error: Option<ErrorObject>,
+    #[serde(default)]
+    incomplete_details: Option<Incomplete>,
+}
+
+#[derive(Deserialize)]
+struct Incomplete {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Maps one SSE item to what it means.
+pub(super) fn decode(item: SseItem<'_>, _state: &mut DialectState, out: &mut Vec<Decoded>) {
+    let (event, data) = match item {
+        SseItem::Comment(_) => return out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() }),
+        SseItem::Event { event, data, .. } => (event, data),
+    };
+    let payload: Payload<'_> = match serde_json::from_str(data) {
+        Ok(payload) => payload,
+        Err(e) => return out.push(Decoded::Malformed(format!("Responses event `{event}` is not JSON ({e})"))),
+    };
+    // The JSON `type` is authoritative; the SSE event name is its copy.
+    let kind = if payload.kind.is_empty() { event } else { payload.kind.as_ref() };
+    let delta = |class| Decoded::Event { class, text: payload.delta.as_deref().unwrap_or("").to_owned() };
+    match kind {
+        "response.output_text.delta" | "response.refusal.delta" => out.push(delta(EventClass::Content)),
+        "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+            out.push(delta(EventClass::Reasoning));
+        }
+        "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
+            out.push(delta(EventClass::ToolCall));
+        }
+        "response.completed" | "response.incomplete" => {
+            let response = payload.response;
+            let reason = response
+                .as_ref()
+                .and_then(|r| r.incomplete_details.as_ref().and_then(|d| d.reason.clone()).or_else(|| r.status.clone()))
+                .unwrap_or_else(|| "completed".to_owned());
+            out.push(Decoded::StopReason(reason));
+            out.push(Decoded::Done);
+        }
+        "response.failed" => {
+            let error = payload.response.and_then(|r| r.error).unwrap_or_default();
+            out.push(error.into_decoded());
+        }
+        "error" => out.push(Decoded::Error {
+            code: payload.code,
+            message: payload.message.unwrap_or_else(|| "error event without a message".to_owned()),
+        }),
+        _ => out.push(Decoded::Event { class: EventClass::Lifecycle, text: String::new() }),
+    }
+}

@@ -1,0 +1,173 @@
+//! The report of a run, in the JSON shape outside tools rely on
+//! (`stallscope run --json`, `stallscope runs show --json`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::core::event::Outcome;
+use crate::core::executor::{CallReport, Used};
+
+/// A whole run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunReport {
+    /// The run's id in the store, when recorded.
+    pub run_id: Option<i64>,
+    /// The built-in scenario, when the run used one.
+    pub scenario: Option<String>,
+    /// Effective tunable values.
+    pub tunables: serde_json::Map<String, serde_json::Value>,
+    /// Counts by outcome.
+    pub summary: Summary,
+    /// Every call, in index order.
+    pub streams: Vec<StreamReport>,
+}
+
+/// Counts by outcome.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Completed streams.
+    pub ok: usize,
+    /// Streams finished by partial recovery.
+    pub partial: usize,
+    /// Failed streams.
+    pub failed: usize,
+    /// Cancelled streams.
+    pub cancelled: usize,
+    /// Wall-clock of the whole run.
+    pub elapsed_ms: f64,
+}
+
+/// One call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StreamReport {
+    /// Its index in the run, from 0.
+    pub index: u64,
+    /// `ok`, `partial`, `failed` or `cancelled`.
+    pub outcome: &'static str,
+    /// The provider of the last attempt.
+    pub provider: String,
+    /// The model of the last attempt.
+    pub model: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The call's wall-clock.
+    pub elapsed_ms: f64,
+    /// Time to first byte of the last attempt that got one.
+    pub ttfb_ms: Option<f64>,
+    /// Body bytes.
+    pub bytes: u64,
+    /// Parsed events.
+    pub events: u64,
+    /// Keep-alives.
+    pub keepalives: u64,
+    /// Output text.
+    pub content: String,
+    /// Stop reason.
+    pub stop_reason: Option<String>,
+    /// What ended the call (or the break partial recovery absorbed).
+    pub error: Option<ErrorReport>,
+    /// Failover hops.
+    pub failover_hops: Vec<HopReport>,
+    /// Sleeps before retries.
+    pub backoff_sleeps_ms: Vec<f64>,
+    /// For each sleep, what the server asked for.
+    pub retry_after_ms: Vec<Option<f64>>,
+    /// Retries used and allowed, by category.
+    pub retry_counts: BTreeMap<String, Used>,
+}
+
+/// A classified failure.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorReport {
+    /// Category.
+    pub category: String,
+    /// The timer, for timeouts.
+    pub timer: Option<String>,
+    /// HTTP status.
+    pub status: Option<u16>,
+    /// Whether it was retryable.
+    pub retryable: bool,
+    /// The rule that matched.
+    pub rule: String,
+    /// Description.
+    pub message: String,
+}
+
+/// A failover hop.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HopReport {
+    /// `provider/model` left.
+    pub from: String,
+    /// `provider/model` taken.
+    pub to: String,
+    /// The category that caused it.
+    pub reason: String,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+impl From<&CallReport> for StreamReport {
+    fn from(call: &CallReport) -> Self {
+        StreamReport {
+            index: call.stream,
+            outcome: call.outcome.name(),
+            provider: call.target.provider.clone(),
+            model: call.target.model.clone(),
+            attempts: call.attempts,
+            elapsed_ms: ms(call.elapsed),
+            ttfb_ms: call.ttfb.map(ms),
+            bytes: call.bytes,
+            events: call.events,
+            keepalives: call.keepalives,
+            content: call.content.clone(),
+            stop_reason: call.stop_reason.clone(),
+            error: call.error.as_ref().map(|c| ErrorReport {
+                category: c.category.name().to_owned(),
+                timer: c.timer.map(|t| t.name().to_owned()),
+                status: c.status,
+                retryable: c.retryable,
+                rule: c.rule.clone(),
+                message: c.message.clone(),
+            }),
+            failover_hops: call
+                .hops
+                .iter()
+                .map(|h| HopReport {
+                    from: h.from.to_string(),
+                    to: h.to.to_string(),
+                    reason: h.reason.name().to_owned(),
+                })
+                .collect(),
+            backoff_sleeps_ms: call.backoff_sleeps.iter().copied().map(ms).collect(),
+            retry_after_ms: call.retry_after.iter().map(|d| d.map(ms)).collect(),
+            retry_counts: call.retry_counts.iter().map(|(c, used)| (c.name().to_owned(), *used)).collect(),
+        }
+    }
+}
+
+impl RunReport {
+    /// The report of `calls` (in any order) that took `elapsed`.
+    pub fn new(
+        scenario: Option<String>,
+        tunables: serde_json::Map<String, serde_json::Value>,
+        calls: &[CallReport],
+        elapsed: Duration,
+    ) -> Self {
+        let mut streams: Vec<StreamReport> = calls.iter().map(StreamReport::from).collect();
+        streams.sort_by_key(|s| s.index);
+        let mut summary = Summary { elapsed_ms: ms(elapsed), ..Summary::default() };
+        for call in calls {
+            match call.outcome {
+                Outcome::Ok => summary.ok += 1,
+                Outcome::Partial => summary.partial += 1,
+                Outcome::Failed => summary.failed += 1,
+                Outcome::Cancelled => summary.cancelled += 1,
+            }
+        }
+        RunReport { run_id: None, scenario, tunables, summary, streams }
+    }
+}
