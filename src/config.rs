@@ -19,6 +19,7 @@
 //! category = "rate_limit"
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -114,24 +115,40 @@ pub struct Settings {
     pub classifier: Classifier,
 }
 
+/// The layers above the defaults, lowest first (the environment comes
+/// between the scenario and the overrides).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Layers<'a> {
+    /// The config file; `None` reads the default file when it exists.
+    pub config: Option<&'a Path>,
+    /// A built-in scenario's name and recommended tunables.
+    pub scenario: Option<(&'a str, &'a BTreeMap<String, String>)>,
+    /// `--set NAME=VALUE` overrides.
+    pub overrides: &'a [String],
+}
+
 impl Settings {
-    /// Layers defaults < config file < environment < overrides. With no
-    /// explicit path, the default file is read when it exists.
-    pub fn load<I, K, V>(config: Option<&Path>, env: I, overrides: &[String]) -> Result<Settings, ConfigError>
+    /// Layers defaults < scenario < config file < environment < overrides.
+    pub fn load<I, K, V>(layers: Layers<'_>, env: I) -> Result<Settings, ConfigError>
     where
         I: IntoIterator<Item = (K, V)>,
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        let path = config.map(Path::to_path_buf).or_else(|| default_path().filter(|p| p.exists()));
+        let path = layers.config.map(Path::to_path_buf).or_else(|| default_path().filter(|p| p.exists()));
         let (file, origin) = match &path {
             Some(path) => (Config::load(path)?, path.clone()),
             None => (Config::default(), PathBuf::new()),
         };
         let mut tunables = Tunables::defaults();
+        if let Some((name, recommended)) = layers.scenario {
+            for (key, value) in recommended {
+                tunables.set(key, value, Source::Scenario(name.to_owned()))?;
+            }
+        }
         tunables.apply_table(&file.tunables, Source::ConfigFile(origin.clone()))?;
         tunables.apply_env(env)?;
-        for assignment in overrides {
+        for assignment in layers.overrides {
             tunables.apply_override(assignment)?;
         }
         let policy = CorePolicy::from_tunables(&tunables)?;
@@ -180,26 +197,32 @@ mod tests {
             "[tunables]\nSSE_IDLE_TIMEOUT_S = 300\nTCP_KEEPCNT = 4\n\n[[classifier.rule]]\nstatus = 500\ncategory = \"permanent\"\n",
         );
         let env = [("STALLSCOPE_TCP_KEEPCNT", "5")];
-        let settings = Settings::load(Some(&path), env, &["PROVIDER_STREAM_RETRIES=1".to_owned()]).unwrap();
+        let overrides = ["PROVIDER_STREAM_RETRIES=1".to_owned()];
+        let layers = Layers { config: Some(&path), overrides: &overrides, ..Layers::default() };
+        let settings = Settings::load(layers, env).unwrap();
         let t = &settings.tunables;
         assert_eq!(t.get("STALLSCOPE_SSE_IDLE_TIMEOUT_S").source.to_string(), format!("config {}", path.display()));
         assert_eq!(t.get("STALLSCOPE_TCP_KEEPCNT").value.as_i64(), 5);
         assert_eq!(settings.policy.retry.max_retries, 1);
     }
 
+    fn load(path: &Path) -> Result<Settings, ConfigError> {
+        Settings::load(Layers { config: Some(path), ..Layers::default() }, Vec::<(String, String)>::new())
+    }
+
     #[test]
     fn errors_name_the_file_and_line() {
         let (_dir, path) = write("[tunables]\nSSE_IDLE_TIMEOUT_S = \n");
-        let err = Settings::load(Some(&path), Vec::<(String, String)>::new(), &[]).unwrap_err().to_string();
+        let err = load(&path).unwrap_err().to_string();
         assert!(err.contains(&path.display().to_string()) && err.contains("line 2"), "{err}");
         let (_dir, path) = write("[tunabels]\n");
-        let err = Settings::load(Some(&path), Vec::<(String, String)>::new(), &[]).unwrap_err().to_string();
+        let err = load(&path).unwrap_err().to_string();
         assert!(err.contains("tunabels"), "{err}");
         let (_dir, path) = write("[[classifier.rule]]\ncategory = \"timeout\"\n");
-        let err = Settings::load(Some(&path), Vec::<(String, String)>::new(), &[]).unwrap_err().to_string();
+        let err = load(&path).unwrap_err().to_string();
         assert!(err.contains("no condition"), "{err}");
         let missing = Path::new("/nonexistent/stallscope.toml");
-        let err = Settings::load(Some(missing), Vec::<(String, String)>::new(), &[]).unwrap_err().to_string();
+        let err = load(missing).unwrap_err().to_string();
         assert!(err.starts_with("cannot read config /nonexistent/stallscope.toml"), "{err}");
     }
 }

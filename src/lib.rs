@@ -17,4 +17,5 @@ pub mod core;
 pub mod providers;
 pub mod report;
 pub mod run;
+pub mod sim;
 pub mod tunables;

@@ -13,10 +13,14 @@
 //! buffer for every line it takes off the front (quadratic in the chunk size). It is also
 //! `Stream`-only and allocates a `String` per field per event. A stall detector sits on the hot
 //! path of every token, so we want the parser to cost next to nothing and never be the stall.
+//! On a 20k-event OpenAI-shaped stream (criterion, 2 cores) eventsource-stream parses 0.6 GiB/s
+//! with one event per chunk and 0.3 GiB/s with 64 KiB chunks; this parser 7 and 10 GiB/s, which
+//! is 0.3 and 0.4 of a bare `memchr` line splitter.
 //!
 //! How this one stays fast:
 //! - a line that is complete inside the chunk is parsed straight from the chunk (zero copy);
-//!   line ends are found with one `memchr2` pass over the chunk;
+//!   line ends are found with `memchr2`, and all complete lines of a chunk are UTF-8-checked with
+//!   one `from_utf8` call (per line only to locate an error);
 //! - only the incomplete last line of a chunk is buffered, and it is completed by the next chunk
 //!   without rescanning what was already buffered;
 //! - an event whose data is one line and which completes inside one chunk is handed out as a
@@ -24,15 +28,17 @@
 //!   steady state allocates nothing.
 //!
 //! And how it stays safe on hostile or broken input: no `unsafe`, no panics, memory for a pending
-//! line is capped by `max_line`, UTF-8 is validated per line (a character split across chunks is
-//! fine) and reported with its byte offset in the stream, and any error is sticky.
+//! line is capped by `max_line`, UTF-8 is checked on complete lines only (a character split across
+//! chunks is fine) and an error reports its byte offset in the stream, and any error is sticky.
+//! What is not capped here is the data of one event, which legitimately spans any number of
+//! lines: bound the total body size upstream if a server could stream `data:` lines forever.
 //!
 //! One deliberate extension of the spec: a last line without a line end is still processed as a
 //! line by [`SseParser::finish`] (so a final comment or `id` is not lost), after which the pending
 //! event, which never got its blank line, is discarded as the spec says, and
 //! [`SseParser::discarded_partial`] tells the caller that the stream was cut inside an event.
 
-use memchr::memchr2_iter;
+use memchr::{memchr, memchr2, memrchr2};
 
 /// One item produced by [`SseParser`], borrowing from the fed chunk or from the parser.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +182,7 @@ impl SseParser {
     /// a complete line is not UTF-8, or the earlier error again once the parser has failed.
     pub fn feed(&mut self, chunk: &[u8], on_item: &mut dyn FnMut(SseItem<'_>)) -> Result<(), SseError> {
         if let Some(err) = &self.failed {
+            self.bytes_seen = self.bytes_seen.saturating_add(chunk.len() as u64);
             return Err(err.clone());
         }
         let mut ov = Overlay::owned();
@@ -231,6 +238,8 @@ impl SseParser {
     }
 
     /// Total bytes fed so far.
+    ///
+    /// Every byte passed to [`SseParser::feed`] counts, also after a failure.
     #[must_use]
     pub fn bytes_seen(&self) -> u64 {
         self.bytes_seen
@@ -258,27 +267,57 @@ impl SseParser {
                 pos = 1;
             }
         }
-        // One pass finds every line end of the chunk; hits below `pos` are the `\n` of a `\r\n`.
-        for end in memchr2_iter(b'\n', b'\r', chunk) {
-            if end < pos {
-                continue;
+        // 1. The line begun in an earlier chunk, if any, ends at the first line end of this one.
+        if !self.tail.is_empty() {
+            let rest = chunk.get(pos..).unwrap_or_default();
+            let Some(len) = memchr2(b'\n', b'\r', rest) else {
+                return self.buffer_tail(rest);
+            };
+            self.tail_line(base, rest.get(..len).unwrap_or_default(), ov, on_item)?;
+            let eol = pos + len;
+            pos = next_line_start(chunk, eol);
+            if eol + 1 == chunk.len() && chunk.get(eol) == Some(&b'\r') {
+                self.skip_lf = true;
             }
-            let piece = chunk.get(pos..end).unwrap_or_default();
-            if self.tail.is_empty() {
-                self.chunk_line(base + pos as u64, piece, ov, on_item)?;
-            } else {
-                self.tail_line(base, piece, ov, on_item)?;
+        }
+        // 2. The complete lines lying inside the chunk, parsed in place.
+        let rest = chunk.get(pos..).unwrap_or_default();
+        let Some(last_eol) = memrchr2(b'\n', b'\r', rest) else {
+            return self.buffer_tail(rest);
+        };
+        let region = rest.get(..=last_eol).unwrap_or_default();
+        let region_start = base + pos as u64;
+        // One validation for all of them is much cheaper than one per line. On failure, redo the
+        // region line by line, which delivers the items before the bad line and finds its offset.
+        match std::str::from_utf8(region) {
+            Ok(text) => {
+                for (start, end) in (Lines { bytes: region, pos: 0 }) {
+                    if end - start > self.max_line {
+                        return Err(SseError::LineTooLong { limit: self.max_line });
+                    }
+                    // Line ends are ASCII, so these are char boundaries and `get` never fails.
+                    let line = text.get(start..end).unwrap_or_default();
+                    on_line(&mut self.state, ov, Text::Chunk(line), on_item);
+                }
             }
-            pos = end + 1;
-            if chunk.get(end) == Some(&b'\r') {
-                match chunk.get(end + 1) {
-                    Some(b'\n') => pos = end + 2,
-                    None => self.skip_lf = true,
-                    Some(_) => {}
+            Err(_) => {
+                for (start, end) in (Lines { bytes: region, pos: 0 }) {
+                    let line = region.get(start..end).unwrap_or_default();
+                    self.chunk_line(region_start + start as u64, line, ov, on_item)?;
                 }
             }
         }
-        let rest = chunk.get(pos..).unwrap_or_default();
+        pos += region.len();
+        // A `\r` closing the chunk may be the first half of a `\r\n` split across chunks.
+        if pos == chunk.len() && region.last() == Some(&b'\r') {
+            self.skip_lf = true;
+        }
+        // 3. The incomplete last line, kept for the next chunk.
+        self.buffer_tail(chunk.get(pos..).unwrap_or_default())
+    }
+
+    /// Keeps the start of a line that continues in the next chunk.
+    fn buffer_tail(&mut self, rest: &[u8]) -> Result<(), SseError> {
         // Checked before copying so that a runaway line never holds more than `max_line` bytes.
         if self.tail.len() + rest.len() > self.max_line {
             return Err(SseError::LineTooLong { limit: self.max_line });
@@ -287,7 +326,7 @@ impl SseParser {
         Ok(())
     }
 
-    /// A line lying entirely inside the chunk: parsed in place.
+    /// A line lying entirely inside the chunk, in a region that failed UTF-8 validation.
     fn chunk_line<'c>(
         &mut self,
         line_start: u64,
@@ -324,6 +363,33 @@ impl SseParser {
         self.tail.clear();
         Ok(())
     }
+}
+
+/// Iterates over the `(start, end)` byte ranges of the lines in `bytes`, which must end with a line end.
+struct Lines<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Iterator for Lines<'_> {
+    type Item = (usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        let rest = self.bytes.get(self.pos..)?;
+        // Blank lines are half of all lines in a typical stream: spare them a memchr call.
+        let len = match rest.first()? {
+            b'\n' | b'\r' => 0,
+            _ => memchr2(b'\n', b'\r', rest)?,
+        };
+        let start = self.pos;
+        self.pos = next_line_start(self.bytes, start + len);
+        Some((start, start + len))
+    }
+}
+
+/// Where the next line starts after the line end at `eol` (`\r\n` is one line end).
+fn next_line_start(bytes: &[u8], eol: usize) -> usize {
+    if bytes.get(eol) == Some(&b'\r') && bytes.get(eol + 1) == Some(&b'\n') { eol + 2 } else { eol + 1 }
 }
 
 impl Default for SseParser {
@@ -408,8 +474,16 @@ fn classify(line: &str) -> (Kind, &str) {
     if line.is_empty() {
         return (Kind::Blank, "");
     }
-    let (name, value) = match line.split_once(':') {
-        Some((name, value)) => (name, value.strip_prefix(' ').unwrap_or(value)),
+    // Nearly every line of an LLM stream is a data line: skip the colon search and name match.
+    if let Some(value) = line.strip_prefix("data:") {
+        return (Kind::Data, value.strip_prefix(' ').unwrap_or(value));
+    }
+    let (name, value) = match memchr(b':', line.as_bytes()).and_then(|i| line.split_at_checked(i)) {
+        // `value` still starts with the colon (ASCII, so slicing it off cannot fail).
+        Some((name, value)) => {
+            let value = value.get(1..).unwrap_or_default();
+            (name, value.strip_prefix(' ').unwrap_or(value))
+        }
         // A line without a colon is a field whose value is the empty string.
         None => (line, ""),
     };
@@ -476,7 +550,7 @@ fn on_line<'c>(st: &mut EventState, ov: &mut Overlay<'c>, line: Text<'c, '_>, on
 }
 
 /// A blank line: dispatches the pending event if it has data, then resets it.
-fn dispatch<'c>(st: &mut EventState, ov: &mut Overlay<'c>, on_item: &mut dyn FnMut(SseItem<'_>)) {
+fn dispatch(st: &mut EventState, ov: &mut Overlay<'_>, on_item: &mut dyn FnMut(SseItem<'_>)) {
     if st.has_data {
         let id = if st.has_id { Some(ov.id.get(&st.id)) } else { None };
         on_item(SseItem::Event { event: ov.event.get(&st.event), data: ov.data.get(&st.data), id });
@@ -762,6 +836,24 @@ mod tests {
     }
 
     #[test]
+    fn every_three_way_split_of_a_mixed_stream_agrees() {
+        // Exhaustive over cut points: catches line-end bookkeeping bugs at chunk edges (a `\r\n`
+        // completing a buffered line at the very end of a chunk once set a spurious skip-`\n`).
+        let input: &[u8] = "\u{feff}id: 0\r\nretry: 3\ndata: a\r\n\ndata: é\r: c\r\n\r\ndata\rdata:x\n\r".as_bytes();
+        let whole = run_whole(input, 100);
+        assert_eq!(
+            whole.items,
+            vec![ev("", "a", Some("0")), comment("c"), ev("", "é", Some("0")), ev("", "\nx", Some("0"))]
+        );
+        for i in 0..=input.len() {
+            for j in i..=input.len() {
+                let out = run_chunks(&[&input[..i], &input[i..j], &input[j..]], 100);
+                assert_eq!(out, whole, "cuts at {i} and {j}");
+            }
+        }
+    }
+
+    #[test]
     fn lone_cr_followed_by_other_bytes_in_next_chunk() {
         let out = run_chunks(&[b"data: a\r", b"data: b\r", b"\r"], 100);
         assert_eq!(out.items, vec![ev("", "a\nb", None)]);
@@ -936,6 +1028,19 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_event_does_not_pin_its_buffer() {
+        let line = format!("data: {}\n", "x".repeat(1000));
+        let mut p = SseParser::default();
+        let mut lens = Vec::new();
+        for _ in 0..2000 {
+            p.feed(line.as_bytes(), &mut |_| {}).unwrap();
+        }
+        p.feed(b"\n", &mut |it| lens.push(if let SseItem::Event { data, .. } = it { data.len() } else { 0 })).unwrap();
+        assert_eq!(lens, vec![2000 * 1001 - 1]);
+        assert!(p.state.data.capacity() <= KEEP_DATA_CAPACITY);
+    }
+
+    #[test]
     fn zero_max_line_accepts_only_blank_lines() {
         assert_eq!(run_whole(b"\n\r\n\r", 0).result, Ok(()));
         assert_eq!(run_whole(b"\nd", 0).result, Err(SseError::LineTooLong { limit: 0 }));
@@ -975,6 +1080,7 @@ mod tests {
         assert_eq!(err, SseError::InvalidUtf8 { offset: 6 });
         assert_eq!(p.feed(b"data: fine\n\n", &mut |_| panic!("no items after an error")), Err(err.clone()));
         assert_eq!(p.finish(&mut |_| panic!("no items after an error")), Err(err.clone()));
+        assert_eq!(p.bytes_seen(), 9 + 12, "refused chunks still count as fed");
         assert_eq!(err.to_string(), "SSE bytes are not valid UTF-8 at byte 6 of the stream");
         assert_eq!(SseError::LineTooLong { limit: 3 }.to_string(), "an SSE line is longer than 3 bytes");
     }
@@ -1236,7 +1342,11 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+        // 512 cases by default (about 0.1 s); PROPTEST_CASES=100000 for a longer soak.
+        #![proptest_config(ProptestConfig {
+            cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+            ..ProptestConfig::default()
+        })]
 
         #[test]
         fn valid_streams_parse_the_same_however_split(

@@ -1,0 +1,237 @@
+//! `stallscope run`: N calls through the core against the configured
+//! providers, or against a built-in scenario served in-process.
+
+use std::io::{IsTerminal, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{Context, Result, bail};
+use tokio_util::sync::CancellationToken;
+
+use super::Cli;
+use crate::core::event::{NullSink, Outcome};
+use crate::core::executor::Executor;
+use crate::core::failover::Target;
+use crate::core::fleet::Fleet;
+use crate::core::transport::ClientCache;
+use crate::providers::Dialect;
+use crate::providers::setup::{ProviderConfig, connect};
+use crate::report::RunReport;
+use crate::run::{RunPlan, run_calls};
+use crate::sim::{SimServer, builtin};
+
+/// Options of `stallscope run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Run against this built-in scenario, served in-process (no config or key needed).
+    #[arg(long, value_name = "NAME")]
+    scenario: Option<String>,
+    /// How many calls.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    requests: u32,
+    /// How many calls at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    concurrency: u32,
+    /// The prompt of every call.
+    #[arg(long, default_value = "Say hello in five words.")]
+    prompt: String,
+    /// The primary target, provider/model (default: the first [[provider]] row).
+    #[arg(long, value_name = "PROVIDER/MODEL", conflicts_with = "scenario")]
+    target: Option<String>,
+    /// The dialect the scenario's simulator speaks.
+    #[arg(long, default_value = "openai-chat", value_parser = ["openai-chat", "openai-responses", "anthropic-messages"])]
+    dialect: String,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Models the in-process simulator offers, so the default failover chain
+/// has somewhere to go.
+const SIM_MODELS: [&str; 3] = ["sim-model-a", "sim-model-b", "sim-model-c"];
+
+pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
+    let scenario = args.scenario.as_deref().map(builtin).transpose()?;
+    let dialect: Dialect = args.dialect.parse().map_err(anyhow::Error::msg)?;
+    let hints = scenario.as_ref().map(|s| s.run());
+    let mut overrides = cli.overrides.clone();
+    let scenario_layer = match (&args.scenario, hints) {
+        (Some(name), Some(hints)) => Some((name.as_str(), &hints.tunables)),
+        _ => None,
+    };
+    if scenario.is_some() && cli.config.is_some() {
+        bail!("give either --config or --scenario, not both");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let (server, rows, target) = match &scenario {
+            Some(scenario) => {
+                let server = SimServer::start(scenario.clone(), 0).await?;
+                let mut rows: Vec<ProviderConfig> = SIM_MODELS
+                    .iter()
+                    .map(|model| sim_row("sim", dialect, &server.base_url(), model))
+                    .collect();
+                let mut target = Target::new("sim", SIM_MODELS[0]);
+                if scenario.run().primary_unreachable {
+                    // A port nobody listens on: connections are refused, the
+                    // call fails over to the simulator.
+                    let closed = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+                    rows.insert(0, sim_row("unreachable", dialect, &format!("http://127.0.0.1:{closed}"), SIM_MODELS[0]));
+                    target = Target::new("unreachable", SIM_MODELS[0]);
+                    if !overrides.iter().any(|o| o.to_ascii_uppercase().contains("FALLBACK_MODELS=")) {
+                        overrides.insert(0, format!("STALLSCOPE_FALLBACK_MODELS=sim/{}", SIM_MODELS[0]));
+                    }
+                }
+                (Some(server), rows, target)
+            }
+            None => (None, Vec::new(), Target::new("", "")),
+        };
+        let mut settings = super::load_settings(cli.config.as_deref(), &overrides, scenario_layer)?;
+        let (rows, target) = if server.is_some() {
+            (rows, target)
+        } else {
+            let rows = std::mem::take(&mut settings.providers);
+            let target = match &args.target {
+                Some(text) => Target::parse(text).map_err(anyhow::Error::msg)?,
+                None => match rows.first() {
+                    Some(row) => Target::new(&row.name, &row.model),
+                    None => bail!(
+                        "no provider to call: give --scenario NAME, or a config file (--config PATH) with a [[provider]] row"
+                    ),
+                },
+            };
+            (rows, target)
+        };
+        let clients = ClientCache::new();
+        let (upstreams, pools) = connect(&rows, &settings.policy, &clients, |name| std::env::var(name).ok())?;
+        if !upstreams.providers.contains_key(&target.provider) {
+            bail!("--target {target}: no [[provider]] row is named `{}`", target.provider);
+        }
+        let executor = Executor {
+            fleet: Arc::new(Fleet::new(settings.policy.fleet, pools)),
+            policy: Arc::new(settings.policy.clone()),
+            classifier: Arc::new(settings.classifier.clone()),
+            upstreams: Arc::new(upstreams),
+            sink: Arc::new(NullSink),
+            epoch: tokio::time::Instant::now(),
+        };
+        let plan = RunPlan {
+            requests: args.requests as usize,
+            concurrency: args.concurrency as usize,
+            target,
+            prompt: args.prompt.clone(),
+        };
+        let cancel = CancellationToken::new();
+        let ctrl_c = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                ctrl_c.cancel();
+            }
+        });
+        let progress = Progress::new(plan.requests);
+        let started = tokio::time::Instant::now();
+        let reports = run_calls(&executor, &plan, &cancel, move |report| progress.finished(report.outcome)).await;
+        let report = RunReport::new(args.scenario.clone(), settings.tunables.snapshot(), &reports, started.elapsed());
+        if let Some(server) = server {
+            server.shutdown().await;
+        }
+        if args.json {
+            writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        } else {
+            print_report(&report, out)?;
+        }
+        Ok(())
+    })
+}
+
+fn sim_row(name: &str, dialect: Dialect, base: &str, model: &str) -> ProviderConfig {
+    let base_url = match dialect {
+        Dialect::AnthropicMessages => base.to_owned(),
+        Dialect::OpenAiChat | Dialect::OpenAiResponses => format!("{base}/v1"),
+    };
+    ProviderConfig {
+        name: name.to_owned(),
+        kind: dialect,
+        base_url,
+        model: model.to_owned(),
+        api_key_env: None,
+        api_key_envs: Vec::new(),
+        proxy: None,
+        headers: Default::default(),
+    }
+}
+
+/// The live progress line on stderr, when stderr is a terminal.
+struct Progress {
+    total: usize,
+    counts: [AtomicUsize; 4],
+    live: bool,
+}
+
+impl Progress {
+    fn new(total: usize) -> Self {
+        Progress { total, counts: Default::default(), live: std::io::stderr().is_terminal() }
+    }
+
+    fn finished(&self, outcome: Outcome) {
+        let slot = match outcome {
+            Outcome::Ok => 0,
+            Outcome::Partial => 1,
+            Outcome::Failed => 2,
+            Outcome::Cancelled => 3,
+        };
+        self.counts[slot].fetch_add(1, Ordering::Relaxed);
+        if self.live {
+            let [ok, partial, failed, cancelled] = self.counts.each_ref().map(|c| c.load(Ordering::Relaxed));
+            let done = ok + partial + failed + cancelled;
+            eprint!(
+                "\r{done}/{} done: {ok} ok, {partial} partial, {failed} failed, {cancelled} cancelled{}",
+                self.total,
+                if done == self.total { "\n" } else { "" }
+            );
+        }
+    }
+}
+
+fn print_report(report: &RunReport, out: &mut dyn Write) -> Result<()> {
+    writeln!(
+        out,
+        "{:>5}  {:<9}  {:<28}  {:>8}  {:>10}  {:>9}  DETAIL",
+        "#", "OUTCOME", "TARGET", "ATTEMPTS", "ELAPSED", "TTFB"
+    )?;
+    for s in &report.streams {
+        let ttfb = s.ttfb_ms.map_or_else(|| "-".to_owned(), |t| format!("{t:.0} ms"));
+        let mut detail = match &s.error {
+            Some(e) => format!(
+                "{}{} ({})",
+                e.category,
+                e.timer.as_deref().map(|t| format!("/{t}")).unwrap_or_default(),
+                e.rule
+            ),
+            None => String::new(),
+        };
+        for hop in &s.failover_hops {
+            detail.push_str(&format!(" hop {}→{} [{}]", hop.from, hop.to, hop.reason));
+        }
+        writeln!(
+            out,
+            "{:>5}  {:<9}  {:<28}  {:>8}  {:>7.0} ms  {:>9}  {}",
+            s.index,
+            s.outcome,
+            format!("{}/{}", s.provider, s.model),
+            s.attempts,
+            s.elapsed_ms,
+            ttfb,
+            detail.trim()
+        )?;
+    }
+    let sum = &report.summary;
+    writeln!(
+        out,
+        "{} ok, {} partial, {} failed, {} cancelled in {:.0} ms",
+        sum.ok, sum.partial, sum.failed, sum.cancelled, sum.elapsed_ms
+    )
+    .context("writing the report")?;
+    Ok(())
+}

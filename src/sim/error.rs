@@ -1,0 +1,37 @@
+//! The simulator's typed errors: a scenario that cannot be used, a built-in
+//! name that does not exist, a port that cannot be bound.
+
+use std::io;
+use std::net::SocketAddr;
+
+/// Why a scenario could not be loaded or the simulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A scenario file is not valid; the message names the file, the line
+    /// (when known), the field and what is allowed.
+    #[error("scenario {origin}{}: {detail}", line.map(|n| format!(", line {n}")).unwrap_or_default())]
+    Scenario {
+        /// Where the text came from (a path or `built-in NAME`).
+        origin: String,
+        /// The 1-based line the problem is on, when it can be located.
+        line: Option<usize>,
+        /// What is wrong and what is allowed instead.
+        detail: String,
+    },
+    /// [`crate::sim::builtin`] was asked for a name the library does not have.
+    #[error("no built-in scenario named {name:?}; the built-ins are: {known}")]
+    UnknownScenario {
+        /// The name asked for.
+        name: String,
+        /// Every built-in name, comma-separated.
+        known: String,
+    },
+    /// The listening socket could not be opened.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The loopback address asked for.
+        addr: SocketAddr,
+        /// The operating system's reason.
+        source: io::Error,
+    },
+}

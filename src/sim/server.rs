@@ -1,0 +1,244 @@
+//! The simulator's HTTP/1.1 server on loopback: routes each request to its
+//! dialect, counts attempts per stream, and answers with the scenario's
+//! script for that attempt.
+//!
+//! Each accepted connection is served by hyper's HTTP/1 connection with no
+//! timers, so a scripted stall really holds the socket open with no bytes;
+//! Nagle is off so every event leaves as it is written. A scripted hangup or
+//! reset drops the connection from its own task; for a reset, SO_LINGER 0 is
+//! set first through a second handle on the socket, so closing sends an RST.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::dialect::Dialect;
+use super::error::SimError;
+use super::plan::plan;
+use super::player::{Abort, SimBody, body};
+use super::provider_error::{ProviderError, quote};
+use super::scenario::{Attempt, Scenario};
+use super::wire::Renderer;
+
+/// The request header naming the stream an attempt belongs to.
+pub const STREAM_HEADER: &str = "x-stallscope-stream";
+
+/// The model echoed when a request names none.
+const DEFAULT_MODEL: &str = "sim-model";
+
+/// How long the accept loop rests after a failed accept (such as running
+/// out of file descriptors) before trying again, instead of spinning.
+const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// What every connection shares.
+struct Shared {
+    scenario: Scenario,
+    /// Requests seen per stream id (the empty id for requests without one).
+    attempts: Mutex<HashMap<String, usize>>,
+}
+
+impl Shared {
+    /// Counts one more attempt of `stream`; returns its 1-based number.
+    fn next_attempt(&self, stream: &str) -> usize {
+        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = attempts.entry(stream.to_owned()).or_default();
+        *count += 1;
+        *count
+    }
+}
+
+/// A running simulator; stops when shut down or dropped.
+pub struct SimServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    /// The accept loop; it owns every connection task, so aborting it ends them all.
+    accept: JoinHandle<()>,
+}
+
+impl SimServer {
+    /// Binds 127.0.0.1:`port` (0 picks a free port) and serves `scenario`
+    /// until shut down or dropped.
+    pub async fn start(scenario: Scenario, port: u16) -> Result<SimServer, SimError> {
+        let requested = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let bind_error = |source| SimError::Bind { addr: requested, source };
+        let listener = TcpListener::bind(requested).await.map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
+        let shared = Arc::new(Shared { scenario, attempts: Mutex::new(HashMap::new()) });
+        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
+        Ok(SimServer { addr, shared, accept })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`, without a trailing slash.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Requests seen so far for the stream id `stream` (`""` counts requests
+    /// without an `x-stallscope-stream` header).
+    pub fn attempts(&self, stream: &str) -> usize {
+        self.shared.attempts.lock().unwrap_or_else(PoisonError::into_inner).get(stream).copied().unwrap_or(0)
+    }
+
+    /// The scenario being served.
+    pub fn scenario(&self) -> &Scenario {
+        &self.shared.scenario
+    }
+
+    /// Stops listening and drops every connection; returns once the
+    /// listening socket is closed.
+    pub async fn shutdown(mut self) {
+        self.accept.abort();
+        // Cancellation is the expected outcome; the loop has no other result.
+        let _ = (&mut self.accept).await;
+    }
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    // Dropped with this task, which aborts every connection still open.
+    let mut connections = JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                connections.spawn(serve_connection(stream, Arc::clone(&shared)));
+            }
+            Err(_) => tokio::time::sleep(ACCEPT_RETRY_PAUSE).await,
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    // Events must leave one by one, not wait to be coalesced.
+    if stream.set_nodelay(true).is_err() {
+        return;
+    }
+    // A second handle on the socket, kept here so a reset can set SO_LINGER
+    // after hyper has taken the stream.
+    let Ok(std_stream) = stream.into_std() else { return };
+    let Ok(handle) = std_stream.try_clone() else { return };
+    let Ok(stream) = TcpStream::from_std(std_stream) else { return };
+    let (abort_tx, mut abort_rx) = mpsc::unbounded_channel();
+    let service = service_fn(move |request| respond(request, Arc::clone(&shared), abort_tx.clone()));
+    // No timer is given to the builder, so hyper applies no timeouts.
+    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        _ = connection => {}
+        Some(abort) = abort_rx.recv() => {
+            if abort == Abort::Reset {
+                // If this fails the close below is a plain FIN; nothing better is possible.
+                let _ = socket2::SockRef::from(&handle).set_linger(Some(Duration::ZERO));
+            }
+        }
+    }
+    // Both handles are closed here (the connection's on leaving `select!`,
+    // `handle` now); the last close sends the FIN or, with linger 0, the RST.
+    drop(handle);
+}
+
+#[derive(Deserialize)]
+struct ModelField {
+    model: Option<String>,
+}
+
+async fn respond(
+    request: Request<Incoming>,
+    shared: Arc<Shared>,
+    abort: UnboundedSender<Abort>,
+) -> Result<Response<SimBody>, Infallible> {
+    let Some(dialect) = Dialect::from_path(request.uri().path()) else {
+        let paths = Dialect::PATHS.join(", ");
+        let message = format!("no endpoint {}; the simulator serves POST {paths}", request.uri().path());
+        return Ok(json_response(StatusCode::NOT_FOUND, format!(r#"{{"error":{{"message":{}}}}}"#, quote(&message))));
+    };
+    if request.method() != Method::POST {
+        let mut response = json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!(r#"{{"error":{{"message":"{} takes POST"}}}}"#, dialect.path()),
+        );
+        response.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
+        return Ok(response);
+    }
+    let stream = request.headers().get(STREAM_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let n = shared.next_attempt(stream.as_deref().unwrap_or(""));
+    // Only `model` is read; a body that is not JSON just gets the default.
+    let model = match request.into_body().collect().await {
+        Ok(collected) => serde_json::from_slice::<ModelField>(&collected.to_bytes()).ok().and_then(|b| b.model),
+        Err(_) => None,
+    }
+    .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
+    let attempt = shared.scenario.attempt(n);
+    tokio::time::sleep(attempt.headers_delay).await;
+    Ok(scripted_response(attempt, dialect, &model, abort))
+}
+
+fn json_response(status: StatusCode, json: String) -> Response<SimBody> {
+    let mut response = Response::new(Full::new(Bytes::from(json)).boxed_unsync());
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn scripted_response(
+    attempt: &Attempt,
+    dialect: Dialect,
+    model: &str,
+    abort: UnboundedSender<Abort>,
+) -> Response<SimBody> {
+    let streaming = attempt.status.is_success() && attempt.body.is_none();
+    let body = if streaming {
+        body(plan(&attempt.steps, &mut Renderer::new(dialect, model)), abort)
+    } else {
+        let text =
+            attempt.body.clone().unwrap_or_else(|| ProviderError::for_status(attempt.status, model).body(dialect));
+        Full::new(Bytes::from(text)).boxed_unsync()
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = attempt.status;
+    let headers = response.headers_mut();
+    let default_type = if attempt.status.is_success() { "text/event-stream" } else { "application/json" };
+    headers.insert(CONTENT_TYPE, attempt.content_type.clone().unwrap_or(HeaderValue::from_static(default_type)));
+    if streaming {
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    }
+    headers.extend(attempt.headers.clone());
+    if let Some(wait) = attempt.retry_after_date_in {
+        headers.insert(RETRY_AFTER, retry_after_date(wait));
+    }
+    response
+}
+
+/// An HTTP-date `wait` from now, rounded up to the next whole second (the
+/// format has no fractions), so the client never waits less than asked.
+fn retry_after_date(wait: Duration) -> HeaderValue {
+    let Some(at) = SystemTime::now().checked_add(wait) else { return HeaderValue::from(wait.as_secs()) };
+    let fraction = at.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let at = if fraction == 0 { at } else { at + Duration::from_nanos(u64::from(1_000_000_000 - fraction)) };
+    // An HTTP-date is plain ASCII, so this cannot fail; fall back to seconds anyway.
+    HeaderValue::from_str(&httpdate::fmt_http_date(at)).unwrap_or_else(|_| HeaderValue::from(wait.as_secs()))
+}
