@@ -1,15 +1,24 @@
 //! Running many calls through the core: N calls, at most C at once, each
 //! in its own task, all sharing one executor (and so one fleet budget,
-//! one set of credential pools and one client per transport).
+//! one set of credential pools and one client per transport); and the rig
+//! that serves a built-in scenario in-process for such a run.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Settings;
+use crate::core::event::EventSink;
 use crate::core::executor::{Call, CallReport, Executor};
 use crate::core::failover::Target;
+use crate::core::fleet::Fleet;
+use crate::core::transport::ClientCache;
 use crate::core::upstream::CallInput;
+use crate::providers::Dialect;
+use crate::providers::setup::{ProviderConfig, SetupError, connect};
+use crate::sim::{Scenario, SimError, SimServer};
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,4 +73,90 @@ pub async fn run_calls(
     }
     reports.sort_by_key(|r| r.stream);
     reports
+}
+
+/// Models the in-process simulator offers, so the default failover chain
+/// has somewhere to go.
+pub const SIM_MODELS: [&str; 3] = ["sim-model-a", "sim-model-b", "sim-model-c"];
+
+/// A built-in scenario served in-process, with provider rows pointing at it.
+pub struct ScenarioRig {
+    /// The simulator.
+    pub server: SimServer,
+    /// Provider rows: the simulator's models, and for `primary_unreachable`
+    /// scenarios a primary on a port nobody listens on.
+    pub providers: Vec<ProviderConfig>,
+    /// The primary target of each call.
+    pub target: Target,
+    /// The scenario's tunable layer: its recommendations, plus the failover
+    /// chain an unreachable primary needs.
+    pub tunables: BTreeMap<String, String>,
+}
+
+/// A scenario could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum RigError {
+    /// The simulator did not start.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    /// No closed port could be found for an unreachable primary.
+    #[error("cannot reserve a closed port for the unreachable primary: {0}")]
+    Port(#[from] std::io::Error),
+}
+
+/// Serves `scenario` on an ephemeral loopback port speaking `dialect`.
+pub async fn rig(scenario: Scenario, dialect: Dialect) -> Result<ScenarioRig, RigError> {
+    let mut tunables = scenario.run().tunables.clone();
+    let unreachable = scenario.run().primary_unreachable;
+    let server = SimServer::start(scenario, 0).await?;
+    let mut providers: Vec<ProviderConfig> =
+        SIM_MODELS.iter().map(|model| sim_row("sim", dialect, &server.base_url(), model)).collect();
+    let mut target = Target::new("sim", SIM_MODELS[0]);
+    if unreachable {
+        // Bound and released at once: nothing listens there, so connections
+        // are refused and the call fails over to the simulator.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let dead = sim_row("unreachable", dialect, &format!("http://127.0.0.1:{closed}"), SIM_MODELS[0]);
+        providers.insert(0, dead);
+        target = Target::new("unreachable", SIM_MODELS[0]);
+        tunables.entry("STALLSCOPE_FALLBACK_MODELS".to_owned()).or_insert_with(|| format!("sim/{}", SIM_MODELS[0]));
+    }
+    Ok(ScenarioRig { server, providers, target, tunables })
+}
+
+fn sim_row(name: &str, dialect: Dialect, root: &str, model: &str) -> ProviderConfig {
+    let base_url = match dialect {
+        Dialect::AnthropicMessages => root.to_owned(),
+        Dialect::OpenAiChat | Dialect::OpenAiResponses => format!("{root}/v1"),
+    };
+    ProviderConfig {
+        name: name.to_owned(),
+        kind: dialect,
+        base_url,
+        model: model.to_owned(),
+        api_key_env: None,
+        api_key_envs: Vec::new(),
+        proxy: None,
+        headers: BTreeMap::new(),
+    }
+}
+
+/// An executor over `providers` with the effective settings, sending events
+/// to `sink`. `env` looks up key variables.
+pub fn executor(
+    settings: &Settings,
+    providers: &[ProviderConfig],
+    clients: &ClientCache,
+    sink: Arc<dyn EventSink>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Executor, SetupError> {
+    let (upstreams, pools) = connect(providers, &settings.policy, clients, env)?;
+    Ok(Executor {
+        fleet: Arc::new(Fleet::new(settings.policy.fleet, pools)),
+        policy: Arc::new(settings.policy.clone()),
+        classifier: Arc::new(settings.classifier.clone()),
+        upstreams: Arc::new(upstreams),
+        sink,
+        epoch: tokio::time::Instant::now(),
+    })
 }

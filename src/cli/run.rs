@@ -2,7 +2,6 @@
 //! providers, or against a built-in scenario served in-process.
 
 use std::io::{IsTerminal, Write};
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -11,15 +10,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::Cli;
 use crate::core::event::{NullSink, Outcome};
-use crate::core::executor::Executor;
 use crate::core::failover::Target;
-use crate::core::fleet::Fleet;
 use crate::core::transport::ClientCache;
 use crate::providers::Dialect;
-use crate::providers::setup::{ProviderConfig, connect};
 use crate::report::RunReport;
-use crate::run::{RunPlan, run_calls};
-use crate::sim::{SimServer, builtin};
+use crate::run::{RunPlan, executor, rig, run_calls};
+use crate::sim::builtin;
 
 /// Options of `stallscope run`.
 #[derive(Debug, clap::Args)]
@@ -47,75 +43,39 @@ pub struct Args {
     json: bool,
 }
 
-/// Models the in-process simulator offers, so the default failover chain
-/// has somewhere to go.
-const SIM_MODELS: [&str; 3] = ["sim-model-a", "sim-model-b", "sim-model-c"];
-
 pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
-    let scenario = args.scenario.as_deref().map(builtin).transpose()?;
-    let dialect: Dialect = args.dialect.parse().map_err(anyhow::Error::msg)?;
-    let hints = scenario.as_ref().map(|s| s.run());
-    let mut overrides = cli.overrides.clone();
-    let scenario_layer = match (&args.scenario, hints) {
-        (Some(name), Some(hints)) => Some((name.as_str(), &hints.tunables)),
-        _ => None,
-    };
-    if scenario.is_some() && cli.config.is_some() {
+    if args.scenario.is_some() && cli.config.is_some() {
         bail!("give either --config or --scenario, not both");
     }
+    let scenario = args.scenario.as_deref().map(builtin).transpose()?;
+    let dialect: Dialect = args.dialect.parse().map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
-        let (server, rows, target) = match &scenario {
-            Some(scenario) => {
-                let server = SimServer::start(scenario.clone(), 0).await?;
-                let mut rows: Vec<ProviderConfig> = SIM_MODELS
-                    .iter()
-                    .map(|model| sim_row("sim", dialect, &server.base_url(), model))
-                    .collect();
-                let mut target = Target::new("sim", SIM_MODELS[0]);
-                if scenario.run().primary_unreachable {
-                    // A port nobody listens on: connections are refused, the
-                    // call fails over to the simulator.
-                    let closed = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-                    rows.insert(0, sim_row("unreachable", dialect, &format!("http://127.0.0.1:{closed}"), SIM_MODELS[0]));
-                    target = Target::new("unreachable", SIM_MODELS[0]);
-                    if !overrides.iter().any(|o| o.to_ascii_uppercase().contains("FALLBACK_MODELS=")) {
-                        overrides.insert(0, format!("STALLSCOPE_FALLBACK_MODELS=sim/{}", SIM_MODELS[0]));
-                    }
-                }
-                (Some(server), rows, target)
-            }
-            None => (None, Vec::new(), Target::new("", "")),
+        let rig = match scenario {
+            Some(scenario) => Some(rig(scenario, dialect).await?),
+            None => None,
         };
-        let mut settings = super::load_settings(cli.config.as_deref(), &overrides, scenario_layer)?;
-        let (rows, target) = if server.is_some() {
-            (rows, target)
-        } else {
-            let rows = std::mem::take(&mut settings.providers);
-            let target = match &args.target {
-                Some(text) => Target::parse(text).map_err(anyhow::Error::msg)?,
-                None => match rows.first() {
-                    Some(row) => Target::new(&row.name, &row.model),
-                    None => bail!(
+        let scenario_layer = rig.as_ref().zip(args.scenario.as_deref()).map(|(rig, name)| (name, &rig.tunables));
+        let mut settings = super::load_settings(cli.config.as_deref(), &cli.overrides, scenario_layer)?;
+        let (providers, target) = match &rig {
+            Some(rig) => (rig.providers.clone(), rig.target.clone()),
+            None => {
+                let providers = std::mem::take(&mut settings.providers);
+                let target = match (&args.target, providers.first()) {
+                    (Some(text), _) => Target::parse(text).map_err(anyhow::Error::msg)?,
+                    (None, Some(row)) => Target::new(&row.name, &row.model),
+                    (None, None) => bail!(
                         "no provider to call: give --scenario NAME, or a config file (--config PATH) with a [[provider]] row"
                     ),
-                },
-            };
-            (rows, target)
+                };
+                (providers, target)
+            }
         };
-        let clients = ClientCache::new();
-        let (upstreams, pools) = connect(&rows, &settings.policy, &clients, |name| std::env::var(name).ok())?;
-        if !upstreams.providers.contains_key(&target.provider) {
+        if !providers.iter().any(|p| p.name == target.provider) {
             bail!("--target {target}: no [[provider]] row is named `{}`", target.provider);
         }
-        let executor = Executor {
-            fleet: Arc::new(Fleet::new(settings.policy.fleet, pools)),
-            policy: Arc::new(settings.policy.clone()),
-            classifier: Arc::new(settings.classifier.clone()),
-            upstreams: Arc::new(upstreams),
-            sink: Arc::new(NullSink),
-            epoch: tokio::time::Instant::now(),
-        };
+        let clients = ClientCache::new();
+        let executor = executor(&settings, &providers, &clients, Arc::new(NullSink), |name| std::env::var(name).ok())?;
         let plan = RunPlan {
             requests: args.requests as usize,
             concurrency: args.concurrency as usize,
@@ -133,8 +93,8 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         let started = tokio::time::Instant::now();
         let reports = run_calls(&executor, &plan, &cancel, move |report| progress.finished(report.outcome)).await;
         let report = RunReport::new(args.scenario.clone(), settings.tunables.snapshot(), &reports, started.elapsed());
-        if let Some(server) = server {
-            server.shutdown().await;
+        if let Some(rig) = rig {
+            rig.server.shutdown().await;
         }
         if args.json {
             writeln!(out, "{}", serde_json::to_string(&report)?)?;
@@ -143,23 +103,6 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         }
         Ok(())
     })
-}
-
-fn sim_row(name: &str, dialect: Dialect, base: &str, model: &str) -> ProviderConfig {
-    let base_url = match dialect {
-        Dialect::AnthropicMessages => base.to_owned(),
-        Dialect::OpenAiChat | Dialect::OpenAiResponses => format!("{base}/v1"),
-    };
-    ProviderConfig {
-        name: name.to_owned(),
-        kind: dialect,
-        base_url,
-        model: model.to_owned(),
-        api_key_env: None,
-        api_key_envs: Vec::new(),
-        proxy: None,
-        headers: Default::default(),
-    }
 }
 
 /// The live progress line on stderr, when stderr is a terminal.

@@ -251,7 +251,9 @@ pub fn builtin(failure: &Failure) -> (Category, &'static str) {
             let text = format!("{} {}", code.as_deref().unwrap_or(""), message).to_ascii_lowercase();
             by_body(&text).unwrap_or((Category::ServerError, "in-stream error"))
         }
-        Failure::Malformed { .. } => (Category::Permanent, "malformed stream"),
+        // Corrupted framing is usually a proxy or server fault: worth a
+        // retry or two, which the server-error budget bounds.
+        Failure::Malformed { .. } => (Category::ServerError, "malformed stream"),
     }
 }
 

@@ -56,6 +56,21 @@ impl Dialect {
         }
     }
 
+    /// The path of this dialect's endpoint on a server root (what the
+    /// simulator serves): the URL of a base URL at that root's SDK default.
+    pub const fn server_path(self) -> &'static str {
+        match self {
+            Dialect::OpenAiChat => "/v1/chat/completions",
+            Dialect::OpenAiResponses => "/v1/responses",
+            Dialect::AnthropicMessages => "/v1/messages",
+        }
+    }
+
+    /// The dialect served at `path` on a server root, if any.
+    pub fn from_server_path(path: &str) -> Option<Dialect> {
+        Dialect::ALL.into_iter().find(|d| d.server_path() == path)
+    }
+
     /// The JSON request body for one streaming call.
     pub fn body(self, model: &str, input: &CallInput) -> serde_json::Value {
         match self {

@@ -149,6 +149,13 @@ fn urls_follow_each_sdk_convention() {
     assert_eq!(Dialect::OpenAiChat.url("https://api.openai.com/v1/"), "https://api.openai.com/v1/chat/completions");
     assert_eq!(Dialect::OpenAiResponses.url("https://api.openai.com/v1"), "https://api.openai.com/v1/responses");
     assert_eq!(Dialect::AnthropicMessages.url("https://api.anthropic.com"), "https://api.anthropic.com/v1/messages");
+    for dialect in Dialect::ALL {
+        assert_eq!(Dialect::from_server_path(dialect.server_path()), Some(dialect));
+        let root = "http://127.0.0.1:1";
+        let base = if dialect == Dialect::AnthropicMessages { root.to_owned() } else { format!("{root}/v1") };
+        assert_eq!(dialect.url(&base), format!("{root}{}", dialect.server_path()));
+    }
+    assert_eq!(Dialect::from_server_path("/v1/completions"), None);
 }
 
 proptest! {

@@ -15,7 +15,6 @@
 //! `/v1`), and read [`SimServer::attempts`] to see how often each stream
 //! was tried. The scenario file format is documented in [`scenario`].
 
-mod dialect;
 mod error;
 mod library;
 mod plan;
@@ -28,7 +27,6 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use dialect::Dialect;
 pub use error::SimError;
 pub use library::{builtin, builtin_names};
 pub use scenario::{Attempt, RunHints, Scenario, Step, StreamError, Wait};

@@ -213,14 +213,14 @@ pub(super) fn plan(steps: &[Step], renderer: &mut Renderer) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::dialect::Dialect;
+    use crate::providers::Dialect;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
     fn plan_for(steps: &[Step]) -> Plan {
-        plan(steps, &mut Renderer::new(Dialect::Chat, "m"))
+        plan(steps, &mut Renderer::new(Dialect::OpenAiChat, "m"))
     }
 
     fn bytes_of(plan: &Plan) -> Vec<u8> {

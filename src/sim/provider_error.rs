@@ -4,8 +4,8 @@
 
 use http::StatusCode;
 
-use super::dialect::Dialect;
 use super::scenario::StreamError;
+use crate::providers::Dialect;
 
 /// One error as both vendors would describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,14 +135,14 @@ impl ProviderError {
     /// payload of a chat completions in-stream error).
     pub fn body(&self, dialect: Dialect) -> String {
         match dialect {
-            Dialect::Chat | Dialect::Responses => format!(
+            Dialect::OpenAiChat | Dialect::OpenAiResponses => format!(
                 r#"{{"error":{{"message":{},"type":{},"param":{},"code":{}}}}}"#,
                 quote(&self.openai_message),
                 quote(self.openai_type),
                 self.openai_param.map_or_else(|| "null".to_owned(), quote),
                 self.openai_code.map_or_else(|| "null".to_owned(), quote),
             ),
-            Dialect::Messages => self.anthropic_event(),
+            Dialect::AnthropicMessages => self.anthropic_event(),
         }
     }
 
@@ -169,28 +169,30 @@ mod tests {
     fn bodies_match_the_vendors() {
         let error = ProviderError::for_status(StatusCode::from_u16(529).unwrap(), "m");
         assert_eq!(
-            error.body(Dialect::Messages),
+            error.body(Dialect::AnthropicMessages),
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
         );
         let error = ProviderError::for_status(StatusCode::TOO_MANY_REQUESTS, "gpt-x");
-        let body: serde_json::Value = serde_json::from_str(&error.body(Dialect::Chat)).unwrap();
+        let body: serde_json::Value = serde_json::from_str(&error.body(Dialect::OpenAiChat)).unwrap();
         assert_eq!(body["error"]["type"], "requests");
         assert_eq!(body["error"]["code"], "rate_limit_exceeded");
         assert_eq!(body["error"]["param"], serde_json::Value::Null);
         assert!(body["error"]["message"].as_str().unwrap().contains("gpt-x"));
         let error = ProviderError::for_status(StatusCode::INTERNAL_SERVER_ERROR, "m");
         assert_eq!(
-            error.body(Dialect::Responses),
+            error.body(Dialect::OpenAiResponses),
             r#"{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}"#
         );
         let overflow = ProviderError::for_status(StatusCode::BAD_REQUEST, "m");
-        assert!(overflow.body(Dialect::Chat).contains(r#""code":"context_length_exceeded""#));
-        assert!(overflow.body(Dialect::Messages).contains("prompt is too long"));
+        assert!(overflow.body(Dialect::OpenAiChat).contains(r#""code":"context_length_exceeded""#));
+        assert!(overflow.body(Dialect::AnthropicMessages).contains("prompt is too long"));
         let auth = ProviderError::for_status(StatusCode::UNAUTHORIZED, "m");
-        assert!(auth.body(Dialect::Chat).contains("invalid_api_key"));
-        assert!(auth.body(Dialect::Messages).contains("authentication_error"));
+        assert!(auth.body(Dialect::OpenAiChat).contains("invalid_api_key"));
+        assert!(auth.body(Dialect::AnthropicMessages).contains("authentication_error"));
         let teapot = ProviderError::for_status(StatusCode::IM_A_TEAPOT, "m");
-        assert!(teapot.body(Dialect::Messages).contains(r#""invalid_request_error","message":"I'm a teapot""#));
+        assert!(
+            teapot.body(Dialect::AnthropicMessages).contains(r#""invalid_request_error","message":"I'm a teapot""#)
+        );
     }
 
     #[test]

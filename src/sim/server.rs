@@ -27,13 +27,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::dialect::Dialect;
 use super::error::SimError;
 use super::plan::plan;
 use super::player::{Abort, SimBody, body};
 use super::provider_error::{ProviderError, quote};
 use super::scenario::{Attempt, Scenario};
 use super::wire::Renderer;
+use crate::providers::Dialect;
 
 /// The request header naming the stream an attempt belongs to.
 pub const STREAM_HEADER: &str = "x-stallscope-stream";
@@ -171,15 +171,15 @@ async fn respond(
     shared: Arc<Shared>,
     abort: UnboundedSender<Abort>,
 ) -> Result<Response<SimBody>, Infallible> {
-    let Some(dialect) = Dialect::from_path(request.uri().path()) else {
-        let paths = Dialect::PATHS.join(", ");
+    let Some(dialect) = Dialect::from_server_path(request.uri().path()) else {
+        let paths = Dialect::ALL.map(Dialect::server_path).join(", ");
         let message = format!("no endpoint {}; the simulator serves POST {paths}", request.uri().path());
         return Ok(json_response(StatusCode::NOT_FOUND, format!(r#"{{"error":{{"message":{}}}}}"#, quote(&message))));
     };
     if request.method() != Method::POST {
         let mut response = json_response(
             StatusCode::METHOD_NOT_ALLOWED,
-            format!(r#"{{"error":{{"message":"{} takes POST"}}}}"#, dialect.path()),
+            format!(r#"{{"error":{{"message":"{} takes POST"}}}}"#, dialect.server_path()),
         );
         response.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
         return Ok(response);

@@ -4,7 +4,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 
-use super::{Dialect, STREAM_HEADER, Scenario, SimServer, builtin};
+use super::{STREAM_HEADER, Scenario, SimServer, builtin};
+use crate::providers::Dialect;
 
 async fn serve(name: &str) -> SimServer {
     SimServer::start(builtin(name).unwrap(), 0).await.unwrap()
@@ -22,7 +23,7 @@ fn client() -> reqwest::Client {
 
 async fn post(server: &SimServer, dialect: Dialect, stream: Option<&str>) -> reqwest::Response {
     let mut request = client()
-        .post(format!("{}{}", server.base_url(), dialect.path()))
+        .post(format!("{}{}", server.base_url(), dialect.server_path()))
         .body(r#"{"model":"echo-model","stream":true,"messages":[]}"#);
     if let Some(stream) = stream {
         request = request.header(STREAM_HEADER, stream);
@@ -77,7 +78,7 @@ async fn healthy_streams_end_with_each_dialects_terminal_events() {
         }
     };
     let (chat, responses, messages) =
-        tokio::join!(read(Dialect::Chat), read(Dialect::Responses), read(Dialect::Messages));
+        tokio::join!(read(Dialect::OpenAiChat), read(Dialect::OpenAiResponses), read(Dialect::AnthropicMessages));
     assert!(chat.contains(r#""model":"echo-model""#));
     assert!(chat.contains(r#""delta":{"content":"tok "}"#));
     assert!(chat.contains(r#""delta":{"reasoning_content":"Let me think. "}"#));
@@ -102,7 +103,7 @@ async fn attempts_are_counted_per_stream_and_the_last_script_repeats() {
     let server = serve_toml("[[attempts]]\nstatus = 500\n[[attempts]]").await;
     let statuses = [(Some("a"), 500), (Some("a"), 200), (Some("b"), 500), (None, 500), (Some("a"), 200), (None, 200)];
     for (stream, status) in statuses {
-        let response = post(&server, Dialect::Chat, stream).await;
+        let response = post(&server, Dialect::OpenAiChat, stream).await;
         assert_eq!(response.status(), status, "stream {stream:?}");
         if status == 500 {
             assert_eq!(response.headers()["content-type"], "application/json");
@@ -123,32 +124,32 @@ async fn rate_limits_carry_each_retry_after_form() {
         serve("rate-limited-date"),
         serve("overloaded-in-stream")
     );
-    let response = post(&ms, Dialect::Chat, Some("s")).await;
+    let response = post(&ms, Dialect::OpenAiChat, Some("s")).await;
     assert_eq!(response.status(), 429);
     assert_eq!(response.headers()["retry-after-ms"], "700");
     let body: serde_json::Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
     assert_eq!(body["error"]["code"], "rate_limit_exceeded");
 
-    let response = post(&seconds, Dialect::Messages, None).await;
+    let response = post(&seconds, Dialect::AnthropicMessages, None).await;
     assert_eq!(response.status(), 429);
     assert_eq!(response.headers()["retry-after"], "1");
     assert!(response.text().await.unwrap().starts_with(r#"{"type":"error","error":{"type":"rate_limit_error""#));
 
     let before = SystemTime::now();
-    let response = post(&date, Dialect::Responses, None).await;
+    let response = post(&date, Dialect::OpenAiResponses, None).await;
     assert_eq!(response.status(), 503);
     let at = httpdate::parse_http_date(response.headers()["retry-after"].to_str().unwrap()).unwrap();
     let wait = at.duration_since(before).unwrap();
     assert!(wait >= Duration::from_secs(2) && wait <= Duration::from_secs(4), "{wait:?}");
 
     // Attempt 1 is an in-stream error, attempt 2 a 529.
-    let mut response = post(&overloaded, Dialect::Messages, Some("o")).await;
+    let mut response = post(&overloaded, Dialect::AnthropicMessages, Some("o")).await;
     let (chunks, error) = read_all(&mut response).await;
     assert!(error.is_none());
     assert!(joined(&chunks).ends_with(
         b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
     ));
-    let response = post(&overloaded, Dialect::Messages, Some("o")).await;
+    let response = post(&overloaded, Dialect::AnthropicMessages, Some("o")).await;
     assert_eq!(response.status(), 529);
     assert_eq!(response.headers()["retry-after-ms"], "300");
     assert_eq!(
@@ -160,21 +161,21 @@ async fn rate_limits_carry_each_retry_after_form() {
 #[tokio::test]
 async fn a_stall_holds_the_connection_open_without_bytes() {
     let server = serve("silent-stall").await;
-    let mut response = post(&server, Dialect::Chat, Some("s")).await;
+    let mut response = post(&server, Dialect::OpenAiChat, Some("s")).await;
     assert_eq!(response.status(), 200);
     let opening = response.chunk().await.unwrap().unwrap();
     assert!(opening.starts_with(b"data: {\"id\":\"chatcmpl-sim\""));
     let next = tokio::time::timeout(Duration::from_millis(300), response.chunk()).await;
     assert!(next.is_err(), "expected silence, got {next:?}");
     // Attempt 2 of the same stream recovers.
-    let response = post(&server, Dialect::Chat, Some("s")).await;
+    let response = post(&server, Dialect::OpenAiChat, Some("s")).await;
     assert!(response.text().await.unwrap().ends_with("data: [DONE]\n\n"));
 }
 
 #[tokio::test]
 async fn pings_keep_a_stalled_stream_warm() {
     let server = serve("ping-flood-stall").await;
-    let mut response = post(&server, Dialect::Messages, None).await;
+    let mut response = post(&server, Dialect::AnthropicMessages, None).await;
     let deadline = Instant::now() + Duration::from_millis(450);
     let mut seen = Vec::new();
     while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline.into(), response.chunk()).await {
@@ -190,7 +191,7 @@ async fn pings_keep_a_stalled_stream_warm() {
 #[tokio::test]
 async fn a_reset_is_a_connection_error_after_the_first_token() {
     let server = serve("reset-after-first-token").await;
-    let mut response = post(&server, Dialect::Responses, Some("r")).await;
+    let mut response = post(&server, Dialect::OpenAiResponses, Some("r")).await;
     let (chunks, error) = read_all(&mut response).await;
     let error = error.expect("the body must break");
     assert!(has_io_kind(&error, std::io::ErrorKind::ConnectionReset), "{error:?}");
@@ -206,12 +207,12 @@ async fn hangup_breaks_the_body_and_close_ends_it_cleanly() {
          [[attempts]]\nsteps = [{ content = \"a\" }, { close = true }]",
     )
     .await;
-    let mut response = post(&server, Dialect::Chat, None).await;
+    let mut response = post(&server, Dialect::OpenAiChat, None).await;
     let (chunks, error) = read_all(&mut response).await;
     let error = error.expect("an unterminated chunked body is an error");
     assert!(!has_io_kind(&error, std::io::ErrorKind::ConnectionReset), "{error:?}");
     assert!(joined(&chunks).ends_with(b"\"content\":\"a\"},\"finish_reason\":null}]}\n\n"));
-    let mut response = post(&server, Dialect::Chat, None).await;
+    let mut response = post(&server, Dialect::OpenAiChat, None).await;
     let (chunks, error) = read_all(&mut response).await;
     assert!(error.is_none(), "{error:?}");
     assert!(joined(&chunks).ends_with(b"\"content\":\"a\"},\"finish_reason\":null}]}\n\n"));
@@ -223,7 +224,7 @@ async fn a_drip_arrives_in_small_pieces_over_time() {
         "[[attempts]]\nsteps = [{ drip_bytes = 40, every_ms = 10 }, { content = \"tok \", count = 2, every_ms = 500 }]",
     )
     .await;
-    let mut response = post(&server, Dialect::Chat, None).await;
+    let mut response = post(&server, Dialect::OpenAiChat, None).await;
     let (chunks, error) = read_all(&mut response).await;
     assert!(error.is_none());
     let body = joined(&chunks);
@@ -242,7 +243,7 @@ async fn a_buffered_stream_arrives_in_one_piece_after_the_delay() {
         serve_toml("[[attempts]]\nsteps = [{ buffer_ms = 300 }, { content = \"tok \", count = 5, every_ms = 50 }]")
             .await;
     let start = Instant::now();
-    let mut response = post(&server, Dialect::Messages, None).await;
+    let mut response = post(&server, Dialect::AnthropicMessages, None).await;
     let (chunks, error) = read_all(&mut response).await;
     assert!(error.is_none());
     assert_eq!(chunks.len(), 1, "{chunks:?}");
@@ -254,7 +255,7 @@ async fn a_buffered_stream_arrives_in_one_piece_after_the_delay() {
 async fn malformed_streams_are_sent_as_scripted() {
     let (long, utf8) = tokio::join!(serve("malformed-long-line"), serve("malformed-sse"));
     let start = Instant::now();
-    let mut response = post(&long, Dialect::Chat, None).await;
+    let mut response = post(&long, Dialect::OpenAiChat, None).await;
     let (chunks, error) = read_all(&mut response).await;
     assert!(error.is_none());
     assert!(start.elapsed() >= Duration::from_millis(300), "the line is held open");
@@ -263,7 +264,7 @@ async fn malformed_streams_are_sent_as_scripted() {
     assert_eq!(line.len(), 6 + 6 * 1024 * 1024);
     assert!(body.ends_with(b"data: [DONE]\n\n"));
 
-    let mut response = post(&utf8, Dialect::Chat, None).await;
+    let mut response = post(&utf8, Dialect::OpenAiChat, None).await;
     let (chunks, _) = read_all(&mut response).await;
     let body = joined(&chunks);
     assert!(std::str::from_utf8(&body).is_err());
@@ -274,7 +275,7 @@ async fn malformed_streams_are_sent_as_scripted() {
 async fn headers_wait_when_delayed() {
     let server = serve_toml("[[attempts]]\nheaders_delay_ms = 200").await;
     let start = Instant::now();
-    let response = post(&server, Dialect::Responses, None).await;
+    let response = post(&server, Dialect::OpenAiResponses, None).await;
     assert!(start.elapsed() >= Duration::from_millis(200));
     assert!(response.text().await.unwrap().contains("response.completed"));
 }

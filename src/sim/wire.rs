@@ -9,9 +9,9 @@
 
 use bytes::Bytes;
 
-use super::dialect::Dialect;
 use super::provider_error::{ProviderError, quote};
 use super::scenario::StreamError;
+use crate::providers::Dialect;
 
 /// The `created`/`created_at` timestamp in every object; fixed so streams
 /// are reproducible.
@@ -136,17 +136,17 @@ impl Renderer {
             return;
         }
         match self.dialect {
-            Dialect::Chat => {
+            Dialect::OpenAiChat => {
                 let choices = r#"[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]"#;
                 out.push(event(None, &[self.chunk(choices, "").as_bytes()]));
             }
-            Dialect::Responses => {
+            Dialect::OpenAiResponses => {
                 let response = self.response_object("in_progress", r#""output":[],"usage":null"#);
                 let fields = format!(r#""response":{response}"#);
                 self.responses("response.created", fields.as_bytes(), out);
                 self.responses("response.in_progress", fields.as_bytes(), out);
             }
-            Dialect::Messages => {
+            Dialect::AnthropicMessages => {
                 let fields = format!(
                     r#""message":{{"id":"msg_sim","type":"message","role":"assistant","model":{},"content":[],"stop_reason":null,"stop_sequence":null,"usage":{{"input_tokens":{PROMPT_TOKENS},"output_tokens":1}}}}"#,
                     self.model
@@ -171,8 +171,8 @@ impl Renderer {
         *nth += 1;
         let id = if *nth == 1 { prefix.to_owned() } else { format!("{prefix}_{nth}") };
         match (self.dialect, kind) {
-            (Dialect::Chat, _) => {}
-            (Dialect::Responses, Kind::Text) => {
+            (Dialect::OpenAiChat, _) => {}
+            (Dialect::OpenAiResponses, Kind::Text) => {
                 let item = format!(
                     r#""output_index":{index},"item":{{"id":"{id}","type":"message","status":"in_progress","role":"assistant","content":[]}}"#
                 );
@@ -182,7 +182,7 @@ impl Renderer {
                 );
                 self.responses("response.content_part.added", part.as_bytes(), out);
             }
-            (Dialect::Responses, Kind::Thinking) => {
+            (Dialect::OpenAiResponses, Kind::Thinking) => {
                 let item = format!(r#""output_index":{index},"item":{{"id":"{id}","type":"reasoning","summary":[]}}"#);
                 self.responses("response.output_item.added", item.as_bytes(), out);
                 let part = format!(
@@ -190,7 +190,7 @@ impl Renderer {
                 );
                 self.responses("response.reasoning_summary_part.added", part.as_bytes(), out);
             }
-            (Dialect::Messages, _) => {
+            (Dialect::AnthropicMessages, _) => {
                 let block = match kind {
                     Kind::Text => r#"{"type":"text","text":""}"#,
                     Kind::Thinking => r#"{"type":"thinking","thinking":"","signature":""}"#,
@@ -212,8 +212,8 @@ impl Renderer {
         let Some(Block { kind, index, id, text }) = self.block.take() else { return };
         let text = quote(&text);
         match (self.dialect, kind) {
-            (Dialect::Chat, _) => {}
-            (Dialect::Responses, Kind::Text) => {
+            (Dialect::OpenAiChat, _) => {}
+            (Dialect::OpenAiResponses, Kind::Text) => {
                 let at = format!(r#""item_id":"{id}","output_index":{index},"content_index":0"#);
                 self.responses("response.output_text.done", format!(r#"{at},"text":{text}"#).as_bytes(), out);
                 let part = format!(r#"{at},"part":{{"type":"output_text","text":{text},"annotations":[]}}"#);
@@ -225,7 +225,7 @@ impl Renderer {
                 self.responses("response.output_item.done", done.as_bytes(), out);
                 self.items.push(item);
             }
-            (Dialect::Responses, Kind::Thinking) => {
+            (Dialect::OpenAiResponses, Kind::Thinking) => {
                 let at = format!(r#""item_id":"{id}","output_index":{index},"summary_index":0"#);
                 self.responses(
                     "response.reasoning_summary_text.done",
@@ -241,7 +241,7 @@ impl Renderer {
                 self.responses("response.output_item.done", done.as_bytes(), out);
                 self.items.push(item);
             }
-            (Dialect::Messages, kind) => {
+            (Dialect::AnthropicMessages, kind) => {
                 if kind == Kind::Thinking {
                     // Real thinking blocks end with a signature over the thoughts.
                     let signature = r#"{"type":"signature_delta","signature":"c2ltdWxhdGVkIHNpZ25hdHVyZQ=="}"#;
@@ -263,20 +263,20 @@ impl Renderer {
         block.text.push_str(plain);
         let (index, id) = (block.index, block.id.clone());
         match (self.dialect, kind) {
-            (Dialect::Chat, kind) => {
+            (Dialect::OpenAiChat, kind) => {
                 let field = if kind == Kind::Text { "content" } else { "reasoning_content" };
                 let head = format!(r#"{}[{{"index":0,"delta":{{"{field}":"#, self.chunk_head());
                 out.push(event(None, &[head.as_bytes(), quoted, br#"},"finish_reason":null}]}"#]));
             }
-            (Dialect::Responses, Kind::Text) => {
+            (Dialect::OpenAiResponses, Kind::Text) => {
                 let at = format!(r#""item_id":"{id}","output_index":{index},"content_index":0,"delta":"#);
                 self.responses("response.output_text.delta", &[at.as_bytes(), quoted].concat(), out);
             }
-            (Dialect::Responses, Kind::Thinking) => {
+            (Dialect::OpenAiResponses, Kind::Thinking) => {
                 let at = format!(r#""item_id":"{id}","output_index":{index},"summary_index":0,"delta":"#);
                 self.responses("response.reasoning_summary_text.delta", &[at.as_bytes(), quoted].concat(), out);
             }
-            (Dialect::Messages, kind) => {
+            (Dialect::AnthropicMessages, kind) => {
                 let (delta, field) =
                     if kind == Kind::Text { ("text_delta", "text") } else { ("thinking_delta", "thinking") };
                 let head =
@@ -305,8 +305,8 @@ impl Renderer {
     /// Anthropic. Does not open the stream (callers do).
     pub fn ping(&self) -> Bytes {
         match self.dialect {
-            Dialect::Chat | Dialect::Responses => Bytes::from_static(b": keep-alive\n\n"),
-            Dialect::Messages => Bytes::from_static(b"event: ping\ndata: {\"type\": \"ping\"}\n\n"),
+            Dialect::OpenAiChat | Dialect::OpenAiResponses => Bytes::from_static(b": keep-alive\n\n"),
+            Dialect::AnthropicMessages => Bytes::from_static(b"event: ping\ndata: {\"type\": \"ping\"}\n\n"),
         }
     }
 
@@ -314,9 +314,9 @@ impl Renderer {
     pub fn missing_data(&mut self, out: &mut Vec<Bytes>) {
         self.open(out);
         let name: &'static [u8] = match self.dialect {
-            Dialect::Chat => b"event: message\n\n",
-            Dialect::Responses => b"event: response.output_text.delta\n\n",
-            Dialect::Messages => b"event: content_block_delta\n\n",
+            Dialect::OpenAiChat => b"event: message\n\n",
+            Dialect::OpenAiResponses => b"event: response.output_text.delta\n\n",
+            Dialect::AnthropicMessages => b"event: content_block_delta\n\n",
         };
         out.push(Bytes::from_static(name));
     }
@@ -335,8 +335,8 @@ impl Renderer {
         self.open(out);
         let error = ProviderError::for_stream(kind, message);
         match self.dialect {
-            Dialect::Chat => out.push(event(None, &[error.body(Dialect::Chat).as_bytes()])),
-            Dialect::Responses if failed => {
+            Dialect::OpenAiChat => out.push(event(None, &[error.body(Dialect::OpenAiChat).as_bytes()])),
+            Dialect::OpenAiResponses if failed => {
                 let failure = format!(
                     r#""output":[],"usage":null,"error":{{"code":{},"message":{}}}"#,
                     quote(error.responses_code()),
@@ -345,12 +345,12 @@ impl Renderer {
                 let fields = format!(r#""response":{}"#, self.response_object("failed", &failure));
                 self.responses("response.failed", fields.as_bytes(), out);
             }
-            Dialect::Responses => {
+            Dialect::OpenAiResponses => {
                 let fields =
                     format!(r#""code":{},"message":{}"#, quote(error.responses_code()), quote(&error.openai_message));
                 self.responses("error", fields.as_bytes(), out);
             }
-            Dialect::Messages => out.push(event(Some("error"), &[error.anthropic_event().as_bytes()])),
+            Dialect::AnthropicMessages => out.push(event(Some("error"), &[error.anthropic_event().as_bytes()])),
         }
     }
 
@@ -360,7 +360,7 @@ impl Renderer {
         self.leave(out);
         let (prompt, output) = (PROMPT_TOKENS, self.output_tokens);
         match self.dialect {
-            Dialect::Chat => {
+            Dialect::OpenAiChat => {
                 let stop = self.chunk(r#"[{"index":0,"delta":{},"finish_reason":"stop"}]"#, "");
                 out.push(event(None, &[stop.as_bytes()]));
                 let usage = format!(
@@ -370,7 +370,7 @@ impl Renderer {
                 out.push(event(None, &[self.chunk("[]", &usage).as_bytes()]));
                 out.push(Bytes::from_static(b"data: [DONE]\n\n"));
             }
-            Dialect::Responses => {
+            Dialect::OpenAiResponses => {
                 let rest = format!(
                     r#""output":[{}],"usage":{{"input_tokens":{prompt},"output_tokens":{output},"total_tokens":{}}}"#,
                     self.items.join(","),
@@ -379,7 +379,7 @@ impl Renderer {
                 let fields = format!(r#""response":{}"#, self.response_object("completed", &rest));
                 self.responses("response.completed", fields.as_bytes(), out);
             }
-            Dialect::Messages => {
+            Dialect::AnthropicMessages => {
                 let delta = format!(
                     r#""delta":{{"stop_reason":"end_turn","stop_sequence":null}},"usage":{{"output_tokens":{output}}}"#
                 );
@@ -418,7 +418,7 @@ mod tests {
 
     #[test]
     fn chat_stream_is_exact() {
-        let events = render(Dialect::Chat, healthy);
+        let events = render(Dialect::OpenAiChat, healthy);
         let head = r#"data: {"id":"chatcmpl-sim","object":"chat.completion.chunk","created":1700000000,"model":"m-1","choices":"#;
         let expected = [
             format!(
@@ -431,13 +431,13 @@ mod tests {
             "data: [DONE]\n\n".to_owned(),
         ];
         assert_eq!(events, expected);
-        let reasoning = render(Dialect::Chat, |r, out| r.reasoning("hm", out));
+        let reasoning = render(Dialect::OpenAiChat, |r, out| r.reasoning("hm", out));
         assert!(reasoning[1].contains(r#""delta":{"reasoning_content":"hm"},"finish_reason":null}]}"#));
     }
 
     #[test]
     fn responses_stream_is_exact_and_sequenced() {
-        let events = render(Dialect::Responses, healthy);
+        let events = render(Dialect::OpenAiResponses, healthy);
         let names: Vec<&str> = events.iter().map(|e| e.lines().next().unwrap_or("")).collect();
         assert_eq!(
             names,
@@ -470,7 +470,7 @@ mod tests {
 
     #[test]
     fn responses_reasoning_then_text_are_two_items() {
-        let events = render(Dialect::Responses, |r, out| {
+        let events = render(Dialect::OpenAiResponses, |r, out| {
             r.reasoning("think", out);
             r.content("say", out);
             r.finish(out);
@@ -484,7 +484,7 @@ mod tests {
 
     #[test]
     fn anthropic_stream_is_exact() {
-        let events = render(Dialect::Messages, |r, out| {
+        let events = render(Dialect::AnthropicMessages, |r, out| {
             r.reasoning("think", out);
             healthy(r, out);
         });
@@ -507,22 +507,23 @@ mod tests {
 
     #[test]
     fn errors_take_each_dialects_form() {
-        let chat = render(Dialect::Chat, |r, out| r.error(StreamError::ServerError, None, false, out));
+        let chat = render(Dialect::OpenAiChat, |r, out| r.error(StreamError::ServerError, None, false, out));
         assert_eq!(
             chat[1],
             "data: {\"error\":{\"message\":\"The server had an error while processing your request. Sorry about that!\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n"
         );
-        let anthropic = render(Dialect::Messages, |r, out| r.error(StreamError::Overloaded, None, false, out));
+        let anthropic = render(Dialect::AnthropicMessages, |r, out| r.error(StreamError::Overloaded, None, false, out));
         assert_eq!(
             anthropic[1],
             "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
         );
-        let event = render(Dialect::Responses, |r, out| r.error(StreamError::ServerError, Some("boom"), false, out));
+        let event =
+            render(Dialect::OpenAiResponses, |r, out| r.error(StreamError::ServerError, Some("boom"), false, out));
         assert_eq!(
             event[2],
             "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"boom\",\"sequence_number\":2}\n\n"
         );
-        let failed = render(Dialect::Responses, |r, out| r.error(StreamError::ServerError, None, true, out));
+        let failed = render(Dialect::OpenAiResponses, |r, out| r.error(StreamError::ServerError, None, true, out));
         assert_json(&failed);
         assert!(failed[2].starts_with("event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{"));
         assert!(failed[2].contains(r#""status":"failed""#) && failed[2].contains(r#""error":{"code":"server_error""#));
@@ -530,7 +531,7 @@ mod tests {
 
     #[test]
     fn malformed_events() {
-        let mut renderer = Renderer::new(Dialect::Messages, "m");
+        let mut renderer = Renderer::new(Dialect::AnthropicMessages, "m");
         let mut out = Vec::new();
         renderer.invalid_utf8(&mut out);
         let delta = out.last().unwrap();

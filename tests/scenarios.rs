@@ -1,0 +1,281 @@
+//! Every built-in scenario through the real HTTP stack on loopback: the
+//! simulator, reqwest, our SSE parser, each dialect, the governor and the
+//! executor, with the scenarios' scaled-down timers (seconds, not minutes).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use stallscope::config::{Layers, Settings};
+use stallscope::core::category::{Category, TimerKind};
+use stallscope::core::event::{EventKind, Outcome, VecSink};
+use stallscope::core::executor::{Call, CallReport};
+use stallscope::core::transport::ClientCache;
+use stallscope::core::upstream::CallInput;
+use stallscope::providers::Dialect;
+use stallscope::run::{executor, rig};
+use stallscope::sim::builtin;
+use tokio_util::sync::CancellationToken;
+
+/// What one call through a scenario produced.
+struct Played {
+    dialect: Dialect,
+    report: CallReport,
+    /// Every failure the executor classified, in order.
+    classified: Vec<(Category, Option<TimerKind>, String)>,
+}
+
+async fn play(name: &str, dialect: Dialect, sets: &[&str]) -> Played {
+    let rig = rig(builtin(name).unwrap(), dialect).await.unwrap();
+    let overrides: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+    let layers = Layers {
+        // An empty config: a developer's own config file must not leak in.
+        config: Some(Path::new("/dev/null")),
+        scenario: Some((name, &rig.tunables)),
+        overrides: &overrides,
+    };
+    let settings = Settings::load(layers, Vec::<(String, String)>::new()).unwrap();
+    let sink = Arc::new(VecSink::new());
+    let executor = executor(&settings, &rig.providers, &ClientCache::new(), sink.clone(), |_| None).unwrap();
+    let call = Call {
+        stream: 7,
+        target: rig.target.clone(),
+        input: CallInput { prompt: "Say hello.".into(), context_tokens: Some(3) },
+    };
+    let report = executor.run(&call, &CancellationToken::new()).await;
+    rig.server.shutdown().await;
+    let classified = sink
+        .kinds()
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::ErrorClassified { category, timer, rule, .. } => Some((category, timer, rule)),
+            _ => None,
+        })
+        .collect();
+    Played { dialect, report, classified }
+}
+
+/// Plays a scenario in all three dialects at once.
+async fn play_all(name: &str, sets: &[&str]) -> [Played; 3] {
+    let (a, b, c) = tokio::join!(
+        play(name, Dialect::OpenAiChat, sets),
+        play(name, Dialect::OpenAiResponses, sets),
+        play(name, Dialect::AnthropicMessages, sets)
+    );
+    [a, b, c]
+}
+
+fn categories(p: &Played) -> Vec<(Category, Option<TimerKind>)> {
+    p.classified.iter().map(|(c, t, _)| (*c, *t)).collect()
+}
+
+fn tokens(n: usize) -> String {
+    "tok ".repeat(n)
+}
+
+#[tokio::test]
+async fn healthy() {
+    for p in play_all("healthy", &[]).await {
+        let r = &p.report;
+        assert_eq!(
+            (r.outcome, r.attempts, r.content.as_str()),
+            (Outcome::Ok, 1, tokens(20).as_str()),
+            "{:?}",
+            p.dialect
+        );
+        assert!(r.error.is_none() && r.hops.is_empty() && r.backoff_sleeps.is_empty(), "{:?}", p.dialect);
+        assert!(r.stop_reason.is_some(), "{:?}", p.dialect);
+        assert!(r.ttfb.is_some() && r.bytes > 0 && r.events >= 23, "{:?}: {r:?}", p.dialect);
+    }
+}
+
+#[tokio::test]
+async fn slow_ttfb_is_abandoned_and_retried() {
+    for p in play_all("slow-ttfb", &[]).await {
+        assert_eq!((p.report.outcome, p.report.attempts), (Outcome::Ok, 2), "{:?}", p.dialect);
+        assert_eq!(categories(&p), [(Category::Timeout, Some(TimerKind::Ttfb))], "{:?}", p.dialect);
+    }
+}
+
+#[tokio::test]
+async fn a_silent_stall_is_caught_by_the_idle_timer() {
+    for p in play_all("silent-stall", &[]).await {
+        assert_eq!((p.report.outcome, p.report.attempts), (Outcome::Ok, 2), "{:?}", p.dialect);
+        assert_eq!(categories(&p), [(Category::Timeout, Some(TimerKind::Idle))], "{:?}", p.dialect);
+        assert!(p.report.elapsed >= Duration::from_secs(1), "{:?}", p.dialect);
+    }
+}
+
+#[tokio::test]
+async fn a_ping_flood_is_caught_by_the_data_stall_timer_not_idle() {
+    for p in play_all("ping-flood-stall", &[]).await {
+        assert_eq!((p.report.outcome, p.report.attempts), (Outcome::Ok, 2), "{:?}", p.dialect);
+        assert_eq!(categories(&p), [(Category::Timeout, Some(TimerKind::DataStall))], "{:?}", p.dialect);
+        assert!(p.report.keepalives >= 3, "{:?}: {}", p.dialect, p.report.keepalives);
+    }
+}
+
+#[tokio::test]
+async fn a_drip_is_reassembled_without_a_retry() {
+    for p in play_all("drip", &[]).await {
+        let r = &p.report;
+        assert_eq!(
+            (r.outcome, r.attempts, r.content.as_str()),
+            (Outcome::Ok, 1, tokens(5).as_str()),
+            "{:?}",
+            p.dialect
+        );
+        assert!(r.bytes > 100 && r.events > 5, "{:?}", p.dialect);
+    }
+}
+
+#[tokio::test]
+async fn a_buffering_proxy_delivers_everything_at_once() {
+    for p in play_all("proxy-buffered", &[]).await {
+        let r = &p.report;
+        assert_eq!(
+            (r.outcome, r.attempts, r.content.as_str()),
+            (Outcome::Ok, 1, tokens(20).as_str()),
+            "{:?}",
+            p.dialect
+        );
+        assert!(r.elapsed >= Duration::from_millis(1500), "{:?}: {:?}", p.dialect, r.elapsed);
+    }
+    // With less patience than the proxy's delay, the wait looks like a stall.
+    let sets = ["SSE_TTFB_TIMEOUT_S=0.5", "RETRY_BUDGET_TIMEOUT=0", "FALLBACK_MODELS=off"];
+    let p = play("proxy-buffered", Dialect::OpenAiChat, &sets).await;
+    assert_eq!((p.report.outcome, categories(&p)), (Outcome::Failed, vec![(Category::Timeout, Some(TimerKind::Ttfb))]));
+}
+
+#[tokio::test]
+async fn a_reset_after_the_first_token_keeps_the_partial_text() {
+    for p in play_all("reset-after-first-token", &[]).await {
+        let r = &p.report;
+        assert_eq!((r.outcome, r.attempts, r.content.as_str()), (Outcome::Partial, 1, "Hello"), "{:?}", p.dialect);
+        assert_eq!(r.stop_reason.as_deref(), Some("length"), "{:?}", p.dialect);
+        assert_eq!(r.error.as_ref().unwrap().category, Category::Connection, "{:?}", p.dialect);
+    }
+    let p = play("reset-after-first-token", Dialect::AnthropicMessages, &["PARTIAL_RECOVERY=0"]).await;
+    assert_eq!((p.report.outcome, p.report.attempts, p.report.hops.len()), (Outcome::Failed, 1, 0));
+}
+
+/// Retry-After is slept as asked (positive-only jitter adds at most 25 %),
+/// and the server's numbers are reported beside the sleeps.
+#[tokio::test]
+async fn rate_limits_honour_each_retry_after_form() {
+    for p in play_all("rate-limited-ms", &[]).await {
+        let r = &p.report;
+        assert_eq!((r.outcome, r.attempts), (Outcome::Ok, 3), "{:?}", p.dialect);
+        assert_eq!(r.retry_after, [Some(Duration::from_millis(700)); 2], "{:?}", p.dialect);
+        for sleep in &r.backoff_sleeps {
+            assert!(*sleep >= Duration::from_millis(700) && *sleep <= Duration::from_millis(875), "{sleep:?}");
+        }
+        assert!(r.elapsed >= Duration::from_millis(1400), "{:?}", r.elapsed);
+        assert_eq!(r.retry_counts[&Category::RateLimit].used, 2);
+    }
+    for p in play_all("rate-limited-seconds", &["RETRY_AFTER_JITTER=none"]).await {
+        assert_eq!(p.report.backoff_sleeps, [Duration::from_secs(1)], "{:?}", p.dialect);
+        assert_eq!(p.report.outcome, Outcome::Ok);
+    }
+    for p in play_all("rate-limited-date", &["RETRY_AFTER_JITTER=none"]).await {
+        // An HTTP-date has whole seconds, so "2 s ahead" lands within a
+        // second of that, as the simulator rounds it.
+        let asked = p.report.retry_after[0].unwrap();
+        assert!(asked > Duration::from_secs(1) && asked <= Duration::from_secs(3), "{asked:?}");
+        assert_eq!((p.report.outcome, p.report.backoff_sleeps[0]), (Outcome::Ok, asked), "{:?}", p.dialect);
+    }
+}
+
+#[tokio::test]
+async fn a_wait_longer_than_the_cap_is_reported_not_slept() {
+    let p = play("rate-limited-ms", Dialect::OpenAiChat, &["RETRY_AFTER_MAX_S=0.5", "FALLBACK_MODELS=off"]).await;
+    let r = &p.report;
+    assert_eq!((r.outcome, r.attempts), (Outcome::Failed, 1));
+    assert_eq!(r.refused_wait, Some(Duration::from_millis(700)));
+    assert!(r.backoff_sleeps.is_empty() && r.elapsed < Duration::from_millis(700), "{:?}", r.elapsed);
+    // With the default chain, the refused wait moves the call to the next model.
+    let p = play("rate-limited-ms", Dialect::OpenAiChat, &["RETRY_AFTER_MAX_S=0.5"]).await;
+    assert_eq!(p.report.hops.len(), 2, "{:?}", p.report.hops);
+    assert_eq!(p.report.hops[0].to.to_string(), "sim/sim-model-b");
+    assert_eq!(p.report.outcome, Outcome::Ok);
+}
+
+#[tokio::test]
+async fn overload_in_stream_then_529_then_healthy() {
+    for p in play_all("overloaded-in-stream", &[]).await {
+        let r = &p.report;
+        assert_eq!((r.outcome, r.attempts), (Outcome::Ok, 3), "{:?}", p.dialect);
+        assert_eq!(categories(&p), [(Category::Overloaded, None); 2], "{:?}", p.dialect);
+        assert_eq!(r.retry_after, [None, Some(Duration::from_millis(300))], "{:?}", p.dialect);
+    }
+}
+
+#[tokio::test]
+async fn a_server_error_backs_off_and_recovers() {
+    for p in play_all("server-error-then-ok", &["BACKOFF_JITTER=none"]).await {
+        let r = &p.report;
+        assert_eq!((r.outcome, r.attempts), (Outcome::Ok, 2), "{:?}", p.dialect);
+        assert_eq!(categories(&p), [(Category::ServerError, None)], "{:?}", p.dialect);
+        assert_eq!(r.backoff_sleeps, [Duration::from_millis(50)], "{:?}", p.dialect);
+        assert_eq!(r.retry_after, [None]);
+    }
+}
+
+#[tokio::test]
+async fn a_dead_primary_fails_over_before_any_content() {
+    for p in play_all("dead-primary", &[]).await {
+        let r = &p.report;
+        assert_eq!((r.outcome, r.attempts), (Outcome::Ok, 3), "{:?}", p.dialect);
+        assert_eq!(r.hops.len(), 1);
+        assert_eq!(
+            (r.hops[0].from.to_string(), r.hops[0].to.to_string()),
+            ("unreachable/sim-model-a".into(), "sim/sim-model-a".into())
+        );
+        assert_eq!(r.hops[0].reason, Category::Connection);
+        assert!(
+            p.classified.iter().all(|(c, _, rule)| *c == Category::Connection && rule == "builtin: connect failure")
+        );
+    }
+}
+
+#[tokio::test]
+async fn permanent_refusals_fail_fast() {
+    for (name, category) in [("auth-expired", Category::Auth), ("context-overflow", Category::InvalidRequest)] {
+        for p in play_all(name, &[]).await {
+            let r = &p.report;
+            assert_eq!((r.outcome, r.attempts), (Outcome::Failed, 1), "{name} {:?}", p.dialect);
+            let error = r.error.as_ref().unwrap();
+            assert_eq!(
+                (error.category, error.status, error.retryable),
+                (category, Some(if category == Category::Auth { 401 } else { 400 }), false)
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn malformed_streams_end_in_a_classified_error_never_a_hang() {
+    for p in play_all("malformed-sse", &[]).await {
+        let r = &p.report;
+        // Two server-error retries, then a hop to each of the other two models.
+        assert_eq!((r.outcome, r.attempts, r.hops.len()), (Outcome::Failed, 5, 2), "{:?}", p.dialect);
+        let error = r.error.as_ref().unwrap();
+        assert_eq!((error.category, error.rule.as_str()), (Category::ServerError, "builtin: malformed stream"));
+        assert!(error.message.contains("UTF-8"), "{}", error.message);
+    }
+    for p in play_all("malformed-long-line", &[]).await {
+        assert_eq!((p.report.outcome, p.report.attempts), (Outcome::Ok, 2), "{:?}", p.dialect);
+        assert!(p.classified[0].2 == "builtin: malformed stream", "{:?}", p.classified);
+    }
+    for p in play_all("malformed-missing-data", &[]).await {
+        assert_eq!((p.report.outcome, p.report.content.as_str()), (Outcome::Ok, tokens(6).as_str()), "{:?}", p.dialect);
+    }
+}
+
+#[test]
+fn every_builtin_scenario_is_tested_here() {
+    let source = include_str!("scenarios.rs");
+    for name in stallscope::sim::builtin_names() {
+        assert!(source.contains(&format!("\"{name}\"")), "scenario {name} has no test");
+    }
+}
