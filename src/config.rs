@@ -90,7 +90,21 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: one_line(&e, &text) })
+    }
+}
+
+/// A TOML error as one line: `line L, column C: message`.
+pub(crate) fn one_line(error: &toml::de::Error, text: &str) -> String {
+    let message = error.message().trim().replace('\n', " ");
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
     }
 }
 
@@ -214,7 +228,8 @@ mod tests {
     fn errors_name_the_file_and_line() {
         let (_dir, path) = write("[tunables]\nSSE_IDLE_TIMEOUT_S = \n");
         let err = load(&path).unwrap_err().to_string();
-        assert!(err.contains(&path.display().to_string()) && err.contains("line 2"), "{err}");
+        assert!(err.contains(&path.display().to_string()) && err.contains("line 2, column"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
         let (_dir, path) = write("[tunabels]\n");
         let err = load(&path).unwrap_err().to_string();
         assert!(err.contains("tunabels"), "{err}");

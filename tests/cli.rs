@@ -96,3 +96,108 @@ fn budget_reproduces_seed_003_from_the_command_line() {
     let text = stdout(&stallscope(&args, &[]));
     assert!(text.contains("does NOT fit the caller's deadline of 120.000 s"), "{text}");
 }
+
+#[test]
+fn run_json_is_exactly_one_object_in_the_documented_shape() {
+    let out = stdout(&stallscope(
+        &["run", "--scenario", "server-error-then-ok", "--requests", "3", "--concurrency", "2", "--json"],
+        &[],
+    ));
+    assert_eq!(out.trim_end().lines().count(), 1, "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["run_id"], serde_json::Value::Null);
+    assert_eq!(report["scenario"], "server-error-then-ok");
+    assert_eq!(report["tunables"]["STALLSCOPE_PROVIDER_STREAM_BACKOFF_S"], 0.05);
+    let summary = &report["summary"];
+    assert_eq!((summary["ok"].as_u64(), summary["failed"].as_u64()), (Some(3), Some(0)));
+    assert!(summary["elapsed_ms"].as_f64().unwrap() > 0.0);
+    let streams = report["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 3);
+    for (i, s) in streams.iter().enumerate() {
+        let keys: Vec<&str> = s.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut want = vec![
+            "attempts",
+            "backoff_sleeps_ms",
+            "bytes",
+            "content",
+            "elapsed_ms",
+            "error",
+            "events",
+            "failover_hops",
+            "index",
+            "keepalives",
+            "model",
+            "outcome",
+            "provider",
+            "retry_after_ms",
+            "retry_counts",
+            "stop_reason",
+            "ttfb_ms",
+        ];
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        assert_eq!(s["index"], i as u64);
+        assert_eq!(
+            (s["outcome"].as_str(), s["attempts"].as_u64(), s["provider"].as_str()),
+            (Some("ok"), Some(2), Some("sim"))
+        );
+        assert_eq!(s["retry_counts"]["server_error"]["used"], 1);
+        assert_eq!(s["retry_counts"]["server_error"]["budget"], 2);
+        assert_eq!(s["retry_after_ms"], serde_json::json!([null]));
+        assert!(s["backoff_sleeps_ms"][0].as_f64().unwrap() > 0.0);
+    }
+
+    let out =
+        stdout(&stallscope(&["run", "--scenario", "auth-expired", "--json", "--dialect", "anthropic-messages"], &[]));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let error = &report["streams"][0]["error"];
+    assert_eq!(
+        (error["category"].as_str(), error["status"].as_u64(), error["retryable"].as_bool()),
+        (Some("auth"), Some(401), Some(false))
+    );
+    assert_eq!(error["timer"], serde_json::Value::Null);
+    assert_eq!(report["summary"]["failed"], 1);
+}
+
+#[test]
+fn run_reports_hops_and_timers_in_human_form() {
+    let out = stdout(&stallscope(&["run", "--scenario", "dead-primary"], &[]));
+    assert!(out.contains("hop unreachable/sim-model-a→sim/sim-model-a [connection]"), "{out}");
+    assert!(out.contains("1 ok, 0 partial, 0 failed, 0 cancelled"), "{out}");
+}
+
+#[test]
+fn run_refuses_bad_input_with_one_line() {
+    let dir = std::env::temp_dir().join(format!("stallscope-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let needs_key = dir.join("key.toml");
+    std::fs::write(
+        &needs_key,
+        "[[provider]]\nname = \"openai\"\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\napi_key_env = \"STALLSCOPE_TEST_MISSING_KEY\"\n",
+    )
+    .unwrap();
+    let bad_kind = dir.join("kind.toml");
+    std::fs::write(
+        &bad_kind,
+        "[[provider]]\nname = \"x\"\nkind = \"openai\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    let key = needs_key.to_str().unwrap();
+    let kind = bad_kind.to_str().unwrap();
+    type Case<'a> = (&'a [&'a str], &'a str);
+    let cases: [Case; 5] = [
+        (&["run", "--scenario", "nope"], "no built-in scenario named \"nope\"; the built-ins are: healthy,"),
+        (&["run", "--config", key], "environment variable STALLSCOPE_TEST_MISSING_KEY is not set"),
+        (&["run", "--config", kind], "line 3"),
+        (&["run", "--scenario", "healthy", "--set", "SSE_IDLE_TIMEOUT_S=-1"], "STALLSCOPE_SSE_IDLE_TIMEOUT_S=\"-1\""),
+        (&["run", "--config", "/nonexistent/x.toml"], "cannot read config"),
+    ];
+    for (args, wanted) in cases {
+        let output = stallscope(args, &[]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(wanted), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
