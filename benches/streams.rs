@@ -1,0 +1,2 @@
+//! Placeholder replaced by the stream benchmarks.
+fn main() {}
