@@ -174,6 +174,9 @@ pub fn failure_from_reqwest(
     }) || message.contains("reset")
     {
         TransportKind::Reset
+    } else if io_kind(error) == Some(std::io::ErrorKind::UnexpectedEof) || message.contains("EOF") {
+        // hyper reports a body cut short as an unexpected end of file.
+        TransportKind::Closed
     } else if error.is_body() || error.is_decode() {
         TransportKind::Read
     } else {

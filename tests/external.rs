@@ -1,0 +1,259 @@
+//! Our parsers and transport against software we did not write: the
+//! independent mock provider `@copilotkit/aimock` (all three dialects) and
+//! a real forward proxy, `tinyproxy`.
+//!
+//! These run whenever the programs are present. Where one is absent they say
+//! so and pass, so a fresh checkout's `cargo test` works; `.ci/run` installs
+//! both and sets `STALLSCOPE_REQUIRE_EXTERNAL=1`, which turns a missing
+//! program into a failure.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stallscope::config::{Layers, Settings};
+use stallscope::core::category::{Category, TimerKind};
+use stallscope::core::event::{EventClass, EventKind, Outcome, VecSink};
+use stallscope::core::executor::{Call, CallReport};
+use stallscope::core::failover::Target;
+use stallscope::core::transport::ClientCache;
+use stallscope::core::upstream::CallInput;
+use stallscope::providers::Dialect;
+use stallscope::providers::setup::ProviderConfig;
+use stallscope::run::{executor, rig};
+use stallscope::sim::builtin;
+use tokio_util::sync::CancellationToken;
+
+/// Returns the program's path, or says why the test is skipped (and fails
+/// when CI requires the program).
+fn external(what: &str, found: Option<PathBuf>) -> Option<PathBuf> {
+    if found.is_none() {
+        let required = std::env::var("STALLSCOPE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1");
+        assert!(!required, "{what} is missing and STALLSCOPE_REQUIRE_EXTERNAL=1; .ci/run installs it");
+        eprintln!("skipped: {what} is not installed (.ci/run installs it)");
+    }
+    found
+}
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(program)).find(|p| p.is_file())
+}
+
+fn aimock() -> Option<PathBuf> {
+    let cli = std::env::var_os("STALLSCOPE_AIMOCK_CLI").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/aimock/node_modules/@copilotkit/aimock/dist/cli.js")
+    });
+    external("@copilotkit/aimock (with node)", on_path("node").and(Some(cli)).filter(|p| p.is_file()))
+}
+
+fn tinyproxy() -> Option<PathBuf> {
+    external("tinyproxy", on_path("tinyproxy"))
+}
+
+/// A child process killed when the test ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for_port(port: u16, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "the program exited before listening on {port}");
+        assert!(Instant::now() < deadline, "nothing listens on {port} after 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stallscope-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn row(name: &str, dialect: Dialect, root: &str, proxy: Option<String>) -> ProviderConfig {
+    let base_url = if dialect == Dialect::AnthropicMessages { root.to_owned() } else { format!("{root}/v1") };
+    ProviderConfig {
+        name: name.to_owned(),
+        kind: dialect,
+        base_url,
+        model: "m".to_owned(),
+        api_key_env: None,
+        api_key_envs: Vec::new(),
+        proxy,
+        headers: Default::default(),
+    }
+}
+
+async fn call(rows: &[ProviderConfig], target: Target, prompt: &str, sets: &[&str]) -> (CallReport, Arc<VecSink>) {
+    let overrides: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+    let layers = Layers { config: Some(Path::new("/dev/null")), scenario: None, overrides: &overrides };
+    let settings = Settings::load(layers, Vec::<(String, String)>::new()).unwrap();
+    let sink = Arc::new(VecSink::new());
+    let executor = executor(&settings, rows, &ClientCache::new(), sink.clone(), |_| None).unwrap();
+    let call = Call { stream: 1, target, input: CallInput { prompt: prompt.into(), context_tokens: Some(2) } };
+    (executor.run(&call, &CancellationToken::new()).await, sink)
+}
+
+const FIXTURES: &str = r#"{
+  "fixtures": [
+    { "match": { "userMessage": "hello" }, "response": { "content": "Hello from aimock, streamed in pieces." }, "chunkSize": 5 },
+    { "match": { "userMessage": "slow" }, "response": { "content": "Slow to start." }, "streamingProfile": { "ttft": 1500, "tps": 50 } },
+    { "match": { "userMessage": "truncate" }, "response": { "content": "This answer will be cut off before it ends." },
+      "chunkSize": 5, "truncateAfterChunks": 8, "streamingProfile": { "ttft": 0, "tps": 200 } },
+    { "match": { "userMessage": "limit" }, "response": { "error": { "message": "Rate limit exceeded.", "type": "rate_limit_error", "code": "rate_limit_exceeded" }, "status": 429 } }
+  ]
+}"#;
+
+/// Held while a program picks its port and starts listening, so two
+/// tests never race for one port.
+static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn start_aimock(cli: &Path) -> (Running, String) {
+    use std::io::BufRead;
+    let dir = temp_dir("aimock");
+    std::fs::write(dir.join("fixtures.json"), FIXTURES).unwrap();
+    let _starting = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    // Port 0: aimock picks a free port and prints where it listens.
+    let mut child = Command::new("node")
+        .arg(cli)
+        .args(["-p", "0", "-h", "127.0.0.1", "-f"])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines.next().expect("aimock exited before listening").unwrap();
+        if let Some((_, url)) = line.split_once("listening on ") {
+            break url.trim().to_owned();
+        }
+    };
+    // Keep draining so aimock never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (Running(child), url)
+}
+
+#[tokio::test]
+async fn the_three_dialects_against_aimock() {
+    let Some(cli) = aimock() else { return };
+    let (_aimock, root) = start_aimock(&cli);
+    let quick = ["FALLBACK_MODELS=off", "PROVIDER_STREAM_BACKOFF_S=0.05"];
+    for dialect in Dialect::ALL {
+        let rows = [row("aimock", dialect, &root, None)];
+        let target = || Target::new("aimock", "m");
+
+        // A healthy stream, its content split over many events.
+        let (r, sink) = call(&rows, target(), "hello", &quick).await;
+        assert_eq!((r.outcome, r.attempts), (Outcome::Ok, 1), "{dialect}: {:?}", sink.kinds());
+        assert_eq!(r.content, "Hello from aimock, streamed in pieces.", "{dialect}");
+        let contents = sink
+            .kinds()
+            .iter()
+            .filter(|k| matches!(k, EventKind::SseReceived { class: EventClass::Content, .. }))
+            .count();
+        assert!(contents >= 7, "{dialect}: {contents} content events");
+        assert!(r.stop_reason.is_some(), "{dialect}");
+
+        // A slow first token trips a short TTFB guard.
+        let sets = ["FALLBACK_MODELS=off", "SSE_TTFB_TIMEOUT_S=0.3", "RETRY_BUDGET_TIMEOUT=0"];
+        let (r, _) = call(&rows, target(), "slow", &sets).await;
+        let error = r.error.unwrap();
+        assert_eq!(
+            (r.outcome, error.category, error.timer),
+            (Outcome::Failed, Category::Timeout, Some(TimerKind::Ttfb)),
+            "{dialect}"
+        );
+
+        // A stream cut off after a few chunks: partial recovery keeps them.
+        let (r, _) = call(&rows, target(), "truncate", &quick).await;
+        assert_eq!(r.outcome, Outcome::Partial, "{dialect}: {:?}", r.error);
+        assert!(
+            !r.content.is_empty() && "This answer will be cut off before it ends.".starts_with(&r.content),
+            "{dialect}: {:?}",
+            r.content
+        );
+        assert_eq!(r.stop_reason.as_deref(), Some("length"));
+
+        // 429 with Retry-After and exhausted buckets; a cap below the
+        // server's wait reports it instead of sleeping.
+        let sets = ["FALLBACK_MODELS=off", "RETRY_AFTER_MAX_S=0.5"];
+        let (r, sink) = call(&rows, target(), "limit", &sets).await;
+        let error = r.error.unwrap();
+        assert_eq!(
+            (r.outcome, error.category, error.status),
+            (Outcome::Failed, Category::RateLimit, Some(429)),
+            "{dialect}"
+        );
+        assert_eq!(r.refused_wait, Some(Duration::from_secs(1)), "{dialect}");
+        assert!(
+            sink.kinds().iter().any(|k| matches!(k, EventKind::RateLimitObserved { requests_remaining: Some(0), .. }))
+        );
+    }
+}
+
+fn start_tinyproxy(program: &Path) -> (Running, u16) {
+    let dir = temp_dir("tinyproxy");
+    let _starting = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    let port = free_port();
+    let config = dir.join("tinyproxy.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "Port {port}\nListen 127.0.0.1\nTimeout 600\nMaxClients 200\nAllow 127.0.0.1\nDisableViaHeader Yes\nLogLevel Critical\nPidFile \"{}\"\n",
+            dir.join("tinyproxy.pid").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(program)
+        .arg("-d")
+        .arg("-c")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(port, &mut child);
+    (Running(child), port)
+}
+
+/// The healthy scenario through a real forward proxy: the stream arrives
+/// token by token (not buffered), and stopping the proxy breaks the route,
+/// which shows the proxy really carried it.
+#[tokio::test]
+async fn streams_arrive_unbuffered_through_a_forward_proxy() {
+    let Some(program) = tinyproxy() else { return };
+    let (proxy, port) = start_tinyproxy(&program);
+    let rig = rig(builtin("healthy").unwrap(), Dialect::OpenAiChat).await.unwrap();
+    let root = rig.server.base_url();
+    let rows = [row("proxied", Dialect::OpenAiChat, &root, Some(format!("http://127.0.0.1:{port}")))];
+    let (r, sink) = call(&rows, Target::new("proxied", "m"), "hi", &["FALLBACK_MODELS=off"]).await;
+    assert_eq!((r.outcome, r.content.as_str()), (Outcome::Ok, "tok ".repeat(20).as_str()), "{:?}", r.error);
+    let content_at: Vec<Duration> = sink
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e.kind, EventKind::SseReceived { class: EventClass::Content, .. }))
+        .map(|e| e.at)
+        .collect();
+    // Twenty tokens 25 ms apart: unbuffered, they arrive spread over ~475 ms.
+    let spread = *content_at.last().unwrap() - content_at[0];
+    assert!(spread >= Duration::from_millis(300), "tokens arrived within {spread:?}: the proxy buffered them");
+
+    drop(proxy);
+    let sets = ["FALLBACK_MODELS=off", "RETRY_BUDGET_CONNECTION=0"];
+    let (r, _) = call(&rows, Target::new("proxied", "m"), "hi", &sets).await;
+    assert_eq!((r.outcome, r.error.unwrap().category), (Outcome::Failed, Category::Connection));
+    rig.server.shutdown().await;
+}
