@@ -138,6 +138,7 @@ fn sim_row(name: &str, dialect: Dialect, root: &str, model: &str) -> ProviderCon
         api_key_envs: Vec::new(),
         proxy: None,
         headers: BTreeMap::new(),
+        ca_file: None,
     }
 }
 

@@ -23,7 +23,7 @@ use stallscope::core::upstream::CallInput;
 use stallscope::providers::Dialect;
 use stallscope::providers::setup::ProviderConfig;
 use stallscope::run::{executor, rig};
-use stallscope::sim::builtin;
+use stallscope::sim::{SimServer, TlsIdentity, builtin};
 use tokio_util::sync::CancellationToken;
 
 /// Returns the program's path, or says why the test is skipped (and fails
@@ -82,6 +82,16 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn row(name: &str, dialect: Dialect, root: &str, proxy: Option<String>) -> ProviderConfig {
+    row_trusting(name, dialect, root, proxy, None)
+}
+
+fn row_trusting(
+    name: &str,
+    dialect: Dialect,
+    root: &str,
+    proxy: Option<String>,
+    ca_file: Option<PathBuf>,
+) -> ProviderConfig {
     let base_url = if dialect == Dialect::AnthropicMessages { root.to_owned() } else { format!("{root}/v1") };
     ProviderConfig {
         name: name.to_owned(),
@@ -92,6 +102,7 @@ fn row(name: &str, dialect: Dialect, root: &str, proxy: Option<String>) -> Provi
         api_key_envs: Vec::new(),
         proxy,
         headers: Default::default(),
+        ca_file,
     }
 }
 
@@ -256,4 +267,50 @@ async fn streams_arrive_unbuffered_through_a_forward_proxy() {
     let (r, _) = call(&rows, Target::new("proxied", "m"), "hi", &sets).await;
     assert_eq!((r.outcome, r.error.unwrap().category), (Outcome::Failed, Category::Connection));
     rig.server.shutdown().await;
+}
+
+fn tls_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls").join(name)
+}
+
+/// The same stream over HTTPS through the proxy's CONNECT tunnel, trusting
+/// the test CA through the provider's `ca_file`; without it the handshake
+/// is refused.
+#[tokio::test]
+async fn https_streams_arrive_unbuffered_through_a_connect_tunnel() {
+    let Some(program) = tinyproxy() else { return };
+    let (_proxy, port) = start_tinyproxy(&program);
+    let identity = TlsIdentity {
+        cert_chain_pem: std::fs::read(tls_fixture("server.pem")).unwrap(),
+        key_pem: std::fs::read(tls_fixture("server.key")).unwrap(),
+    };
+    let server = SimServer::start_tls(builtin("healthy").unwrap(), 0, &identity).await.unwrap();
+    let root = server.base_url();
+    assert!(root.starts_with("https://127.0.0.1:"), "{root}");
+    let proxy = Some(format!("http://127.0.0.1:{port}"));
+    for dialect in Dialect::ALL {
+        let rows = [row_trusting("tls", dialect, &root, proxy.clone(), Some(tls_fixture("ca.pem")))];
+        let (r, sink) = call(&rows, Target::new("tls", "m"), "hi", &["FALLBACK_MODELS=off"]).await;
+        assert_eq!(
+            (r.outcome, r.content.as_str()),
+            (Outcome::Ok, "tok ".repeat(20).as_str()),
+            "{dialect}: {:?}",
+            r.error
+        );
+        let content_at: Vec<Duration> = sink
+            .events()
+            .into_iter()
+            .filter(|e| matches!(e.kind, EventKind::SseReceived { class: EventClass::Content, .. }))
+            .map(|e| e.at)
+            .collect();
+        let spread = *content_at.last().unwrap() - content_at[0];
+        assert!(spread >= Duration::from_millis(300), "{dialect}: tokens arrived within {spread:?}");
+    }
+    let untrusted = [row("tls", Dialect::OpenAiChat, &root, proxy)];
+    let sets = ["FALLBACK_MODELS=off", "RETRY_BUDGET_CONNECTION=0"];
+    let (r, _) = call(&untrusted, Target::new("tls", "m"), "hi", &sets).await;
+    let error = r.error.unwrap();
+    assert_eq!((r.outcome, error.category), (Outcome::Failed, Category::Connection));
+    assert!(error.message.to_ascii_lowercase().contains("certificate"), "{}", error.message);
+    server.shutdown().await;
 }

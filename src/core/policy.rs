@@ -301,6 +301,7 @@ impl CorePolicy {
             force_ipv4: t.get("STALLSCOPE_FORCE_IPV4").value.as_bool(),
             http1_only: t.get("STALLSCOPE_HTTP1_ONLY").value.as_bool(),
             proxy: ProxySetting::parse(&proxy_text),
+            ca_file: None,
         };
         Ok(CorePolicy { timers, retry, failover, credentials, fleet, transport })
     }

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::error::Error as _;
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -68,6 +69,10 @@ pub struct TransportSettings {
     pub http1_only: bool,
     /// Proxy.
     pub proxy: ProxySetting,
+    /// Extra trusted CA certificates (a PEM file), merged with the
+    /// platform's roots: for TLS-inspecting corporate proxies and private
+    /// endpoints.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// A client could not be built.
@@ -106,6 +111,16 @@ pub fn build_client(settings: &TransportSettings) -> Result<reqwest::Client, Tra
             builder.proxy(proxy)
         }
     };
+    if let Some(path) = &settings.ca_file {
+        let pem =
+            std::fs::read(path).map_err(|e| TransportError { message: format!("CA file {}: {e}", path.display()) })?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| TransportError { message: format!("CA file {}: {}", path.display(), error_chain(&e)) })?;
+        if certs.is_empty() {
+            return Err(TransportError { message: format!("CA file {} holds no PEM certificate", path.display()) });
+        }
+        builder = builder.tls_certs_merge(certs);
+    }
     builder.build().map_err(|e| TransportError { message: error_chain(&e) })
 }
 

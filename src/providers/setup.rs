@@ -41,6 +41,10 @@ pub struct ProviderConfig {
     /// Extra request headers.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Extra trusted CA certificates (PEM), for TLS-inspecting proxies and
+    /// private endpoints.
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// Providers that cannot be set up.
@@ -130,6 +134,7 @@ pub fn connect(
         if let Some(proxy) = &row.proxy {
             transport.proxy = ProxySetting::parse(proxy);
         }
+        transport.ca_file.clone_from(&row.ca_file);
         let client =
             clients.client(&transport).map_err(|source| SetupError::Client { provider: row.name.clone(), source })?;
         let headers = extra_headers(row)?;

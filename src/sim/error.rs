@@ -1,5 +1,6 @@
 //! The simulator's typed errors: a scenario that cannot be used, a built-in
-//! name that does not exist, a port that cannot be bound.
+//! name that does not exist, a port that cannot be bound, a TLS identity
+//! that cannot be used.
 
 use std::io;
 use std::net::SocketAddr;
@@ -34,4 +35,7 @@ pub enum SimError {
         /// The operating system's reason.
         source: io::Error,
     },
+    /// The TLS certificate or key cannot be used.
+    #[error("the simulator's TLS identity cannot be used: {0}")]
+    Tls(String),
 }

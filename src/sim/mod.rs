@@ -30,4 +30,4 @@ mod tests;
 pub use error::SimError;
 pub use library::{builtin, builtin_names};
 pub use scenario::{Attempt, RunHints, Scenario, Step, StreamError, Wait};
-pub use server::{STREAM_HEADER, SimServer};
+pub use server::{STREAM_HEADER, SimServer, TlsIdentity};

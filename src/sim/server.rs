@@ -26,6 +26,7 @@ use serde::Deserialize;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
 
 use super::error::SimError;
 use super::plan::plan;
@@ -48,6 +49,8 @@ const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// What every connection shares.
 struct Shared {
     scenario: Scenario,
+    /// Present when the simulator speaks HTTPS.
+    tls: Option<TlsAcceptor>,
     /// Requests seen per stream id (the empty id for requests without one).
     attempts: Mutex<HashMap<String, usize>>,
 }
@@ -74,11 +77,21 @@ impl SimServer {
     /// Binds 127.0.0.1:`port` (0 picks a free port) and serves `scenario`
     /// until shut down or dropped.
     pub async fn start(scenario: Scenario, port: u16) -> Result<SimServer, SimError> {
+        Self::serve(scenario, port, None).await
+    }
+
+    /// Like [`SimServer::start`], but speaking HTTPS with `identity` (for
+    /// tests of proxies' CONNECT tunnels and of custom CA files).
+    pub async fn start_tls(scenario: Scenario, port: u16, identity: &TlsIdentity) -> Result<SimServer, SimError> {
+        Self::serve(scenario, port, Some(identity.acceptor()?)).await
+    }
+
+    async fn serve(scenario: Scenario, port: u16, tls: Option<TlsAcceptor>) -> Result<SimServer, SimError> {
         let requested = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let bind_error = |source| SimError::Bind { addr: requested, source };
         let listener = TcpListener::bind(requested).await.map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
-        let shared = Arc::new(Shared { scenario, attempts: Mutex::new(HashMap::new()) });
+        let shared = Arc::new(Shared { scenario, tls, attempts: Mutex::new(HashMap::new()) });
         let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         Ok(SimServer { addr, shared, accept })
     }
@@ -88,9 +101,11 @@ impl SimServer {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`, without a trailing slash.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS), without a trailing
+    /// slash.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.shared.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Requests seen so far for the stream id `stream` (`""` counts requests
@@ -119,6 +134,34 @@ impl Drop for SimServer {
     }
 }
 
+/// A certificate chain and its private key, in PEM.
+#[derive(Debug, Clone)]
+pub struct TlsIdentity {
+    /// The server certificate, then any intermediates.
+    pub cert_chain_pem: Vec<u8>,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_pem: Vec<u8>,
+}
+
+impl TlsIdentity {
+    fn acceptor(&self) -> Result<TlsAcceptor, SimError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let bad = |e: &dyn std::fmt::Display| SimError::Tls(e.to_string());
+        let certs =
+            CertificateDer::pem_slice_iter(&self.cert_chain_pem).collect::<Result<Vec<_>, _>>().map_err(|e| bad(&e))?;
+        let key = PrivateKeyDer::from_pem_slice(&self.key_pem).map_err(|e| bad(&e))?;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad(&e))?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| bad(&e))?;
+        Ok(TlsAcceptor::from(Arc::new(config)))
+    }
+}
+
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     // Dropped with this task, which aborts every connection still open.
     let mut connections = JoinSet::new();
@@ -144,11 +187,24 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     let Ok(handle) = std_stream.try_clone() else { return };
     let Ok(stream) = TcpStream::from_std(std_stream) else { return };
     let (abort_tx, mut abort_rx) = mpsc::unbounded_channel();
+    let tls = shared.tls.clone();
     let service = service_fn(move |request| respond(request, Arc::clone(&shared), abort_tx.clone()));
     // No timer is given to the builder, so hyper applies no timeouts.
-    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    let builder = http1::Builder::new();
+    let connection = async move {
+        match tls {
+            Some(acceptor) => {
+                if let Ok(stream) = acceptor.accept(stream).await {
+                    let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                }
+            }
+            None => {
+                let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            }
+        }
+    };
     tokio::select! {
-        _ = connection => {}
+        () = connection => {}
         Some(abort) = abort_rx.recv() => {
             if abort == Abort::Reset {
                 // If this fails the close below is a plain FIN; nothing better is possible.
