@@ -110,36 +110,19 @@ pub async fn rig(scenario: Scenario, dialect: Dialect) -> Result<ScenarioRig, Ri
     let unreachable = scenario.run().primary_unreachable;
     let server = SimServer::start(scenario, 0).await?;
     let mut providers: Vec<ProviderConfig> =
-        SIM_MODELS.iter().map(|model| sim_row("sim", dialect, &server.base_url(), model)).collect();
+        SIM_MODELS.iter().map(|model| ProviderConfig::at_root("sim", dialect, &server.base_url(), model)).collect();
     let mut target = Target::new("sim", SIM_MODELS[0]);
     if unreachable {
         // Bound and released at once: nothing listens there, so connections
         // are refused and the call fails over to the simulator.
         let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let dead = sim_row("unreachable", dialect, &format!("http://127.0.0.1:{closed}"), SIM_MODELS[0]);
+        let dead =
+            ProviderConfig::at_root("unreachable", dialect, &format!("http://127.0.0.1:{closed}"), SIM_MODELS[0]);
         providers.insert(0, dead);
         target = Target::new("unreachable", SIM_MODELS[0]);
         tunables.entry("STALLSCOPE_FALLBACK_MODELS".to_owned()).or_insert_with(|| format!("sim/{}", SIM_MODELS[0]));
     }
     Ok(ScenarioRig { server, providers, target, tunables })
-}
-
-fn sim_row(name: &str, dialect: Dialect, root: &str, model: &str) -> ProviderConfig {
-    let base_url = match dialect {
-        Dialect::AnthropicMessages => root.to_owned(),
-        Dialect::OpenAiChat | Dialect::OpenAiResponses => format!("{root}/v1"),
-    };
-    ProviderConfig {
-        name: name.to_owned(),
-        kind: dialect,
-        base_url,
-        model: model.to_owned(),
-        api_key_env: None,
-        api_key_envs: Vec::new(),
-        proxy: None,
-        headers: BTreeMap::new(),
-        ca_file: None,
-    }
 }
 
 /// An executor over `providers` with the effective settings, sending events

@@ -82,28 +82,18 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn row(name: &str, dialect: Dialect, root: &str, proxy: Option<String>) -> ProviderConfig {
-    row_trusting(name, dialect, root, proxy, None)
+    ProviderConfig { proxy, ..ProviderConfig::at_root(name, dialect, root, "m") }
 }
 
-fn row_trusting(
-    name: &str,
-    dialect: Dialect,
-    root: &str,
-    proxy: Option<String>,
-    ca_file: Option<PathBuf>,
-) -> ProviderConfig {
-    let base_url = if dialect == Dialect::AnthropicMessages { root.to_owned() } else { format!("{root}/v1") };
-    ProviderConfig {
-        name: name.to_owned(),
-        kind: dialect,
-        base_url,
-        model: "m".to_owned(),
-        api_key_env: None,
-        api_key_envs: Vec::new(),
-        proxy,
-        headers: Default::default(),
-        ca_file,
-    }
+/// How long the content events of a call took to arrive, first to last.
+fn content_spread(sink: &VecSink) -> Duration {
+    let content_at: Vec<Duration> = sink
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e.kind, EventKind::SseReceived { class: EventClass::Content, .. }))
+        .map(|e| e.at)
+        .collect();
+    *content_at.last().unwrap() - content_at[0]
 }
 
 async fn call(rows: &[ProviderConfig], target: Target, prompt: &str, sets: &[&str]) -> (CallReport, Arc<VecSink>) {
@@ -252,14 +242,8 @@ async fn streams_arrive_unbuffered_through_a_forward_proxy() {
     let rows = [row("proxied", Dialect::OpenAiChat, &root, Some(format!("http://127.0.0.1:{port}")))];
     let (r, sink) = call(&rows, Target::new("proxied", "m"), "hi", &["FALLBACK_MODELS=off"]).await;
     assert_eq!((r.outcome, r.content.as_str()), (Outcome::Ok, "tok ".repeat(20).as_str()), "{:?}", r.error);
-    let content_at: Vec<Duration> = sink
-        .events()
-        .into_iter()
-        .filter(|e| matches!(e.kind, EventKind::SseReceived { class: EventClass::Content, .. }))
-        .map(|e| e.at)
-        .collect();
     // Twenty tokens 25 ms apart: unbuffered, they arrive spread over ~475 ms.
-    let spread = *content_at.last().unwrap() - content_at[0];
+    let spread = content_spread(&sink);
     assert!(spread >= Duration::from_millis(300), "tokens arrived within {spread:?}: the proxy buffered them");
 
     drop(proxy);
@@ -289,7 +273,9 @@ async fn https_streams_arrive_unbuffered_through_a_connect_tunnel() {
     assert!(root.starts_with("https://127.0.0.1:"), "{root}");
     let proxy = Some(format!("http://127.0.0.1:{port}"));
     for dialect in Dialect::ALL {
-        let rows = [row_trusting("tls", dialect, &root, proxy.clone(), Some(tls_fixture("ca.pem")))];
+        let trusting =
+            ProviderConfig { ca_file: Some(tls_fixture("ca.pem")), ..row("tls", dialect, &root, proxy.clone()) };
+        let rows = [trusting];
         let (r, sink) = call(&rows, Target::new("tls", "m"), "hi", &["FALLBACK_MODELS=off"]).await;
         assert_eq!(
             (r.outcome, r.content.as_str()),
@@ -297,13 +283,7 @@ async fn https_streams_arrive_unbuffered_through_a_connect_tunnel() {
             "{dialect}: {:?}",
             r.error
         );
-        let content_at: Vec<Duration> = sink
-            .events()
-            .into_iter()
-            .filter(|e| matches!(e.kind, EventKind::SseReceived { class: EventClass::Content, .. }))
-            .map(|e| e.at)
-            .collect();
-        let spread = *content_at.last().unwrap() - content_at[0];
+        let spread = content_spread(&sink);
         assert!(spread >= Duration::from_millis(300), "{dialect}: tokens arrived within {spread:?}");
     }
     let untrusted = [row("tls", Dialect::OpenAiChat, &root, proxy)];

@@ -236,14 +236,13 @@ pub fn builtin(failure: &Failure) -> (Category, &'static str) {
             TransportKind::Other => (Category::Connection, "transport failure"),
         },
         Failure::Http { status, body, .. } => by_status(*status, body),
-        Failure::UnexpectedContentType { status, body, .. } => {
+        Failure::UnexpectedContentType { body, .. } => {
             let lower = body.to_ascii_lowercase();
             if lower.trim_start().starts_with('{') && lower.contains("\"error\"") {
                 by_body(&lower).unwrap_or((Category::ServerError, "JSON error body on a 2xx"))
             } else {
                 // A captive portal or a proxy's error page: the route, not
                 // the request, is at fault.
-                let _ = status;
                 (Category::Connection, "non-event-stream response")
             }
         }

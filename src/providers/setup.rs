@@ -47,6 +47,30 @@ pub struct ProviderConfig {
     pub ca_file: Option<std::path::PathBuf>,
 }
 
+impl ProviderConfig {
+    /// A row for a server whose endpoints sit at `root` (as the simulator's
+    /// do), with the base URL each SDK expects: OpenAI's under `/v1`,
+    /// Anthropic's at the root. No key, proxy or extra headers.
+    pub fn at_root(name: &str, kind: Dialect, root: &str, model: &str) -> Self {
+        let root = root.trim_end_matches('/');
+        let base_url = match kind {
+            Dialect::AnthropicMessages => root.to_owned(),
+            Dialect::OpenAiChat | Dialect::OpenAiResponses => format!("{root}/v1"),
+        };
+        ProviderConfig {
+            name: name.to_owned(),
+            kind,
+            base_url,
+            model: model.to_owned(),
+            api_key_env: None,
+            api_key_envs: Vec::new(),
+            proxy: None,
+            headers: BTreeMap::new(),
+            ca_file: None,
+        }
+    }
+}
+
 /// Providers that cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
