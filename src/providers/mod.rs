@@ -17,6 +17,7 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+use crate::core::event::EventClass;
 use crate::core::upstream::{CallInput, Decoded, Decoder};
 use sse::{SseItem, SseParser};
 
@@ -165,13 +166,23 @@ pub struct DialectDecoder {
     state: DialectState,
 }
 
-/// Maps one SSE item with the dialect's rules.
+/// Maps one SSE item with the dialect's rules. Comments are keep-alives in
+/// every dialect.
 fn decode(dialect: Dialect, item: SseItem<'_>, state: &mut DialectState, out: &mut Vec<Decoded>) {
+    let SseItem::Event { event, data, .. } = item else {
+        return out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() });
+    };
     match dialect {
-        Dialect::OpenAiChat => openai_chat::decode(item, state, out),
-        Dialect::OpenAiResponses => openai_responses::decode(item, state, out),
-        Dialect::AnthropicMessages => anthropic::decode(item, state, out),
+        Dialect::OpenAiChat => openai_chat::decode(data, state, out),
+        Dialect::OpenAiResponses => openai_responses::decode(event, data, out),
+        Dialect::AnthropicMessages => anthropic::decode(event, data, out),
     }
+}
+
+/// Parses an event's JSON payload, or says which event was not JSON.
+fn payload<'a, T: Deserialize<'a>>(dialect: Dialect, event: &str, data: &'a str) -> Result<T, Decoded> {
+    serde_json::from_str(data)
+        .map_err(|e| Decoded::Malformed(format!("{dialect} event `{event}` is not the expected JSON ({e})")))
 }
 
 impl Decoder for DialectDecoder {

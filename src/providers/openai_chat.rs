@@ -5,8 +5,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::sse::SseItem;
-use super::{DialectState, ErrorObject};
+use super::{Dialect, DialectState, ErrorObject, payload};
 use crate::core::event::EventClass;
 use crate::core::upstream::{CallInput, Decoded};
 
@@ -62,19 +61,15 @@ struct ToolFunction {
     arguments: Option<String>,
 }
 
-/// Maps one SSE item to what it means.
-pub(super) fn decode(item: SseItem<'_>, state: &mut DialectState, out: &mut Vec<Decoded>) {
-    let data = match item {
-        SseItem::Comment(_) => return out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() }),
-        SseItem::Event { data, .. } => data,
-    };
+/// Maps one event's data to what it means (chat events carry no name).
+pub(super) fn decode(data: &str, state: &mut DialectState, out: &mut Vec<Decoded>) {
     if data.trim() == "[DONE]" {
         state.done = true;
         return out.push(Decoded::Done);
     }
-    let chunk: Chunk<'_> = match serde_json::from_str(data) {
+    let chunk: Chunk<'_> = match payload(Dialect::OpenAiChat, "message", data) {
         Ok(chunk) => chunk,
-        Err(e) => return out.push(Decoded::Malformed(format!("chat completion chunk is not JSON ({e})"))),
+        Err(malformed) => return out.push(malformed),
     };
     if let Some(error) = chunk.error {
         return out.push(error.into_decoded());

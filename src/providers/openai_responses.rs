@@ -5,8 +5,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::sse::SseItem;
-use super::{DialectState, ErrorObject};
+use super::{Dialect, ErrorObject, payload};
 use crate::core::event::EventClass;
 use crate::core::upstream::{CallInput, Decoded};
 
@@ -45,15 +44,11 @@ struct Incomplete {
     reason: Option<String>,
 }
 
-/// Maps one SSE item to what it means.
-pub(super) fn decode(item: SseItem<'_>, _state: &mut DialectState, out: &mut Vec<Decoded>) {
-    let (event, data) = match item {
-        SseItem::Comment(_) => return out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() }),
-        SseItem::Event { event, data, .. } => (event, data),
-    };
-    let payload: Payload<'_> = match serde_json::from_str(data) {
+/// Maps one event to what it means.
+pub(super) fn decode(event: &str, data: &str, out: &mut Vec<Decoded>) {
+    let payload: Payload<'_> = match payload(Dialect::OpenAiResponses, event, data) {
         Ok(payload) => payload,
-        Err(e) => return out.push(Decoded::Malformed(format!("Responses event `{event}` is not JSON ({e})"))),
+        Err(malformed) => return out.push(malformed),
     };
     // The JSON `type` is authoritative; the SSE event name is its copy.
     let kind = if payload.kind.is_empty() { event } else { payload.kind.as_ref() };

@@ -130,7 +130,10 @@ fn anthropic_stream() {
 #[test]
 fn broken_bytes_are_malformed_not_a_panic() {
     let got = whole(Dialect::OpenAiChat, b"data: {not json\n\n");
-    assert!(matches!(&got[..], [Decoded::Malformed(m)] if m.contains("not JSON")), "{got:?}");
+    assert!(
+        matches!(&got[..], [Decoded::Malformed(m)] if m.contains("openai-chat event `message` is not the expected JSON")),
+        "{got:?}"
+    );
     let got = whole(Dialect::AnthropicMessages, b"event: ping\ndata: \xff\xfe\n\n");
     assert!(matches!(got.last(), Some(Decoded::Malformed(m)) if m.contains("UTF-8")), "{got:?}");
 }
