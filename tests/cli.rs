@@ -201,3 +201,39 @@ fn run_refuses_bad_input_with_one_line() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sim_lists_scenarios_and_serves_one_printing_its_url() {
+    let list = stdout(&stallscope(&["sim", "--list"], &[]));
+    assert_eq!(list.lines().count(), stallscope::sim::builtin_names().len(), "{list}");
+    assert!(list.lines().any(|l| l.starts_with("ping-flood-stall ")), "{list}");
+
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["sim", "--scenario", "healthy"])
+        .env_clear()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let body = runtime.block_on(async {
+        let response = reqwest::Client::new()
+            .post(format!("{url}/v1/messages"))
+            .body(r#"{"model":"m","stream":true,"max_tokens":5,"messages":[]}"#)
+            .send()
+            .await
+            .unwrap();
+        response.text().await.unwrap()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        body.starts_with("event: message_start\n")
+            && body.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+        "{body}"
+    );
+}
