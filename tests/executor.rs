@@ -203,6 +203,12 @@ async fn partial_recovery_keeps_the_text_with_stop_reason_length() {
     let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
     assert_eq!(report.outcome, Outcome::Failed);
 
+    // Half a tool call is not worth keeping.
+    let up = Scripted::new(vec![Script::stream(vec![Step::Send("t:{\"city\": \"Par\n"), Step::Fail(reset())])]);
+    let h = Harness::single(policy(NO_JITTER), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.error.unwrap().category), (Outcome::Failed, Category::Connection));
+
     // A permanent error after content still fails.
     let up =
         Scripted::new(vec![Script::stream(vec![Step::Send("c:text\n"), Step::Send("e:invalid_request_error:bad\n")])]);
@@ -384,6 +390,22 @@ async fn a_non_event_stream_body_is_read_under_the_timers_and_classified() {
     let h = Harness::single(policy(&sets), Scripted::new(vec![html]));
     let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
     assert_eq!((report.error.unwrap().timer, report.elapsed), (Some(TimerKind::Idle), S(3)));
+
+    // A body trickling a byte per second keeps idle quiet, not data stall.
+    let mut trickle = vec![];
+    for _ in 0..100 {
+        trickle.push(Step::Wait(S(1)));
+        trickle.push(Step::Send("{"));
+    }
+    let json = Script {
+        headers_after: Duration::ZERO,
+        open: Ok((200, vec![("content-type", "application/json")])),
+        body: trickle,
+    };
+    let sets = with(&["SSE_IDLE_TIMEOUT_S=3", "SSE_DATA_STALL_TIMEOUT_S=10", "RETRY_BUDGET_TIMEOUT=0"]);
+    let h = Harness::single(policy(&sets), Scripted::new(vec![json]));
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.error.unwrap().timer, report.elapsed), (Some(TimerKind::DataStall), S(10)));
 }
 
 #[tokio::test(start_paused = true)]
@@ -402,6 +424,14 @@ async fn auth_failures_rotate_to_the_next_key_and_rest_the_refused_one() {
     );
     assert!(kinds.iter().any(|k| matches!(k, EventKind::CredentialRotated { from: 0, to: 1, .. })));
 
+    // Every key refused: the call ends as an auth failure, not a rate limit.
+    let up = Scripted::new(vec![Script::status(401, vec![], "invalid key")]);
+    let h = Harness::new(policy(NO_JITTER), vec![("p", vec!["m1"], up.clone(), 2)]);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    let error = report.error.unwrap();
+    assert_eq!((report.outcome, error.category, up.opened()), (Outcome::Failed, Category::Auth, 2));
+    assert_eq!(error.rule, "builtin: every key of the pool is cooling down");
+
     // A single key is never rested and an auth failure is final.
     let up = Scripted::new(vec![Script::status(401, vec![], "invalid key")]);
     let h = Harness::new(policy(NO_JITTER), vec![("p", vec!["m1"], up.clone(), 1)]);
@@ -419,6 +449,23 @@ async fn the_fleet_budget_refuses_retries_beyond_its_share() {
     let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
     assert_eq!((report.outcome, up.opened()), (Outcome::Failed, 1));
     assert!(h.sink.kinds().iter().any(|k| matches!(k, EventKind::RetryBudgetRefused { limit: 0, .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn escalation_past_what_an_instant_holds_does_not_panic() {
+    let up = Scripted::new(vec![Script::stream(vec![Step::Hang])]);
+    let sets = with(&[
+        "SSE_TTFB_TIMEOUT_S=1",
+        "TIMEOUT_ESCALATION=multiplicative",
+        "TIMEOUT_ESCALATION_MULTIPLIER=10",
+        "RETRY_BUDGET_TIMEOUT=100",
+        "PROVIDER_STREAM_RETRIES=30",
+        "PROVIDER_STREAM_BACKOFF_S=0",
+        "CALL_DEADLINE_S=86400",
+    ]);
+    let h = Harness::single(policy(&sets), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!(report.error.unwrap().timer, Some(TimerKind::Deadline));
 }
 
 #[tokio::test(start_paused = true)]

@@ -34,7 +34,7 @@ pub(super) fn run(args: &Args, settings: &Settings, out: &mut dyn Write) -> Resu
             .map(|(spec, e)| {
                 [
                     spec.name.to_owned(),
-                    e.value.to_string(),
+                    crate::tunables::shown(spec, &e.value).to_string(),
                     t.default_of(spec).to_string(),
                     spec.unit.to_owned(),
                     e.source.to_string(),

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::category::{Category, TimerKind};
 use super::failure::{Failure, TransportKind};
 use super::ratelimit::RateLimits;
-use super::retry_after::{ServerDelay, server_delay};
+use super::retry_after::{DelaySource, ServerDelay, server_delay};
 
 /// A user rule: every condition given must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -205,6 +205,16 @@ impl Classifier {
                 _ => {}
             }
         }
+        let rate_limits = headers.and_then(|h| RateLimits::from_headers(h, now));
+        let server_delay = headers.and_then(|h| server_delay(h, now)).filter(|delay| match delay.source {
+            // Providers send reset headers on every response; they only say
+            // when a bucket refills. They are a wait only when the request
+            // was refused for the rate and that bucket is empty.
+            DelaySource::ResetHint { .. } => {
+                category == Category::RateLimit && rate_limits.as_ref().is_some_and(|l| l.exhausted_reset().is_some())
+            }
+            _ => true,
+        });
         Classification {
             category,
             timer,
@@ -212,8 +222,8 @@ impl Classifier {
             retryable,
             rule,
             message: failure.to_string(),
-            server_delay: headers.and_then(|h| server_delay(h, now)),
-            rate_limits: headers.and_then(|h| RateLimits::from_headers(h, now)),
+            server_delay,
+            rate_limits,
         }
     }
 }
@@ -267,7 +277,8 @@ fn by_status(status: u16, body: &str) -> (Category, &'static str) {
         429 => (Category::RateLimit, "status 429"),
         401 | 403 => (Category::Auth, "status 401/403"),
         402 => (Category::Auth, "status 402"),
-        408 => (Category::Timeout, "status 408"),
+        // The server gave up on the request; no timer of ours fired.
+        408 => (Category::ServerError, "status 408"),
         409 => (Category::ServerError, "status 409"),
         529 => (Category::Overloaded, "status 529"),
         503 => (Category::Overloaded, "status 503"),
@@ -296,7 +307,11 @@ fn by_body(lower: &str) -> Option<(Category, &'static str)> {
         ("server_error", Category::ServerError, "server error"),
         ("internal error", Category::ServerError, "internal error"),
         ("internal_error", Category::ServerError, "internal error"),
-        ("timeout", Category::Timeout, "timeout error"),
+        ("too_many_requests", Category::RateLimit, "rate-limit error"),
+        ("invalid_prompt", Category::InvalidRequest, "invalid prompt"),
+        ("invalid_image", Category::InvalidRequest, "invalid image"),
+        // A timeout the server reports is not one of our timers.
+        ("timeout", Category::ServerError, "server-side timeout"),
     ];
     PHRASES.iter().find(|(phrase, _, _)| lower.contains(phrase)).map(|&(_, category, rule)| (category, rule))
 }

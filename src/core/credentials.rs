@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::category::Category;
+
 /// An API key. Its `Debug` and `Display` never print it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -62,12 +64,15 @@ pub struct Credential {
 pub struct AllCoolingDown {
     /// When the first key becomes usable again.
     pub ready_in: Duration,
+    /// Why that key rests (auth or rate limit).
+    pub cause: Category,
 }
 
 #[derive(Debug)]
 struct Slot {
     secret: Secret,
-    rest_until: Option<Instant>,
+    /// Until when the key rests, and why.
+    rest: Option<(Instant, Category)>,
     uses: u64,
 }
 
@@ -87,7 +92,7 @@ struct PoolState {
 impl CredentialPool {
     /// A pool of `keys` (may be empty: the provider needs no key).
     pub fn new(keys: Vec<Secret>, rotation: Rotation) -> Self {
-        let slots = keys.into_iter().map(|secret| Slot { secret, rest_until: None, uses: 0 }).collect();
+        let slots = keys.into_iter().map(|secret| Slot { secret, rest: None, uses: 0 }).collect();
         CredentialPool { rotation, state: Mutex::new(PoolState { slots, next: 0 }) }
     }
 
@@ -108,7 +113,7 @@ impl CredentialPool {
         if n == 0 {
             return Ok(None);
         }
-        let usable = |slot: &Slot| slot.rest_until.is_none_or(|t| t <= now);
+        let usable = |slot: &Slot| slot.rest.is_none_or(|(until, _)| until <= now);
         let index = match self.rotation {
             Rotation::RoundRobin => (0..n).map(|k| (state.next + k) % n).find(|&i| usable(&state.slots[i])),
             Rotation::LeastUsed => (0..n).filter(|&i| usable(&state.slots[i])).min_by_key(|&i| state.slots[i].uses),
@@ -118,26 +123,32 @@ impl CredentialPool {
                 state.next = (i + 1) % n;
                 let slot = &mut state.slots[i];
                 slot.uses += 1;
-                slot.rest_until = None;
+                slot.rest = None;
                 Ok(Some(Credential { index: i, secret: slot.secret.clone() }))
             }
             None => {
-                let ready = state.slots.iter().filter_map(|s| s.rest_until).min().unwrap_or(now);
-                Err(AllCoolingDown { ready_in: ready.saturating_duration_since(now) })
+                let (ready, cause) = state
+                    .slots
+                    .iter()
+                    .filter_map(|s| s.rest)
+                    .min_by_key(|(until, _)| *until)
+                    .unwrap_or((now, Category::RateLimit));
+                Err(AllCoolingDown { ready_in: ready.saturating_duration_since(now), cause })
             }
         }
     }
 
-    /// Rests key `index` for `cooldown`. Returns false (and does nothing)
-    /// for a pool of one key.
-    pub fn cool_down(&self, index: usize, cooldown: Duration, now: Instant) -> bool {
+    /// Rests key `index` for `cooldown` because of a failure of `cause`.
+    /// Returns false (and does nothing) for a pool of one key.
+    pub fn cool_down(&self, index: usize, cooldown: Duration, cause: Category, now: Instant) -> bool {
         let Ok(mut state) = self.state.lock() else { return false };
         if state.slots.len() < 2 {
             return false;
         }
         match state.slots.get_mut(index) {
             Some(slot) => {
-                slot.rest_until = Some(now + cooldown);
+                let until = now.checked_add(cooldown).unwrap_or(now + Duration::from_secs(365 * 24 * 3600));
+                slot.rest = Some((until, cause));
                 true
             }
             None => false,
@@ -165,7 +176,7 @@ mod tests {
         let now = Instant::now();
         let picks: Vec<usize> = (0..4).map(|_| p.pick(now).unwrap().unwrap().index).collect();
         assert_eq!(picks, [0, 1, 2, 0]);
-        assert!(p.cool_down(1, Duration::from_secs(60), now));
+        assert!(p.cool_down(1, Duration::from_secs(60), Category::Auth, now));
         assert_eq!(p.pick(now).unwrap().unwrap().index, 2);
         assert_eq!(p.pick(now).unwrap().unwrap().index, 0);
         assert_eq!(p.pick(now + Duration::from_secs(61)).unwrap().unwrap().index, 1);
@@ -175,16 +186,16 @@ mod tests {
     async fn all_resting_reports_when_the_first_recovers() {
         let p = pool(2, Rotation::LeastUsed);
         let now = Instant::now();
-        p.cool_down(0, Duration::from_secs(30), now);
-        p.cool_down(1, Duration::from_secs(10), now);
-        assert_eq!(p.pick(now), Err(AllCoolingDown { ready_in: Duration::from_secs(10) }));
+        p.cool_down(0, Duration::from_secs(30), Category::RateLimit, now);
+        p.cool_down(1, Duration::from_secs(10), Category::Auth, now);
+        assert_eq!(p.pick(now), Err(AllCoolingDown { ready_in: Duration::from_secs(10), cause: Category::Auth }));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_single_key_is_never_rested_and_an_empty_pool_needs_none() {
         let p = pool(1, Rotation::RoundRobin);
         let now = Instant::now();
-        assert!(!p.cool_down(0, Duration::from_secs(300), now));
+        assert!(!p.cool_down(0, Duration::from_secs(300), Category::Auth, now));
         assert_eq!(p.pick(now).unwrap().unwrap().index, 0);
         assert_eq!(pool(0, Rotation::RoundRobin).pick(now), Ok(None));
     }
@@ -194,7 +205,7 @@ mod tests {
         let p = pool(2, Rotation::LeastUsed);
         let now = Instant::now();
         p.pick(now).unwrap();
-        p.cool_down(1, Duration::from_secs(5), now);
+        p.cool_down(1, Duration::from_secs(5), Category::RateLimit, now);
         p.pick(now).unwrap();
         p.pick(now).unwrap();
         // Key 0 has 3 uses, key 1 none: once key 1 is back it is preferred.

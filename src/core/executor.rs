@@ -336,22 +336,23 @@ impl<'a> CallState<'a> {
             None | Some(Ok(None)) => None,
             Some(Ok(Some(credential))) => Some(credential),
             Some(Err(resting)) => {
-                // Every key rests: the same decision as a server asking to
-                // wait that long.
-                let mut c = self.builtin(
-                    Category::RateLimit,
-                    "builtin: every key of the pool is cooling down",
-                    format!(
-                        "every key of `{}` rests for {:.1} s more",
-                        target.provider,
-                        resting.ready_in.as_secs_f64()
-                    ),
+                // Every key rests. After rate limits that is the same
+                // decision as a server asking to wait that long; after auth
+                // refusals the keys are bad, and waiting will not fix them.
+                let message = format!(
+                    "every key of `{}` rests after {} failures; the first is usable again in {:.1} s",
+                    target.provider,
+                    resting.cause,
+                    resting.ready_in.as_secs_f64()
                 );
-                c.server_delay = Some(super::retry_after::ServerDelay {
-                    delay: resting.ready_in,
-                    source: DelaySource::ResetHint { header: "credential cooldown".to_owned() },
-                    raw: String::new(),
-                });
+                let mut c = self.builtin(resting.cause, "builtin: every key of the pool is cooling down", message);
+                if resting.cause == Category::RateLimit {
+                    c.server_delay = Some(super::retry_after::ServerDelay {
+                        delay: resting.ready_in,
+                        source: DelaySource::ResetHint { header: "credential cooldown".to_owned() },
+                        raw: String::new(),
+                    });
+                }
                 return Err((Classified::Done(Box::new(c)), None));
             }
         };
@@ -453,7 +454,7 @@ impl<'a> CallState<'a> {
                 .unwrap_or(settings.rate_limit_cooldown),
             _ => return,
         };
-        if pool.cool_down(index, cooldown, Instant::now()) {
+        if pool.cool_down(index, cooldown, c.category, Instant::now()) {
             self.emit(EventKind::CredentialCooledDown {
                 provider: target.provider.clone(),
                 credential: index,
@@ -584,7 +585,8 @@ impl<'a> CallState<'a> {
             self.report.error = Some(c);
             return self.finish(Outcome::Cancelled);
         }
-        if self.exec.policy.retry.partial_recovery && c.category.is_transient() {
+        // Only text is worth keeping: half a tool call's arguments is not.
+        if self.exec.policy.retry.partial_recovery && c.category.is_transient() && !self.report.content.is_empty() {
             self.emit(EventKind::PartialRecovered { chars: self.report.content.chars().count(), category: c.category });
             self.report.stop_reason = Some("length".to_owned());
             self.report.error = Some(c);

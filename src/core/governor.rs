@@ -13,8 +13,9 @@
 //!
 //! Phases: connecting → awaiting headers → awaiting first content →
 //! streaming (committed) → done. A response that is not an event stream is
-//! read to a bounded size under the same timers and turned into a failure:
-//! it never bypasses them.
+//! read to a bounded size under the same timers (its data-stall clock is
+//! never reset, so the whole body must arrive within that budget) and
+//! turned into a failure: it never bypasses them.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -92,8 +93,19 @@ struct Clock {
 
 impl Clock {
     fn start(budget: Option<Duration>, now: Instant) -> Option<Clock> {
-        budget.map(|budget| Clock { budget, fires_at: now + budget })
+        budget.map(|budget| Clock { budget, fires_at: after(now, budget) })
     }
+
+    /// Starts the budget again from `now`.
+    fn reset(&mut self, now: Instant) {
+        self.fires_at = after(now, self.budget);
+    }
+}
+
+/// `now + budget`, or a moment no attempt reaches when escalation has grown
+/// a budget past what an instant can hold.
+fn after(now: Instant, budget: Duration) -> Instant {
+    now.checked_add(budget).unwrap_or_else(far_future)
 }
 
 /// The armed timers of one attempt.
@@ -209,19 +221,22 @@ pub async fn run_attempt(
     };
     let now = Instant::now();
     if let Some(idle) = &mut clocks.idle {
-        idle.fires_at = now + idle.budget;
+        idle.reset(now);
     }
     let content_type =
         response.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     scope.emit(EventKind::HeadersReceived { status: response.status, content_type: content_type.clone() });
     let is_stream = content_type.as_deref().is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
+    // The data-stall clock runs for every body. An error or non-stream body
+    // has no progress events, so it must arrive whole within that budget: a
+    // body trickling a byte per idle period cannot hold the attempt open.
+    clocks.data_stall = Clock::start(timers.data_stall, now);
+    if let Some(clock) = clocks.data_stall {
+        scope.emit(EventKind::TimerArmed { timer: TimerKind::DataStall, after: clock.budget });
+        rearm_if_earlier(&clocks, sleep.as_mut());
+    }
     let mut reading = if (200..300).contains(&response.status) && is_stream {
         scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::AwaitingFirstContent });
-        clocks.data_stall = Clock::start(timers.data_stall, now);
-        if let Some(clock) = clocks.data_stall {
-            scope.emit(EventKind::TimerArmed { timer: TimerKind::DataStall, after: clock.budget });
-            rearm_if_earlier(&clocks, sleep.as_mut());
-        }
         Reading::Stream
     } else {
         Reading::ErrorBody(ErrorBody {
@@ -281,7 +296,7 @@ pub async fn run_attempt(
         }
         progress.bytes += chunk.len() as u64;
         if let Some(idle) = &mut clocks.idle {
-            idle.fires_at = now + idle.budget;
+            idle.reset(now);
         }
         scope.emit_at(now, EventKind::ChunkReceived { bytes: chunk.len() });
         reading = match reading {
@@ -321,7 +336,7 @@ fn absorb(
                 }
                 let resets = timers.progress_classes.contains(&class);
                 if resets && let Some(stall) = &mut clocks.data_stall {
-                    stall.fires_at = now + stall.budget;
+                    stall.reset(now);
                 }
                 scope.emit_at(now, EventKind::SseReceived { class, chars: text.chars().count(), progress: resets });
                 if class.is_output() && !progress.committed {
@@ -346,7 +361,9 @@ fn absorb(
 
 /// A moment no attempt reaches, for a timer with nothing armed.
 fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
+    let now = Instant::now();
+    // A century, or as far as the platform's clock reaches.
+    [100 * 365, 365, 30].iter().find_map(|days| now.checked_add(Duration::from_secs(days * 24 * 3600))).unwrap_or(now)
 }
 
 /// Handles a wake-up of the shared sleep. Resets only ever move clocks

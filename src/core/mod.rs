@@ -18,6 +18,7 @@ pub mod fleet;
 pub mod governor;
 pub mod policy;
 pub mod ratelimit;
+pub mod redact;
 pub mod retry_after;
 pub mod transport;
 pub mod upstream;

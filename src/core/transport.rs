@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::category::TimerKind;
 use super::failure::{Failure, TransportKind};
+use super::redact;
 
 /// TCP keepalive probe timing (seed 001: 30/10/3 → a dead peer is noticed
 /// in about a minute).
@@ -87,7 +88,10 @@ pub fn build_client(settings: &TransportSettings) -> Result<reqwest::Client, Tra
     let mut builder = reqwest::Client::builder()
         .connect_timeout(settings.connect_timeout)
         // Streams are small writes read as they come: Nagle only adds delay.
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        // A redirect would carry `x-api-key` and custom key headers to
+        // whatever host it names; an LLM endpoint has no reason to redirect.
+        .redirect(reqwest::redirect::Policy::none());
     if let Some(read) = settings.read_timeout {
         builder = builder.read_timeout(read);
     }
@@ -106,7 +110,7 @@ pub fn build_client(settings: &TransportSettings) -> Result<reqwest::Client, Tra
         ProxySetting::Off => builder.no_proxy(),
         ProxySetting::Url(url) => {
             let proxy = reqwest::Proxy::all(url.as_str())
-                .map_err(|e| TransportError { message: format!("proxy {url}: {e}") })?
+                .map_err(|e| TransportError { message: format!("proxy {}: {e}", redact::url(url)) })?
                 .no_proxy(reqwest::NoProxy::from_env());
             builder.proxy(proxy)
         }
@@ -168,7 +172,10 @@ pub fn failure_from_reqwest(
     connect_timeout: Duration,
     read_timeout: Option<Duration>,
 ) -> Failure {
-    let message = error_chain(error);
+    let mut message = error_chain(error);
+    if let Some(url) = error.url() {
+        message = message.replace(url.as_str(), &redact::masked(url));
+    }
     if error.is_timeout() {
         return if error.is_connect() {
             Failure::Timeout { timer: TimerKind::Connect, after: connect_timeout }
@@ -247,6 +254,15 @@ mod tests {
         other.force_ipv4 = true;
         cache.client(&other).unwrap();
         assert_eq!(cache.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn error_messages_never_carry_credentials_of_the_url() {
+        let client = build_client(&settings()).unwrap();
+        let err = client.get("http://user:s3cret@127.0.0.1:9/v1?key=k3y").send().await.unwrap_err();
+        let failure = failure_from_reqwest(&err, Duration::from_secs(1), None).to_string();
+        assert!(!failure.contains("s3cret") && !failure.contains("k3y"), "{failure}");
+        assert!(failure.contains("127.0.0.1:9"), "{failure}");
     }
 
     #[test]

@@ -26,6 +26,9 @@ struct Payload<'a> {
     code: Option<String>,
     #[serde(default)]
     message: Option<String>,
+    /// The API nests an `error` event's fields here.
+    #[serde(default)]
+    error: Option<ErrorObject>,
 }
 
 #[derive(Deserialize)]
@@ -74,9 +77,12 @@ pub(super) fn decode(event: &str, data: &str, out: &mut Vec<Decoded>) {
             let error = payload.response.and_then(|r| r.error).unwrap_or_default();
             out.push(error.into_decoded());
         }
-        "error" => out.push(Decoded::Error {
-            code: payload.code,
-            message: payload.message.unwrap_or_else(|| "error event without a message".to_owned()),
+        "error" => out.push(match payload.error {
+            Some(error) => error.into_decoded(),
+            None => Decoded::Error {
+                code: payload.code,
+                message: payload.message.unwrap_or_else(|| "error event without a message".to_owned()),
+            },
         }),
         _ => out.push(Decoded::Event { class: EventClass::Lifecycle, text: String::new() }),
     }

@@ -30,8 +30,9 @@
 //! And how it stays safe on hostile or broken input: no `unsafe`, no panics, memory for a pending
 //! line is capped by `max_line`, UTF-8 is checked on complete lines only (a character split across
 //! chunks is fine) and an error reports its byte offset in the stream, and any error is sticky.
-//! What is not capped here is the data of one event, which legitimately spans any number of
-//! lines: bound the total body size upstream if a server could stream `data:` lines forever.
+//! The joined data of one event, which may span any number of lines, is capped separately
+//! ([`SseParser::MAX_EVENT`]), so a server streaming `data:` lines forever cannot grow memory
+//! without bound either.
 //!
 //! One deliberate extension of the spec: a last line without a line end is still processed as a
 //! line by [`SseParser::finish`] (so a final comment or `id` is not lost), after which the pending
@@ -69,6 +70,13 @@ pub enum SseError {
     #[error("an SSE line is longer than {limit} bytes")]
     LineTooLong {
         /// The `max_line` the parser was built with.
+        limit: usize,
+    },
+    /// One event's joined `data` lines grew past the parser's event limit
+    /// (a server streaming `data:` lines with no blank line between them).
+    #[error("an SSE event's data is longer than {limit} bytes")]
+    EventTooLarge {
+        /// The event limit ([`SseParser::MAX_EVENT`]).
         limit: usize,
     },
     /// A complete line is not valid UTF-8; `offset` is the stream offset of the first bad byte.
@@ -155,6 +163,11 @@ impl SseParser {
     /// A default `max_line` of 4 MiB: far above any real event line, small enough to bound memory.
     pub const DEFAULT_MAX_LINE: usize = 4 * 1024 * 1024;
 
+    /// The longest joined `data` of one event: many times any real event,
+    /// small enough that a server sending `data:` lines forever (which
+    /// keeps every timer but data-stall quiet) cannot exhaust memory.
+    pub const MAX_EVENT: usize = 16 * 1024 * 1024;
+
     /// A parser for one stream.
     ///
     /// `max_line`: longest line accepted (a line of several MiB from a broken proxy must not grow memory without bound).
@@ -214,7 +227,10 @@ impl SseParser {
             match std::str::from_utf8(&self.tail) {
                 Ok(line) => {
                     let mut ov = Overlay::owned();
-                    on_line(&mut self.state, &mut ov, Text::Temp(line), on_item);
+                    if let Err(err) = on_line(&mut self.state, &mut ov, Text::Temp(line), on_item) {
+                        self.failed = Some(err.clone());
+                        return Err(err);
+                    }
                 }
                 Err(e) => {
                     let err = SseError::InvalidUtf8 { offset: line_start + e.valid_up_to() as u64 };
@@ -297,7 +313,7 @@ impl SseParser {
                     }
                     // Line ends are ASCII, so these are char boundaries and `get` never fails.
                     let line = text.get(start..end).unwrap_or_default();
-                    on_line(&mut self.state, ov, Text::Chunk(line), on_item);
+                    on_line(&mut self.state, ov, Text::Chunk(line), on_item)?;
                 }
             }
             Err(_) => {
@@ -339,8 +355,7 @@ impl SseParser {
         }
         let line = std::str::from_utf8(line)
             .map_err(|e| SseError::InvalidUtf8 { offset: line_start + e.valid_up_to() as u64 })?;
-        on_line(&mut self.state, ov, Text::Chunk(line), on_item);
-        Ok(())
+        on_line(&mut self.state, ov, Text::Chunk(line), on_item)
     }
 
     /// A line that began in an earlier chunk: `rest` completes the buffered tail.
@@ -357,7 +372,7 @@ impl SseParser {
         let line_start = chunk_start.saturating_sub(self.tail.len() as u64);
         self.tail.extend_from_slice(rest);
         match std::str::from_utf8(&self.tail) {
-            Ok(line) => on_line(&mut self.state, ov, Text::Temp(line), on_item),
+            Ok(line) => on_line(&mut self.state, ov, Text::Temp(line), on_item)?,
             Err(e) => return Err(SseError::InvalidUtf8 { offset: line_start + e.valid_up_to() as u64 }),
         }
         self.tail.clear();
@@ -498,7 +513,12 @@ fn classify(line: &str) -> (Kind, &str) {
 }
 
 /// Processes one complete line (without its line end).
-fn on_line<'c>(st: &mut EventState, ov: &mut Overlay<'c>, line: Text<'c, '_>, on_item: &mut dyn FnMut(SseItem<'_>)) {
+fn on_line<'c>(
+    st: &mut EventState,
+    ov: &mut Overlay<'c>,
+    line: Text<'c, '_>,
+    on_item: &mut dyn FnMut(SseItem<'_>),
+) -> Result<(), SseError> {
     let line = if st.at_start {
         st.at_start = false;
         // The BOM can only be at the very start of the stream, i.e. of the first line.
@@ -527,6 +547,9 @@ fn on_line<'c>(st: &mut EventState, ov: &mut Overlay<'c>, line: Text<'c, '_>, on
             st.in_event = true;
             if st.has_data {
                 ov.data.own(&mut st.data);
+                if st.data.len() + 1 + value.as_str().len() > SseParser::MAX_EVENT {
+                    return Err(SseError::EventTooLarge { limit: SseParser::MAX_EVENT });
+                }
                 st.data.push('\n');
                 st.data.push_str(value.as_str());
             } else {
@@ -547,6 +570,7 @@ fn on_line<'c>(st: &mut EventState, ov: &mut Overlay<'c>, line: Text<'c, '_>, on
         }
         Kind::Other => st.in_event = true,
     }
+    Ok(())
 }
 
 /// A blank line: dispatches the pending event if it has data, then resets it.
@@ -1071,6 +1095,26 @@ mod tests {
         let out = run_chunks(&chunks, 100);
         assert_eq!((out.items, out.result), (vec![ev("", "a😀b", None)], Ok(())));
         assert_eq!(items_of("event: é\ndata: 日本語\nid: ∆\n\n"), vec![ev("é", "日本語", Some("∆"))]);
+    }
+
+    #[test]
+    fn an_event_of_endless_data_lines_is_refused() {
+        let mut parser = SseParser::default();
+        let line = format!("data: {}\n", "x".repeat(1024 * 1024 - 7));
+        let mut items = 0;
+        let mut result = Ok(());
+        for _ in 0..17 {
+            result = parser.feed(line.as_bytes(), &mut |_| items += 1);
+            if result.is_err() {
+                break;
+            }
+        }
+        assert_eq!(result, Err(SseError::EventTooLarge { limit: SseParser::MAX_EVENT }));
+        assert_eq!(items, 0);
+        assert_eq!(
+            parser.feed(b"\n", &mut |_| items += 1),
+            Err(SseError::EventTooLarge { limit: SseParser::MAX_EVENT })
+        );
     }
 
     #[test]

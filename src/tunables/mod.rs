@@ -273,7 +273,7 @@ impl Tunables {
             let origin =
                 if effective.source.is_explicit() { format!(" [{}]", effective.source) } else { String::new() };
             out.push_str(&format!("# {}{origin}\n", spec.help));
-            out.push_str(&format!("{prefix}{}={}\n", spec.short_name(), env_quote(&effective.value)));
+            out.push_str(&format!("{prefix}{}={}\n", spec.short_name(), env_quote(&shown(spec, &effective.value))));
         }
         out.trim_start().to_owned()
     }
@@ -285,7 +285,7 @@ impl Tunables {
             .map(|(spec, effective)| {
                 serde_json::json!({
                     "name": spec.name,
-                    "value": effective.value.to_json(),
+                    "value": shown(spec, &effective.value).to_json(),
                     "default": self.default_of(spec).to_json(),
                     "type": spec.kind.type_name(),
                     "unit": spec.unit,
@@ -301,7 +301,17 @@ impl Tunables {
 
     /// Name → value of every tunable, as reports embed it.
     pub fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
-        self.iter().map(|(spec, e)| (spec.name.to_owned(), e.value.to_json())).collect()
+        self.iter().map(|(spec, e)| (spec.name.to_owned(), shown(spec, &e.value).to_json())).collect()
+    }
+}
+
+/// A value as it may be shown anywhere (listings, reports, `.env` files):
+/// URL-valued tunables have their credentials masked, since a proxy
+/// password is as secret as an API key.
+pub fn shown(spec: &TunableSpec, value: &Value) -> Value {
+    match value {
+        Value::Text(text) if spec::URL_VALUED.contains(&spec.name) => Value::Text(crate::core::redact::url(text)),
+        other => other.clone(),
     }
 }
 
@@ -397,6 +407,16 @@ mod tests {
         assert!(env.contains("[--set]"), "{env}");
         assert!(env.contains("OPENPROGRAM_FALLBACK_MODELS=\n"), "{env}");
         assert_eq!(env.lines().filter(|l| l.starts_with("OPENPROGRAM_")).count(), TUNABLES.len());
+    }
+
+    #[test]
+    fn proxy_passwords_are_never_shown() {
+        let mut t = Tunables::defaults();
+        t.apply_override("PROXY=http://user:s3cret@proxy:3128").unwrap();
+        let shown = [t.to_env("X_"), t.to_json().to_string(), serde_json::Value::Object(t.snapshot()).to_string()];
+        for text in shown {
+            assert!(!text.contains("s3cret") && text.contains("***@proxy:3128"), "{text}");
+        }
     }
 
     #[test]

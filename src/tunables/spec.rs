@@ -143,6 +143,10 @@ impl TunableSpec {
     }
 }
 
+/// Tunables whose value is a URL that may carry a user name and password:
+/// shown with those masked.
+pub const URL_VALUED: &[&str] = &["STALLSCOPE_PROXY"];
+
 /// Event classes a stream is parsed into (see `core::event::EventClass`).
 pub const EVENT_CLASSES: &[&str] = &["keepalive", "lifecycle", "reasoning", "content", "tool_call"];
 /// Categories failover may act on.
