@@ -36,9 +36,12 @@ pub struct Config {
     /// this order).
     #[serde(default, rename = "provider")]
     pub providers: Vec<crate::providers::setup::ProviderConfig>,
-    /// Tunable values, by full or short name.
+    /// Tunable values, by full or short name, with where they stand.
     #[serde(default)]
-    pub tunables: toml::Table,
+    pub tunables: BTreeMap<String, toml::Spanned<toml::Value>>,
+    /// The text the file was read from (to turn spans into lines).
+    #[serde(skip)]
+    text: String,
     /// Classifier rules.
     #[serde(default)]
     pub classifier: ClassifierConfig,
@@ -90,7 +93,10 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: one_line(&e, &text) })
+        let mut config: Config = toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: one_line(&e, &text) })?;
+        config.text = text;
+        Ok(config)
     }
 }
 
@@ -129,12 +135,24 @@ pub struct Settings {
     pub classifier: Classifier,
 }
 
+/// Which configuration file to read.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum ConfigFile<'a> {
+    /// The default file ([`default_path`]), when it exists.
+    #[default]
+    Default,
+    /// This file, which must exist.
+    Path(&'a Path),
+    /// None: defaults, environment and overrides only.
+    None,
+}
+
 /// The layers above the defaults, lowest first (the environment comes
 /// between the scenario and the overrides).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Layers<'a> {
-    /// The config file; `None` reads the default file when it exists.
-    pub config: Option<&'a Path>,
+    /// The config file.
+    pub config: ConfigFile<'a>,
     /// A built-in scenario's name and recommended tunables.
     pub scenario: Option<(&'a str, &'a BTreeMap<String, String>)>,
     /// `--set NAME=VALUE` overrides.
@@ -149,7 +167,11 @@ impl Settings {
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        let path = layers.config.map(Path::to_path_buf).or_else(|| default_path().filter(|p| p.exists()));
+        let path = match layers.config {
+            ConfigFile::Default => default_path().filter(|p| p.exists()),
+            ConfigFile::Path(path) => Some(path.to_path_buf()),
+            ConfigFile::None => None,
+        };
         let (file, origin) = match &path {
             Some(path) => (Config::load(path)?, path.clone()),
             None => (Config::default(), PathBuf::new()),
@@ -160,7 +182,12 @@ impl Settings {
                 tunables.set(key, value, Source::Scenario(name.to_owned()))?;
             }
         }
-        tunables.apply_table(&file.tunables, Source::ConfigFile(origin.clone()))?;
+        for (key, value) in &file.tunables {
+            let line = file.text[..value.span().start.min(file.text.len())].matches('\n').count() + 1;
+            tunables
+                .apply_value(key, value.get_ref(), Source::ConfigFile(origin.clone()))
+                .map_err(|e| e.at_line(line))?;
+        }
         tunables.apply_env(env)?;
         for assignment in layers.overrides {
             tunables.apply_override(assignment)?;
@@ -212,7 +239,7 @@ mod tests {
         );
         let env = [("STALLSCOPE_TCP_KEEPCNT", "5")];
         let overrides = ["PROVIDER_STREAM_RETRIES=1".to_owned()];
-        let layers = Layers { config: Some(&path), overrides: &overrides, ..Layers::default() };
+        let layers = Layers { config: ConfigFile::Path(&path), overrides: &overrides, ..Layers::default() };
         let settings = Settings::load(layers, env).unwrap();
         let t = &settings.tunables;
         assert_eq!(t.get("STALLSCOPE_SSE_IDLE_TIMEOUT_S").source.to_string(), format!("config {}", path.display()));
@@ -221,7 +248,7 @@ mod tests {
     }
 
     fn load(path: &Path) -> Result<Settings, ConfigError> {
-        Settings::load(Layers { config: Some(path), ..Layers::default() }, Vec::<(String, String)>::new())
+        Settings::load(Layers { config: ConfigFile::Path(path), ..Layers::default() }, Vec::<(String, String)>::new())
     }
 
     #[test]
@@ -230,6 +257,9 @@ mod tests {
         let err = load(&path).unwrap_err().to_string();
         assert!(err.contains(&path.display().to_string()) && err.contains("line 2, column"), "{err}");
         assert_eq!(err.lines().count(), 1, "{err}");
+        let (_dir, path) = write("[tunables]\nTCP_KEEPCNT = 3\nSSE_IDLE_TIMEOUT_S = \"soon\"\n");
+        let err = load(&path).unwrap_err().to_string();
+        assert!(err.contains(&format!("(from config {}, line 3)", path.display())), "{err}");
         let (_dir, path) = write("[tunabels]\n");
         let err = load(&path).unwrap_err().to_string();
         assert!(err.contains("tunabels"), "{err}");

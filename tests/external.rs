@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stallscope::config::{Layers, Settings};
+use stallscope::config::{ConfigFile, Layers, Settings};
 use stallscope::core::category::{Category, TimerKind};
 use stallscope::core::event::{EventClass, EventKind, Outcome, VecSink};
 use stallscope::core::executor::{Call, CallReport};
@@ -98,7 +98,7 @@ fn content_spread(sink: &VecSink) -> Duration {
 
 async fn call(rows: &[ProviderConfig], target: Target, prompt: &str, sets: &[&str]) -> (CallReport, Arc<VecSink>) {
     let overrides: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
-    let layers = Layers { config: Some(Path::new("/dev/null")), scenario: None, overrides: &overrides };
+    let layers = Layers { config: ConfigFile::None, scenario: None, overrides: &overrides };
     let settings = Settings::load(layers, Vec::<(String, String)>::new()).unwrap();
     let sink = Arc::new(VecSink::new());
     let executor = executor(&settings, rows, &ClientCache::new(), sink.clone(), |_| None).unwrap();

@@ -2,11 +2,10 @@
 //! simulator, reqwest, our SSE parser, each dialect, the governor and the
 //! executor, with the scenarios' scaled-down timers (seconds, not minutes).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use stallscope::config::{Layers, Settings};
+use stallscope::config::{ConfigFile, Layers, Settings};
 use stallscope::core::category::{Category, TimerKind};
 use stallscope::core::event::{EventKind, Outcome, VecSink};
 use stallscope::core::executor::{Call, CallReport};
@@ -30,7 +29,7 @@ async fn play(name: &str, dialect: Dialect, sets: &[&str]) -> Played {
     let overrides: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
     let layers = Layers {
         // An empty config: a developer's own config file must not leak in.
-        config: Some(Path::new("/dev/null")),
+        config: ConfigFile::None,
         scenario: Some((name, &rig.tunables)),
         overrides: &overrides,
     };

@@ -14,7 +14,7 @@ use crate::core::analysis::{BudgetInput, OuterLayer, analyse};
 pub struct Args {
     /// The caller's deadline in seconds.
     #[arg(long, value_name = "S")]
-    deadline: Option<f64>,
+    deadline: Option<String>,
     /// An outer harness retries the whole call N times (N + 1 runs).
     #[arg(long, value_name = "N")]
     outer_retries: Option<u32>,
@@ -31,11 +31,11 @@ pub struct Args {
 }
 
 pub(super) fn run(args: &Args, settings: &Settings, out: &mut dyn Write) -> Result<()> {
-    let caller_deadline = match args.deadline {
-        Some(s) if !s.is_finite() || s <= 0.0 => {
-            bail!("--deadline {s} is not accepted; allowed: a number of seconds above 0")
-        }
-        Some(s) => Some(Duration::from_secs_f64(s)),
+    let caller_deadline = match &args.deadline {
+        Some(text) => match text.trim().parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok()) {
+            Some(d) if !d.is_zero() => Some(d),
+            _ => bail!("--deadline {text} is not accepted; allowed: a number of seconds above 0"),
+        },
         None => None,
     };
     let mut outer = Vec::new();

@@ -9,20 +9,21 @@ mod tunables;
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::config::{Layers, Settings};
+use crate::config::{ConfigFile, Layers, Settings};
 
 /// stallscope: watch, tune and replay the fault tolerance of streaming LLM calls.
 #[derive(Debug, Parser)]
 #[command(name = "stallscope", version, about)]
 pub struct Cli {
-    /// Configuration file (default: the platform config directory's
-    /// stallscope/config.toml, when it exists).
-    #[arg(long, global = true, env = "STALLSCOPE_CONFIG", value_name = "PATH")]
+    /// Configuration file (default: $STALLSCOPE_CONFIG, else the platform
+    /// config directory's stallscope/config.toml when it exists; `run
+    /// --scenario` reads none).
+    #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Override a tunable: NAME=VALUE (with or without the STALLSCOPE_ prefix).
     #[arg(long = "set", global = true, value_name = "NAME=VALUE")]
@@ -45,14 +46,26 @@ pub enum Command {
     Budget(budget::Args),
 }
 
-/// The effective settings from the config file, the environment and the
-/// overrides, with a scenario's recommendations when given.
-fn load_settings(
-    config: Option<&Path>,
-    overrides: &[String],
-    scenario: Option<(&str, &BTreeMap<String, String>)>,
-) -> Result<Settings> {
-    Ok(Settings::load(Layers { config, scenario, overrides }, env())?)
+impl Cli {
+    /// The effective settings from the config file, the environment and the
+    /// overrides.
+    fn settings(&self) -> Result<Settings> {
+        let from_env = std::env::var_os("STALLSCOPE_CONFIG").map(PathBuf::from);
+        let config = match self.config.as_deref().or(from_env.as_deref()) {
+            Some(path) => ConfigFile::Path(path),
+            None => ConfigFile::Default,
+        };
+        Ok(Settings::load(Layers { config, scenario: None, overrides: &self.overrides }, env())?)
+    }
+
+    /// The effective settings for a built-in scenario: its recommendations,
+    /// the environment and the overrides, and no config file (a scenario
+    /// needs none, and a broken one must not stop it).
+    fn scenario_settings(&self, name: &str, recommended: &BTreeMap<String, String>) -> Result<Settings> {
+        let layers =
+            Layers { config: ConfigFile::None, scenario: Some((name, recommended)), overrides: &self.overrides };
+        Ok(Settings::load(layers, env())?)
+    }
 }
 
 /// The process environment. `vars()` would panic on a variable that is not
@@ -66,12 +79,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     match &cli.command {
         Some(Command::Run(args)) => run::run(&cli, args, out),
         Some(Command::Sim(args)) => sim::run(args, out),
-        Some(Command::Tunables(args)) => {
-            tunables::run(args, &load_settings(cli.config.as_deref(), &cli.overrides, None)?, out)
-        }
-        Some(Command::Budget(args)) => {
-            budget::run(args, &load_settings(cli.config.as_deref(), &cli.overrides, None)?, out)
-        }
+        Some(Command::Tunables(args)) => tunables::run(args, &cli.settings()?, out),
+        Some(Command::Budget(args)) => budget::run(args, &cli.settings()?, out),
         None => {
             // Until the desktop app lands, the default command explains the CLI.
             let mut help = <Cli as clap::CommandFactory>::command();

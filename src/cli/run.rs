@@ -55,11 +55,12 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
             Some(scenario) => Some(rig(scenario, dialect).await?),
             None => None,
         };
-        let scenario_layer = rig.as_ref().zip(args.scenario.as_deref()).map(|(rig, name)| (name, &rig.tunables));
-        let mut settings = super::load_settings(cli.config.as_deref(), &cli.overrides, scenario_layer)?;
-        let (providers, target) = match &rig {
-            Some(rig) => (rig.providers.clone(), rig.target.clone()),
-            None => {
+        let (settings, providers, target) = match (&rig, args.scenario.as_deref()) {
+            (Some(rig), Some(name)) => {
+                (cli.scenario_settings(name, &rig.tunables)?, rig.providers.clone(), rig.target.clone())
+            }
+            _ => {
+                let mut settings = cli.settings()?;
                 let providers = std::mem::take(&mut settings.providers);
                 let target = match (&args.target, providers.first()) {
                     (Some(text), _) => Target::parse(text).map_err(anyhow::Error::msg)?,
@@ -68,7 +69,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
                         "no provider to call: give --scenario NAME, or a config file (--config PATH) with a [[provider]] row"
                     ),
                 };
-                (providers, target)
+                (settings, providers, target)
             }
         };
         if !providers.iter().any(|p| p.name == target.provider) {

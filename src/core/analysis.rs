@@ -31,13 +31,11 @@ impl OuterLayer {
         let name = parts.next().unwrap_or("").trim();
         let runs = parts.next().and_then(|r| r.trim().parse::<u32>().ok()).filter(|&r| r >= 1);
         let sleeps = match parts.next() {
-            None => Some(0.0),
-            Some(s) => s.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0),
+            None => Some(Duration::ZERO),
+            Some(s) => s.trim().parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok()),
         };
         match (name.is_empty(), runs, sleeps, parts.next()) {
-            (false, Some(runs), Some(sleeps), None) => {
-                Ok(OuterLayer { name: name.to_owned(), runs, sleeps: Duration::from_secs_f64(sleeps) })
-            }
+            (false, Some(runs), Some(sleeps), None) => Ok(OuterLayer { name: name.to_owned(), runs, sleeps }),
             _ => Err(format!("layer `{text}` is not NAME:RUNS[:SLEEP_S] with RUNS >= 1 and SLEEP_S >= 0")),
         }
     }
@@ -110,7 +108,7 @@ pub fn analyse(policy: &CorePolicy, input: &BudgetInput) -> BudgetReport {
     // keep-alives until the data-stall timer fires).
     let before_body = timers.ttfb.or(timers.idle);
     let after_body = timers.data_stall.or(timers.idle);
-    let stall_bound = before_body.zip(after_body).map(|(a, b)| a + b);
+    let stall_bound = before_body.zip(after_body).map(|(a, b)| a.saturating_add(b));
     let attempt_base = match (timers.total, stall_bound) {
         (Some(total), Some(stall)) => Some(total.min(stall)),
         (Some(total), None) => Some(total),
@@ -150,15 +148,15 @@ pub fn analyse(policy: &CorePolicy, input: &BudgetInput) -> BudgetReport {
     let mut call = Some(Duration::ZERO);
     let mut sleeps = Duration::ZERO;
     for i in 0..=retries {
-        call = call.zip(attempt_bound(i)).map(|(a, b)| a + b);
+        call = call.zip(attempt_bound(i)).map(|(a, b)| a.saturating_add(b));
         if i < retries {
             let sleep = retry.backoff.max_delay(i).max(server_wait);
-            sleeps += sleep;
-            call = call.map(|c| c + sleep);
+            sleeps = sleeps.saturating_add(sleep);
+            call = call.map(|c| c.saturating_add(sleep));
         }
     }
     for _ in 0..hops {
-        call = call.zip(attempt_bound(retries)).map(|(a, b)| a + b);
+        call = call.zip(attempt_bound(retries)).map(|(a, b)| a.saturating_add(b));
     }
     let mut detail = format!(
         "{} attempts ({retries} retries + {hops} failover hops) + {} of sleeps",
@@ -176,7 +174,7 @@ pub fn analyse(policy: &CorePolicy, input: &BudgetInput) -> BudgetReport {
 
     let mut inner = call;
     for layer in &input.outer {
-        inner = inner.map(|d| d * layer.runs + layer.sleeps);
+        inner = inner.map(|d| d.saturating_mul(layer.runs).saturating_add(layer.sleeps));
         layers.push(LayerBound {
             name: layer.name.clone(),
             worst: inner,
@@ -254,6 +252,13 @@ mod tests {
         assert!(OuterLayer::parse("x").is_err());
         assert!(OuterLayer::parse(":3").is_err());
         assert!(OuterLayer::parse("x:3:-1").is_err());
+        assert!(OuterLayer::parse("x:3:1e300").is_err());
+        // Huge layers saturate instead of overflowing.
+        let input = BudgetInput {
+            outer: vec![OuterLayer::parse("x:4000000000").unwrap(), OuterLayer::parse("y:4000000000").unwrap()],
+            ..BudgetInput::default()
+        };
+        assert_eq!(analyse(&CorePolicy::default(), &input).total(), Some(Duration::MAX));
         assert_eq!(OuterLayer::parse("x:3").unwrap().runs, 3);
     }
 }

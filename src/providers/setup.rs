@@ -13,6 +13,7 @@ use super::http::HttpUpstream;
 use crate::core::credentials::{CredentialPool, Secret};
 use crate::core::failover::Target;
 use crate::core::policy::CorePolicy;
+use crate::core::redact;
 use crate::core::transport::{ClientCache, ProxySetting};
 use crate::core::upstream::{Upstream, Upstreams};
 
@@ -82,9 +83,10 @@ pub enum SetupError {
         /// The variable.
         variable: String,
     },
-    /// Two rows of one provider disagree on where it is.
+    /// A later row of a provider sets an endpoint field unlike the first.
     #[error(
-        "provider `{provider}`: rows disagree on {field} (`{first}` vs `{second}`); rows with one name are one endpoint"
+        "provider `{provider}`: a later row sets {field} to `{second}`, unlike the first row (`{first}`); \
+         rows with one name are one endpoint, so set it on the first row only"
     )]
     Conflict {
         /// The provider.
@@ -141,8 +143,9 @@ pub fn connect(
             continue;
         }
         first_rows.insert(&row.name, row);
-        if !(row.base_url.starts_with("http://") || row.base_url.starts_with("https://")) {
-            return Err(SetupError::BaseUrl { provider: row.name.clone(), url: row.base_url.clone() });
+        let parsed = reqwest::Url::parse(&row.base_url).ok();
+        if !parsed.is_some_and(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some()) {
+            return Err(SetupError::BaseUrl { provider: row.name.clone(), url: redact::url(&row.base_url) });
         }
         let variables = row.api_key_env.iter().chain(&row.api_key_envs);
         let keys = variables
@@ -168,6 +171,9 @@ pub fn connect(
     Ok((upstreams, pools))
 }
 
+/// Rows after a provider's first add only a model: anything else they set
+/// must match the first row, or a user who names a key on every row would
+/// believe in a pool that does not exist.
 fn check_same(first: &ProviderConfig, row: &ProviderConfig) -> Result<(), SetupError> {
     let conflict =
         |field, a: String, b: String| SetupError::Conflict { provider: row.name.clone(), field, first: a, second: b };
@@ -175,7 +181,25 @@ fn check_same(first: &ProviderConfig, row: &ProviderConfig) -> Result<(), SetupE
         return Err(conflict("kind", first.kind.to_string(), row.kind.to_string()));
     }
     if first.base_url != row.base_url {
-        return Err(conflict("base_url", first.base_url.clone(), row.base_url.clone()));
+        return Err(conflict("base_url", redact::url(&first.base_url), redact::url(&row.base_url)));
+    }
+    let keys = |r: &ProviderConfig| r.api_key_env.iter().chain(&r.api_key_envs).cloned().collect::<Vec<_>>().join(",");
+    let proxy = |r: &ProviderConfig| r.proxy.as_deref().map(redact::url).unwrap_or_default();
+    let headers = |r: &ProviderConfig| r.headers.keys().cloned().collect::<Vec<_>>().join(",");
+    let ca_file = |r: &ProviderConfig| r.ca_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    /// A field's name, how it is shown, and whether the rows differ on it.
+    type Field = (&'static str, fn(&ProviderConfig) -> String, bool);
+    let fields: [Field; 4] = [
+        ("api_key_env(s)", keys, first.api_key_env != row.api_key_env || first.api_key_envs != row.api_key_envs),
+        ("proxy", proxy, first.proxy != row.proxy),
+        ("headers", headers, first.headers != row.headers),
+        ("ca_file", ca_file, first.ca_file != row.ca_file),
+    ];
+    for (field, show, differs) in fields {
+        // An unset field on a later row simply inherits the first row's.
+        if differs && !show(row).is_empty() {
+            return Err(conflict(field, show(first), show(row)));
+        }
     }
     Ok(())
 }
@@ -189,4 +213,48 @@ fn extra_headers(row: &ProviderConfig) -> Result<HeaderMap, SetupError> {
         headers.insert(header, value);
     }
     Ok(headers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(model: &str) -> ProviderConfig {
+        ProviderConfig::at_root("p", Dialect::OpenAiChat, "http://127.0.0.1:9", model)
+    }
+
+    fn setup(rows: &[ProviderConfig]) -> Result<(Upstreams, HashMap<String, Arc<CredentialPool>>), SetupError> {
+        let env = |name: &str| (name == "KEY_A" || name == "KEY_B").then(|| format!("secret-{name}"));
+        connect(rows, &CorePolicy::default(), &ClientCache::new(), env)
+    }
+
+    #[test]
+    fn rows_of_one_name_are_one_endpoint_with_its_models_in_order() {
+        let first = ProviderConfig { api_key_envs: vec!["KEY_A".into(), "KEY_B".into()], ..row("m1") };
+        let (upstreams, pools) = setup(&[first, row("m2")]).unwrap();
+        assert_eq!(upstreams.providers.len(), 1);
+        assert_eq!(upstreams.targets, [Target::new("p", "m1"), Target::new("p", "m2")]);
+        assert_eq!(pools["p"].len(), 2);
+    }
+
+    #[test]
+    fn a_later_row_cannot_quietly_change_the_endpoint() {
+        let second = ProviderConfig { api_key_env: Some("KEY_B".into()), ..row("m2") };
+        let first = ProviderConfig { api_key_env: Some("KEY_A".into()), ..row("m1") };
+        let err = setup(&[first, second]).unwrap_err().to_string();
+        assert!(err.contains("a later row sets api_key_env(s) to `KEY_B`"), "{err}");
+        let other_url = ProviderConfig { base_url: "http://127.0.0.1:10/v1".into(), ..row("m2") };
+        assert!(matches!(setup(&[row("m1"), other_url]), Err(SetupError::Conflict { field: "base_url", .. })));
+    }
+
+    #[test]
+    fn missing_keys_and_bad_urls_are_named() {
+        let needs = ProviderConfig { api_key_env: Some("NOPE".into()), ..row("m1") };
+        let err = setup(&[needs]).unwrap_err().to_string();
+        assert_eq!(err, "provider `p`: environment variable NOPE is not set (it should hold the API key)");
+        for url in ["127.0.0.1:9/v1", "ftp://host/v1", "http://", "https://user:pw@ho st"] {
+            let bad = ProviderConfig { base_url: url.into(), ..row("m1") };
+            assert!(matches!(setup(&[bad]), Err(SetupError::BaseUrl { .. })), "{url}");
+        }
+    }
 }

@@ -85,6 +85,21 @@ pub enum TunableError {
     NotAnAssignment(String),
 }
 
+impl TunableError {
+    /// The same error, saying which line of its file the value is on.
+    pub fn at_line(self, line: usize) -> Self {
+        match self {
+            TunableError::Unknown { name, suggestion, origin } => {
+                TunableError::Unknown { name, suggestion, origin: format!("{origin}, line {line}") }
+            }
+            TunableError::Invalid { name, value, reason, allowed, origin } => {
+                TunableError::Invalid { name, value, reason, allowed, origin: format!("{origin}, line {line}") }
+            }
+            other => other,
+        }
+    }
+}
+
 fn did_you_mean(suggestion: &Option<&'static str>) -> String {
     suggestion.map(|s| format!("; did you mean {s}?")).unwrap_or_default()
 }
@@ -132,21 +147,26 @@ impl Tunables {
     /// `STALLSCOPE_` prefix.
     pub fn apply_table(&mut self, table: &toml::Table, source: Source) -> Result<(), TunableError> {
         for (key, item) in table {
-            let text = match item {
-                toml::Value::String(s) => s.clone(),
-                toml::Value::Integer(n) => n.to_string(),
-                toml::Value::Float(x) => x.to_string(),
-                toml::Value::Boolean(b) => b.to_string(),
-                toml::Value::Array(items) => items
-                    .iter()
-                    .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_owned))
-                    .collect::<Vec<_>>()
-                    .join(","),
-                other => other.to_string(),
-            };
-            self.set(key, &text, source.clone())?;
+            self.apply_value(key, item, source.clone())?;
         }
         Ok(())
+    }
+
+    /// Sets one tunable from a TOML value (a list becomes comma-separated).
+    pub fn apply_value(&mut self, key: &str, item: &toml::Value, source: Source) -> Result<(), TunableError> {
+        let text = match item {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(n) => n.to_string(),
+            toml::Value::Float(x) => x.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Array(items) => items
+                .iter()
+                .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_owned))
+                .collect::<Vec<_>>()
+                .join(","),
+            other => other.to_string(),
+        };
+        self.set(key, &text, source)
     }
 
     /// Applies every `STALLSCOPE_…` variable of an environment. Variables
