@@ -25,6 +25,9 @@ pub struct Args {
     /// Failover hops available (default: what STALLSCOPE_FALLBACK_MODELS allows).
     #[arg(long, value_name = "N")]
     fallbacks: Option<usize>,
+    /// The call's context size in tokens (scales the stall timers).
+    #[arg(long, value_name = "TOKENS")]
+    context_tokens: Option<u64>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -45,7 +48,10 @@ pub(super) fn run(args: &Args, settings: &Settings, out: &mut dyn Write) -> Resu
     for text in &args.layers {
         outer.push(OuterLayer::parse(text).map_err(anyhow::Error::msg)?);
     }
-    let report = analyse(&settings.policy, &BudgetInput { outer, caller_deadline, fallbacks: args.fallbacks });
+    let report = analyse(
+        &settings.policy,
+        &BudgetInput { outer, caller_deadline, fallbacks: args.fallbacks, context_tokens: args.context_tokens },
+    );
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());

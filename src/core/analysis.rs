@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::category::Category;
+use super::escalation::Escalation;
 use super::policy::CorePolicy;
 
 /// A retry layer outside the core (a harness retrying the whole call).
@@ -50,6 +51,9 @@ pub struct BudgetInput {
     pub caller_deadline: Option<Duration>,
     /// Failover hops available (defaults to what the setting allows).
     pub fallbacks: Option<usize>,
+    /// The call's context size in tokens: it scales the data-stall timer
+    /// and can switch the TTFB guard off.
+    pub context_tokens: Option<u64>,
 }
 
 /// The worst case of one layer.
@@ -99,7 +103,9 @@ fn secs(d: Duration) -> String {
 
 /// Computes the worst case of one call and of each outer layer.
 pub fn analyse(policy: &CorePolicy, input: &BudgetInput) -> BudgetReport {
-    let timers = &policy.timers;
+    // The timers of a first attempt for this context; escalation is applied
+    // per attempt below.
+    let timers = policy.timers.for_attempt(input.context_tokens, &Escalation::default(), 0, 0);
     let retry = &policy.retry;
     let mut notes = Vec::new();
 
@@ -219,7 +225,7 @@ mod tests {
                 OuterLayer::parse("candidates:12").unwrap(),
             ],
             caller_deadline: Some(Duration::from_secs(120)),
-            fallbacks: None,
+            ..BudgetInput::default()
         };
         let report = analyse(&p, &input);
         let worst: Vec<f64> = report.layers.iter().map(|l| l.worst.unwrap().as_secs_f64()).collect();
@@ -244,6 +250,14 @@ mod tests {
         // 1 + 3 retries + 2 hops, three sleeps of up to 60 s × 1.25.
         assert_eq!(report.layers[1].worst, Some(Duration::from_secs(6 * 1020) + Duration::from_secs_f64(3.0 * 75.0)));
         assert_eq!(report.notes.len(), 1);
+    }
+
+    #[test]
+    fn context_size_scales_the_stall_bound() {
+        let input = BudgetInput { context_tokens: Some(120_000), ..BudgetInput::default() };
+        let report = analyse(&CorePolicy::default(), &input);
+        // No TTFB guard above 25k tokens: idle 1800 s, then data stall 900 s × 1.67.
+        assert_eq!(report.layers[0].worst, Some(Duration::from_secs(1800) + Duration::from_secs(900).mul_f64(1.67)));
     }
 
     #[test]
