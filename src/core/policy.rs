@@ -292,7 +292,14 @@ impl CorePolicy {
         let proxy_text = text("STALLSCOPE_PROXY");
         let transport = TransportSettings {
             connect_timeout: t.seconds("STALLSCOPE_HTTP_CONNECT_TIMEOUT_S"),
-            read_timeout: t.optional_seconds("STALLSCOPE_HTTP_READ_TIMEOUT_S"),
+            // The governor's idle clock already ends an attempt after that
+            // long without a byte; a read backstop no shorter can never fire
+            // first, and reqwest's costs two clock reads and a timer reset
+            // per chunk (about a sixth of the stream path), so it is only
+            // installed when it would be the first to notice.
+            read_timeout: t
+                .optional_seconds("STALLSCOPE_HTTP_READ_TIMEOUT_S")
+                .filter(|read| timers.idle.is_none_or(|idle| *read < idle)),
             keepalive: t.get("STALLSCOPE_TCP_KEEPALIVE").value.as_bool().then(|| Keepalive {
                 idle: t.seconds("STALLSCOPE_TCP_KEEPIDLE_S"),
                 interval: t.seconds("STALLSCOPE_TCP_KEEPINTVL_S"),
@@ -321,7 +328,11 @@ mod tests {
         assert_eq!(policy.retry.budget(Category::RateLimit), 5);
         assert_eq!(policy.retry.budget(Category::ServerError), 2);
         assert_eq!(policy.retry.budget(Category::Auth), 0);
-        assert_eq!(policy.transport.read_timeout, Some(Duration::from_secs(1860)));
+        // The default backstop (idle + 60 s) can never fire before idle.
+        assert_eq!(policy.transport.read_timeout, None);
+        let mut t = Tunables::defaults();
+        t.apply_override("HTTP_READ_TIMEOUT_S=60").unwrap();
+        assert_eq!(CorePolicy::from_tunables(&t).unwrap().transport.read_timeout, Some(Duration::from_secs(60)));
         assert_eq!(policy.failover.fallback, FallbackSetting::SameProvider);
         assert_eq!(policy.failover.on.len(), 5);
         assert_eq!(policy.timers.progress_classes, [EventClass::Reasoning, EventClass::Content, EventClass::ToolCall]);

@@ -21,8 +21,10 @@ pub(super) fn body(model: &str, input: &CallInput) -> serde_json::Value {
 
 #[derive(Deserialize)]
 struct Chunk<'a> {
-    #[serde(default, borrow)]
-    choices: Vec<Choice<'a>>,
+    /// The request asks for one choice; a server sending more gets the
+    /// first one read (and no allocation per event for the list).
+    #[serde(default, borrow, deserialize_with = "first_choice")]
+    choices: Option<Choice<'a>>,
     #[serde(default)]
     error: Option<ErrorObject>,
 }
@@ -31,8 +33,31 @@ struct Chunk<'a> {
 struct Choice<'a> {
     #[serde(default, borrow)]
     delta: Option<Delta<'a>>,
-    #[serde(default)]
-    finish_reason: Option<String>,
+    #[serde(default, borrow)]
+    finish_reason: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Reads the first element of `choices` and skips the rest.
+fn first_choice<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Choice<'de>>, D::Error> {
+    struct First;
+    impl<'de> serde::de::Visitor<'de> for First {
+        type Value = Option<Choice<'de>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of choices")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let first = seq.next_element::<Choice<'de>>()?;
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(first)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    deserializer.deserialize_any(First)
 }
 
 #[derive(Deserialize)]
@@ -75,7 +100,7 @@ pub(super) fn decode(data: &str, state: &mut DialectState, out: &mut Vec<Decoded
         return out.push(error.into_decoded());
     }
     let mut emitted = false;
-    for choice in chunk.choices {
+    if let Some(choice) = chunk.choices {
         if let Some(delta) = choice.delta {
             let reasoning = delta.reasoning_content.or(delta.reasoning).filter(|r| !r.is_empty());
             if let Some(text) = reasoning {
@@ -94,7 +119,7 @@ pub(super) fn decode(data: &str, state: &mut DialectState, out: &mut Vec<Decoded
         }
         if let Some(reason) = choice.finish_reason {
             state.stop_reason_seen = true;
-            out.push(Decoded::StopReason(reason));
+            out.push(Decoded::StopReason(reason.into_owned()));
         }
     }
     if !emitted {

@@ -89,7 +89,7 @@ impl SimServer {
     async fn serve(scenario: Scenario, port: u16, tls: Option<TlsAcceptor>) -> Result<SimServer, SimError> {
         let requested = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let bind_error = |source| SimError::Bind { addr: requested, source };
-        let listener = TcpListener::bind(requested).await.map_err(bind_error)?;
+        let listener = listen(requested).map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
         let shared = Arc::new(Shared { scenario, tls, attempts: Mutex::new(HashMap::new()) });
         let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
@@ -160,6 +160,19 @@ impl TlsIdentity {
             .map_err(|e| bad(&e))?;
         Ok(TlsAcceptor::from(Arc::new(config)))
     }
+}
+
+/// Pending connections the listening socket queues: tokio's default (1024)
+/// overflows when a run opens a thousand streams at once.
+const LISTEN_BACKLOG: i32 = 4096;
+
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    TcpListener::from_std(socket.into())
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {

@@ -261,7 +261,7 @@ pub static TUNABLES: &[TunableSpec] = &[
         unit: "s",
         default: DefaultValue::Offset { from: "STALLSCOPE_SSE_IDLE_TIMEOUT_S", plus: 60.0 },
         group: Group::Http,
-        help: "Per-read backstop under the governor; defaults to idle + 60 s; 0 disables.",
+        help: "Per-read backstop under the governor; defaults to idle + 60 s (installed only when shorter than idle); 0 disables.",
     },
     tunable!(
         "HTTP1_ONLY",
