@@ -125,5 +125,39 @@ fn stream_costs(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decisions, stream_costs);
+/// One realistic chat completions chunk through the SSE parser and the
+/// dialect's decoder, beside the parser alone.
+fn decode_costs(c: &mut Criterion) {
+    const EVENT: &[u8] = b"data: {\"id\":\"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT\",\"object\":\"chat.completion.chunk\",\"created\":1741570252,\"model\":\"gpt-4o-mini-2024-07-18\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_06737a9306\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok \"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n";
+    let mut group = c.benchmark_group("decode");
+    group.throughput(Throughput::Elements(1));
+    let mut parser = stallscope::providers::sse::SseParser::default();
+    group.bench_function("sse_only", |b| {
+        b.iter(|| {
+            let mut n = 0;
+            parser.feed(black_box(EVENT), &mut |_| n += 1).unwrap();
+            n
+        })
+    });
+    let json = std::str::from_utf8(&EVENT[6..EVENT.len() - 2]).unwrap();
+    group.bench_function("json_skim", |b| {
+        b.iter(|| serde_json::from_str::<serde::de::IgnoredAny>(black_box(json)).unwrap())
+    });
+    group.bench_function("json_value", |b| {
+        b.iter(|| serde_json::from_str::<serde_json::Value>(black_box(json)).unwrap())
+    });
+    let mut decoder = stallscope::providers::Dialect::OpenAiChat.decoder();
+    let mut out = Vec::new();
+    group.bench_function("chat_event", |b| {
+        b.iter(|| {
+            decoder.feed(black_box(EVENT), &mut out);
+            let n = out.len();
+            out.clear();
+            n
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decisions, stream_costs, decode_costs);
 criterion_main!(benches);
