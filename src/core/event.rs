@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::category::{Category, TimerKind};
 use super::failover::Target;
@@ -16,7 +16,7 @@ use super::failover::Target;
 pub type StreamId = u64;
 
 /// What a parsed stream event is, which decides the timers it resets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventClass {
     /// SSE comments (`: keep-alive`) and pings: alive, but no progress.
@@ -54,7 +54,7 @@ impl EventClass {
 }
 
 /// Why the executor sleeps before the next attempt.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SleepReason {
     /// Computed backoff.
@@ -67,7 +67,7 @@ pub enum SleepReason {
 }
 
 /// How a call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// The stream completed.
@@ -94,7 +94,7 @@ impl Outcome {
 
 /// The phases of one attempt. The attempt is committed once it reaches
 /// `Streaming`: from then on the call can neither retry nor fail over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptPhase {
     /// Opening the connection and sending the request.
@@ -110,7 +110,7 @@ pub enum AttemptPhase {
 }
 
 /// One event: when, which call and attempt, and what.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// Monotonic time since the run's epoch.
     pub at: Duration,
@@ -123,7 +123,7 @@ pub struct Event {
 }
 
 /// Everything the core reports.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
     /// A call began.
@@ -334,5 +334,57 @@ impl EventSink for VecSink {
 impl<S: EventSink + ?Sized> EventSink for std::sync::Arc<S> {
     fn emit(&self, event: Event) {
         (**self).emit(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::category::Category;
+
+    /// Recorded events are read back (history, replay): every kind must
+    /// survive its JSON form unchanged.
+    #[test]
+    fn events_round_trip_through_json() {
+        let target = Target::new("p", "org/model");
+        let kinds = vec![
+            EventKind::CallStarted { target: target.clone(), context_tokens: Some(3) },
+            EventKind::AttemptStarted { target: target.clone(), credential: Some(1) },
+            EventKind::PhaseChanged { phase: AttemptPhase::Streaming },
+            EventKind::HeadersReceived { status: 200, content_type: Some("text/event-stream".into()) },
+            EventKind::ChunkReceived { bytes: 42 },
+            EventKind::SseReceived { class: EventClass::ToolCall, chars: 3, progress: true },
+            EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_millis(1500) },
+            EventKind::TimerDisarmed { timer: TimerKind::Ttfb, reason: "large context".into() },
+            EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(2) },
+            EventKind::RateLimitObserved { requests_remaining: Some(0), tokens_remaining: None, exhausted_reset: None },
+            EventKind::ErrorClassified {
+                category: Category::RateLimit,
+                timer: None,
+                status: Some(429),
+                retryable: true,
+                rule: "builtin: status 429".into(),
+                message: "HTTP 429".into(),
+            },
+            EventKind::BackoffScheduled {
+                retry: 1,
+                category: Category::RateLimit,
+                nominal: Duration::from_millis(700),
+                sleep: Duration::from_millis(750),
+                reason: SleepReason::ServerRequested { header: "retry-after-ms".into() },
+            },
+            EventKind::ServerWaitRefused { requested: Duration::from_secs(600), cap: Duration::from_secs(60) },
+            EventKind::RetryBudgetRefused { provider: "p".into(), in_flight: 3, limit: 3 },
+            EventKind::FailedOver { from: target.clone(), to: Target::new("q", "m"), reason: Category::Overloaded },
+            EventKind::CredentialCooledDown { provider: "p".into(), credential: 0, cooldown: Duration::from_secs(300) },
+            EventKind::CredentialRotated { provider: "p".into(), from: 0, to: 1 },
+            EventKind::PartialRecovered { chars: 5, category: Category::Connection },
+            EventKind::Finished { outcome: Outcome::Partial, attempts: 2, stop_reason: Some("length".into()) },
+        ];
+        for kind in kinds {
+            let event = Event { at: Duration::from_micros(1234), stream: 7, attempt: 2, kind };
+            let json = serde_json::to_string(&event).unwrap();
+            assert_eq!(serde_json::from_str::<Event>(&json).unwrap(), event, "{json}");
+        }
     }
 }

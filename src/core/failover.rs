@@ -53,6 +53,13 @@ impl Serialize for Target {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Target {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Target::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// The `STALLSCOPE_FALLBACK_MODELS` setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FallbackSetting {
