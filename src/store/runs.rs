@@ -1,0 +1,446 @@
+//! Runs: what a run starts with (its tunables and providers, secrets
+//! removed), how it ends, and the summaries the history lists.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::providers::setup::ProviderConfig;
+use crate::report::RunReport;
+use crate::tunables::{Tunables, shown};
+
+/// A run's id in the store (`RunReport::run_id`).
+pub type RunId = i64;
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Being recorded (or its recorder is alive in another process).
+    Running,
+    /// Finished with a report.
+    Completed,
+    /// Its recording process ended without finishing it (a crash, a kill).
+    Interrupted,
+}
+
+impl RunStatus {
+    /// The name stored and shown.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        [RunStatus::Running, RunStatus::Completed, RunStatus::Interrupted].into_iter().find(|s| s.name() == text)
+    }
+}
+
+/// What a run starts with. Built by [`RunStart::new`], which keeps secrets
+/// out: tunables go through [`shown`] (URL credentials masked) and provider
+/// rows keep key variable *names* only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunStart {
+    /// Wall-clock start, Unix milliseconds.
+    pub started_at_ms: i64,
+    /// A free label (`--label`).
+    pub label: Option<String>,
+    /// The built-in scenario, when the run uses one.
+    pub scenario: Option<String>,
+    tunables: Map<String, Value>,
+    providers: Value,
+}
+
+impl RunStart {
+    /// A run starting now with these settings.
+    pub fn new(
+        label: Option<String>,
+        scenario: Option<String>,
+        tunables: &Tunables,
+        providers: &[ProviderConfig],
+    ) -> Self {
+        RunStart {
+            started_at_ms: now_ms(),
+            label,
+            scenario,
+            tunables: tunables_snapshot(tunables),
+            providers: redacted_providers(providers),
+        }
+    }
+
+    /// The tunables snapshot: name → `{"value": …, "source": "…"}`.
+    pub fn tunables(&self) -> &Map<String, Value> {
+        &self.tunables
+    }
+
+    /// The provider rows as stored (keys redacted).
+    pub fn providers(&self) -> &Value {
+        &self.providers
+    }
+}
+
+/// The wall clock in Unix milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Every tunable with its effective value and where it came from:
+/// `{"STALLSCOPE_…": {"value": …, "source": "default" | "env" | …}}`.
+pub fn tunables_snapshot(tunables: &Tunables) -> Map<String, Value> {
+    tunables
+        .iter()
+        .map(|(spec, e)| {
+            let entry = json!({ "value": shown(spec, &e.value).to_json(), "source": e.source.to_string() });
+            (spec.name.to_owned(), entry)
+        })
+        .collect()
+}
+
+/// Provider rows as they may be stored: key variable names (never their
+/// values), URLs without user info or query, header names with masked
+/// values (a header may carry a token).
+pub fn redacted_providers(rows: &[ProviderConfig]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|row| {
+                let headers: Map<String, Value> = row.headers.keys().map(|k| (k.clone(), json!("***"))).collect();
+                json!({
+                    "name": row.name,
+                    "kind": row.kind.to_string(),
+                    "base_url": safe_url(&row.base_url),
+                    "model": row.model,
+                    "api_key_env": row.api_key_env,
+                    "api_key_envs": row.api_key_envs,
+                    "proxy": row.proxy.as_deref().map(safe_url),
+                    "headers": headers,
+                    "ca_file": row.ca_file.as_ref().map(|p| p.display().to_string()),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// A URL without credentials. Text that does not parse as a URL but looks
+/// like it may hold some (`user:pass@host`, `?key=`) is masked whole.
+fn safe_url(text: &str) -> String {
+    match reqwest::Url::parse(text) {
+        Ok(url) if url.has_host() => crate::core::redact::masked(&url),
+        // `user:pw@proxy:3128` parses as scheme `user` with no host.
+        _ if text.contains('@') || text.contains('?') => "***".to_owned(),
+        _ => text.to_owned(),
+    }
+}
+
+/// Streams by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Outcomes {
+    /// Completed.
+    pub ok: u64,
+    /// Finished by partial recovery.
+    pub partial: u64,
+    /// Failed.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
+/// One line of the history (`runs list`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunSummary {
+    /// The run's id.
+    pub id: RunId,
+    /// Wall-clock start, Unix milliseconds.
+    pub started_at_ms: i64,
+    /// Wall-clock end (for an interrupted run: its last recorded event).
+    pub ended_at_ms: Option<i64>,
+    /// Running, completed or interrupted.
+    pub status: RunStatus,
+    /// The run's label.
+    pub label: Option<String>,
+    /// The built-in scenario, if any.
+    pub scenario: Option<String>,
+    /// The configured provider names, in row order.
+    pub providers: Vec<String>,
+    /// Streams by outcome (for a run without a report: from its recorded
+    /// `Finished` events).
+    pub outcomes: Outcomes,
+    /// Median stream elapsed time.
+    pub p50_ms: Option<f64>,
+    /// 99th-percentile stream elapsed time.
+    pub p99_ms: Option<f64>,
+    /// Retries used over all streams (completed runs only).
+    pub retries: Option<u64>,
+    /// Wall-clock of the whole run (completed runs only).
+    pub elapsed_ms: Option<f64>,
+    /// Events recorded.
+    pub events: u64,
+    /// Events not recorded (the recorder's channel was full, or a batch failed).
+    pub dropped_events: u64,
+}
+
+/// A run with everything `runs compare` needs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    /// Its summary.
+    pub summary: RunSummary,
+    /// Tunables snapshot: name → `{"value": …, "source": "…"}`.
+    pub tunables: Map<String, Value>,
+    /// Provider rows (keys redacted).
+    pub providers: Value,
+}
+
+/// The nearest-rank `p`th percentile of sorted values.
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+pub(crate) fn insert(conn: &Connection, start: &RunStart, pid: i64, pid_start: Option<i64>) -> rusqlite::Result<RunId> {
+    conn.prepare_cached(
+        "INSERT INTO runs (started_at, status, label, scenario, pid, pid_start, tunables, providers) \
+         VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        start.started_at_ms,
+        start.label,
+        start.scenario,
+        pid,
+        pid_start,
+        Value::Object(start.tunables.clone()).to_string(),
+        start.providers.to_string(),
+    ])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Completes a run: its report (with `run_id` filled), summary columns and
+/// per-stream rows. Returns false when there is no such run.
+pub(crate) fn finish(tx: &Transaction<'_>, run: RunId, report: &RunReport, dropped: u64) -> rusqlite::Result<bool> {
+    let mut report = report.clone();
+    report.run_id = Some(run);
+    let text = serde_json::to_string(&report).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    let mut elapsed: Vec<f64> = report.streams.iter().map(|s| s.elapsed_ms).collect();
+    elapsed.sort_by(f64::total_cmp);
+    let retries_of = |s: &crate::report::StreamReport| s.retry_counts.values().map(|u| u64::from(u.used)).sum::<u64>();
+    let retries: u64 = report.streams.iter().map(retries_of).sum();
+    let sum = &report.summary;
+    let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
+    let changed = tx.execute(
+        "UPDATE runs SET status = 'completed', ended_at = ?2, report = ?3, \
+         dropped_events = max(dropped_events, ?4), ok = ?5, partial = ?6, failed = ?7, cancelled = ?8, \
+         p50_ms = ?9, p99_ms = ?10, retries = ?11, elapsed_ms = ?12 WHERE id = ?1",
+        params![
+            run,
+            now_ms(),
+            text,
+            dropped,
+            sum.ok as i64,
+            sum.partial as i64,
+            sum.failed as i64,
+            sum.cancelled as i64,
+            percentile(&elapsed, 50.0),
+            percentile(&elapsed, 99.0),
+            i64::try_from(retries).unwrap_or(i64::MAX),
+            sum.elapsed_ms,
+        ],
+    )?;
+    if changed == 0 {
+        return Ok(false);
+    }
+    let mut upsert = tx.prepare_cached(
+        "INSERT INTO streams (run_id, stream, provider, model, outcome, attempts, elapsed_ms, retries) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (run_id, stream) DO UPDATE SET \
+         provider = coalesce(streams.provider, excluded.provider), model = coalesce(streams.model, excluded.model), \
+         outcome = excluded.outcome, attempts = excluded.attempts, elapsed_ms = excluded.elapsed_ms, \
+         retries = excluded.retries",
+    )?;
+    for s in &report.streams {
+        upsert.execute(params![
+            run,
+            s.index as i64,
+            s.provider,
+            s.model,
+            s.outcome,
+            s.attempts,
+            s.elapsed_ms,
+            i64::try_from(retries_of(s)).unwrap_or(i64::MAX)
+        ])?;
+    }
+    Ok(true)
+}
+
+const SUMMARY_COLUMNS: &str = "SELECT id, started_at, ended_at, status, label, scenario, providers, events, \
+     dropped_events, ok, partial, failed, cancelled, p50_ms, p99_ms, retries, elapsed_ms FROM runs";
+
+fn provider_names(providers: &Value) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for row in providers.as_array().into_iter().flatten() {
+        if let Some(name) = row.get("name").and_then(Value::as_str)
+            && !names.iter().any(|n| n == name)
+        {
+            names.push(name.to_owned());
+        }
+    }
+    names
+}
+
+/// Summaries of every run (newest first), or of one.
+pub(crate) fn summaries(conn: &Connection, only: Option<RunId>) -> rusqlite::Result<Vec<RunSummary>> {
+    let sql = match only {
+        Some(_) => format!("{SUMMARY_COLUMNS} WHERE id = ?1"),
+        None => format!("{SUMMARY_COLUMNS} WHERE ?1 IS NULL ORDER BY started_at DESC, id DESC"),
+    };
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut out: Vec<RunSummary> = stmt
+        .query_map(params![only], |row| {
+            let status: String = row.get(3)?;
+            let providers: String = row.get(6)?;
+            let count = |i| row.get::<_, Option<i64>>(i).map(|v| v.unwrap_or(0).max(0) as u64);
+            Ok(RunSummary {
+                id: row.get(0)?,
+                started_at_ms: row.get(1)?,
+                ended_at_ms: row.get(2)?,
+                status: RunStatus::parse(&status).unwrap_or(RunStatus::Interrupted),
+                label: row.get(4)?,
+                scenario: row.get(5)?,
+                providers: provider_names(&serde_json::from_str(&providers).unwrap_or(Value::Null)),
+                outcomes: Outcomes { ok: count(9)?, partial: count(10)?, failed: count(11)?, cancelled: count(12)? },
+                p50_ms: row.get(13)?,
+                p99_ms: row.get(14)?,
+                retries: row.get::<_, Option<i64>>(15)?.map(|v| v.max(0) as u64),
+                elapsed_ms: row.get(16)?,
+                events: count(7)?,
+                dropped_events: count(8)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    for summary in out.iter_mut().filter(|s| s.status != RunStatus::Completed) {
+        from_streams(conn, summary)?;
+    }
+    Ok(out)
+}
+
+/// Outcome counts and percentiles of a run without a report, from the
+/// streams its recorded events opened and closed.
+fn from_streams(conn: &Connection, summary: &mut RunSummary) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT outcome, ended_ns - started_ns FROM streams WHERE run_id = ?1 AND outcome IS NOT NULL",
+    )?;
+    let rows =
+        stmt.query_map(params![summary.id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, Option<i64>>(1)?)))?;
+    let mut outcomes = Outcomes::default();
+    let mut elapsed = Vec::new();
+    for row in rows {
+        let (outcome, ns) = row?;
+        match outcome.as_str() {
+            "ok" => outcomes.ok += 1,
+            "partial" => outcomes.partial += 1,
+            "failed" => outcomes.failed += 1,
+            _ => outcomes.cancelled += 1,
+        }
+        elapsed.extend(ns.map(|ns| ns as f64 / 1e6));
+    }
+    elapsed.sort_by(f64::total_cmp);
+    summary.outcomes = outcomes;
+    summary.p50_ms = percentile(&elapsed, 50.0);
+    summary.p99_ms = percentile(&elapsed, 99.0);
+    Ok(())
+}
+
+/// One run with its tunables and providers.
+pub(crate) fn record(conn: &Connection, id: RunId) -> rusqlite::Result<Option<RunRecord>> {
+    let Some(summary) = summaries(conn, Some(id))?.pop() else { return Ok(None) };
+    let (tunables, providers): (String, String) =
+        conn.query_row("SELECT tunables, providers FROM runs WHERE id = ?1", params![id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    let tunables = match serde_json::from_str(&tunables) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    Ok(Some(RunRecord { summary, tunables, providers: serde_json::from_str(&providers).unwrap_or(Value::Null) }))
+}
+
+/// The stored report text of a completed run.
+pub(crate) fn report_text(conn: &Connection, id: RunId) -> rusqlite::Result<Option<String>> {
+    Ok(conn
+        .query_row("SELECT report FROM runs WHERE id = ?1", params![id], |r| r.get::<_, Option<String>>(0))
+        .optional()?
+        .flatten())
+}
+
+/// A run left `running`, with the process id and start time that recorded it.
+pub(crate) type Owned = (RunId, Option<i64>, Option<i64>);
+
+/// Runs left `running` and the process that recorded each.
+pub(crate) fn running(conn: &Connection) -> rusqlite::Result<Vec<Owned>> {
+    let mut stmt = conn.prepare_cached("SELECT id, pid, pid_start FROM runs WHERE status = 'running'")?;
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect()
+}
+
+/// Marks a run interrupted, ending it at its last recorded event.
+pub(crate) fn interrupt(tx: &Transaction<'_>, id: RunId) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE runs SET status = 'interrupted', \
+         ended_at = started_at + coalesce((SELECT max(at_ns) FROM events WHERE run_id = ?1), 0) / 1000000 \
+         WHERE id = ?1 AND status = 'running'",
+        params![id],
+    )?;
+    Ok(())
+}
+
+/// Tunables that differ between two snapshots: name → (a, b), `None` when
+/// a side lacks the tunable. For `runs compare`.
+pub fn tunables_diff(
+    a: &Map<String, Value>,
+    b: &Map<String, Value>,
+) -> BTreeMap<String, (Option<Value>, Option<Value>)> {
+    let value = |m: &Map<String, Value>, k: &str| m.get(k).map(|e| e.get("value").cloned().unwrap_or(e.clone()));
+    a.keys()
+        .chain(b.keys())
+        .filter_map(|k| {
+            let (va, vb) = (value(a, k), value(b, k));
+            (va != vb).then(|| (k.clone(), (va, vb)))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50.0));
+        assert_eq!(percentile(&v, 99.0), Some(99.0));
+        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn urls_that_do_not_parse_but_may_hold_credentials_are_masked() {
+        assert_eq!(safe_url("user:pw@proxy:3128"), "***");
+        assert_eq!(safe_url("http://u:pw@proxy:3128"), "http://***@proxy:3128/");
+        assert_eq!(safe_url("https://api.example.com/v1?key=abc"), "https://api.example.com/v1?***");
+        assert_eq!(safe_url("direct"), "direct");
+    }
+
+    #[test]
+    fn tunable_diffs_compare_values_not_sources() {
+        let a = json!({"X": {"value": 1, "source": "default"}, "Y": {"value": 2, "source": "env"}});
+        let b = json!({"X": {"value": 1, "source": "env"}, "Y": {"value": 3, "source": "env"}, "Z": {"value": 0}});
+        let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
+        let diff = tunables_diff(a, b);
+        assert_eq!(diff.keys().collect::<Vec<_>>(), ["Y", "Z"]);
+        assert_eq!(diff["Z"], (None, Some(json!(0))));
+    }
+}
