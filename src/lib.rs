@@ -14,6 +14,7 @@
 pub mod cli;
 pub mod config;
 pub mod core;
+pub mod export;
 pub mod providers;
 pub mod recorder;
 pub mod report;

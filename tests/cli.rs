@@ -3,10 +3,20 @@
 
 use std::process::{Command, Output};
 
+/// A database file of this test process, removed when the process ends.
+fn scratch_db() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("stallscope-cli-{}.db", std::process::id()))
+}
+
 fn stallscope(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_stallscope"));
-    // No inherited STALLSCOPE_* variables and no default config file.
-    command.env_clear().env("HOME", "/nonexistent").env("XDG_CONFIG_HOME", "/nonexistent");
+    // No inherited STALLSCOPE_* variables, no default config file, and a
+    // database of the tests' own.
+    command
+        .env_clear()
+        .env("HOME", "/nonexistent")
+        .env("XDG_CONFIG_HOME", "/nonexistent")
+        .env("STALLSCOPE_DB", scratch_db());
     command.args(args).envs(env.iter().copied()).output().expect("the binary runs")
 }
 
@@ -102,7 +112,17 @@ fn budget_reproduces_seed_003_from_the_command_line() {
 #[test]
 fn run_json_is_exactly_one_object_in_the_documented_shape() {
     let out = stdout(&stallscope(
-        &["run", "--scenario", "server-error-then-ok", "--requests", "3", "--concurrency", "2", "--json"],
+        &[
+            "run",
+            "--scenario",
+            "server-error-then-ok",
+            "--requests",
+            "3",
+            "--concurrency",
+            "2",
+            "--json",
+            "--no-record",
+        ],
         &[],
     ));
     assert_eq!(out.trim_end().lines().count(), 1, "{out}");
@@ -238,4 +258,163 @@ fn sim_lists_scenarios_and_serves_one_printing_its_url() {
             && body.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
         "{body}"
     );
+}
+
+fn temp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("stallscope-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn a_recorded_run_is_listed_shown_exported_and_deleted() {
+    let dir = temp("history");
+    let db = dir.join("h.db");
+    let db = db.to_str().unwrap();
+    let printed = stdout(&stallscope(
+        &["run", "--scenario", "silent-stall", "--requests", "2", "--db", db, "--label", "vpn", "--json"],
+        &[],
+    ));
+    let report: serde_json::Value = serde_json::from_str(&printed).unwrap();
+    let id = report["run_id"].as_i64().expect("a recorded run has an id");
+
+    let runs: serde_json::Value =
+        serde_json::from_str(&stdout(&stallscope(&["runs", "--db", db, "list", "--json"], &[]))).unwrap();
+    let run = &runs[0];
+    assert_eq!(
+        (run["id"].as_i64(), run["status"].as_str(), run["label"].as_str()),
+        (Some(id), Some("completed"), Some("vpn"))
+    );
+    assert_eq!(run["outcomes"]["ok"], 2);
+    assert_eq!(run["retries"], 2);
+
+    // `runs show --json` is the report `run --json` printed.
+    let shown = stdout(&stallscope(&["runs", "--db", db, "show", &id.to_string(), "--json"], &[]));
+    assert_eq!(shown, printed);
+
+    let trace: serde_json::Value = serde_json::from_str(&stdout(&stallscope(
+        &["export", "--db", db, &id.to_string(), "--format", "chrome-trace"],
+        &[],
+    )))
+    .unwrap();
+    let items = trace["traceEvents"].as_array().unwrap();
+    let pids: std::collections::BTreeSet<u64> = items.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
+    assert_eq!(pids.len(), 2, "one track per stream");
+    assert!(items.iter().any(|e| e["name"] == "idle timer fired"));
+    assert!(items.iter().any(|e| e["name"] == "backoff" && e["ph"] == "X"));
+    let jsonl = stdout(&stallscope(&["export", "--db", db, &id.to_string(), "--format", "jsonl"], &[]));
+    assert!(jsonl.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()) && jsonl.lines().count() > 20);
+
+    stdout(&stallscope(&["run", "--scenario", "healthy", "--db", db, "--set", "SSE_IDLE_TIMEOUT_S=5"], &[]));
+    let compared = stdout(&stallscope(&["runs", "--db", db, "compare", &id.to_string(), &(id + 1).to_string()], &[]));
+    assert!(compared.contains("STALLSCOPE_SSE_IDLE_TIMEOUT_S: 1.0 → 5.0"), "{compared}");
+    stdout(&stallscope(&["runs", "--db", db, "delete", &id.to_string()], &[]));
+    let gone = stallscope(&["runs", "--db", db, "show", &id.to_string()], &[]);
+    assert_eq!(gone.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SIGKILL mid-run: the database stays intact, the run is marked
+/// interrupted, and what was flushed before the kill is there.
+#[test]
+fn a_killed_run_is_interrupted_and_keeps_its_flushed_events() {
+    let dir = temp("crash");
+    let db = dir.join("c.db");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args([
+            "run",
+            "--scenario",
+            "silent-stall",
+            "--requests",
+            "20",
+            "--concurrency",
+            "20",
+            "--set",
+            "SSE_IDLE_TIMEOUT_S=60",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .env_clear()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Every stream starts and stalls at once; the recorder flushes every 200 ms.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(check, "ok");
+    drop(conn);
+    let db = db.to_str().unwrap();
+    let runs: serde_json::Value =
+        serde_json::from_str(&stdout(&stallscope(&["runs", "--db", db, "list", "--json"], &[]))).unwrap();
+    assert_eq!(runs[0]["status"], "interrupted");
+    let id = runs[0]["id"].as_i64().unwrap().to_string();
+    let events = stdout(&stallscope(&["export", "--db", db, &id, "--format", "jsonl"], &[]));
+    let started: std::collections::BTreeSet<u64> = events
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["kind"]["type"] == "headers_received")
+        .map(|e| e["stream"].as_u64().unwrap())
+        .collect();
+    assert_eq!(started.len(), 20, "every stream's headers were flushed before the kill");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A key from the environment reaches the provider and nothing else: not
+/// the database, not an export, not the output.
+#[test]
+fn keys_never_reach_the_database_exports_or_output() {
+    use std::io::BufRead;
+    const KEY: &str = "sk-test-RECOGNISABLE-4f1c9a77e2";
+    let dir = temp("secrets");
+    let mut sim = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["sim", "--scenario", "auth-expired"])
+        .env_clear()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = std::io::BufReader::new(sim.stdout.take().unwrap()).lines().next().unwrap().unwrap();
+    let config = dir.join("c.toml");
+    std::fs::write(
+        &config,
+        format!("[[provider]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\napi_key_envs = [\"TEST_KEY\", \"TEST_KEY_2\"]\n"),
+    )
+    .unwrap();
+    let db = dir.join("s.db");
+    let (config, db_text) = (config.to_str().unwrap(), db.to_str().unwrap());
+    let env = [("TEST_KEY", KEY), ("TEST_KEY_2", "sk-second-RECOGNISABLE-0000")];
+    let run = stallscope(&["--config", config, "run", "--requests", "2", "--db", db_text, "--json"], &env);
+    let listed = stallscope(&["runs", "--db", db_text, "list", "--json"], &[]);
+    let exports: Vec<Output> = ["jsonl", "chrome-trace"]
+        .iter()
+        .map(|f| stallscope(&["export", "--db", db_text, "1", "--format", f], &[]))
+        .collect();
+    let _ = sim.kill();
+    let _ = sim.wait();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    // Refused once (401), the key rested and the pool's other key took over
+    // (the second call then finds both keys resting).
+    assert_eq!(
+        (report["streams"][0]["outcome"].as_str(), report["streams"][0]["attempts"].as_u64()),
+        (Some("ok"), Some(2))
+    );
+    let mut seen: Vec<u8> = Vec::new();
+    for output in std::iter::once(&run).chain([&listed]).chain(exports.iter()) {
+        seen.extend(&output.stdout);
+        seen.extend(&output.stderr);
+    }
+    for file in std::fs::read_dir(&dir).unwrap() {
+        seen.extend(std::fs::read(file.unwrap().path()).unwrap());
+    }
+    let text = String::from_utf8_lossy(&seen);
+    assert!(!text.contains("RECOGNISABLE"), "a key leaked");
+    assert!(text.contains("TEST_KEY"), "the variable's name is recorded");
+    let _ = std::fs::remove_dir_all(&dir);
 }

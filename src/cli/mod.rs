@@ -4,6 +4,7 @@
 
 mod budget;
 mod run;
+mod runs;
 mod sim;
 mod tunables;
 
@@ -38,6 +39,10 @@ pub struct Cli {
 pub enum Command {
     /// Run calls through the core against configured providers or a built-in scenario.
     Run(run::Args),
+    /// The recorded history: list, show, compare and delete runs.
+    Runs(runs::Args),
+    /// Export a recorded run as JSON lines or a Chrome/Perfetto trace.
+    Export(runs::ExportArgs),
     /// Serve a built-in scenario from the fault-injecting simulator.
     Sim(sim::Args),
     /// List every tunable with its value, default, unit and source.
@@ -79,6 +84,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     match &cli.command {
         Some(Command::Run(args)) => run::run(&cli, args, out),
         Some(Command::Sim(args)) => sim::run(args, out),
+        Some(Command::Runs(args)) => runs::run(args, out),
+        Some(Command::Export(args)) => runs::export(args, out),
         Some(Command::Tunables(args)) => tunables::run(args, &cli.settings()?, out),
         Some(Command::Budget(args)) => budget::run(args, &cli.settings()?, out),
         None => {

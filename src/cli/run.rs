@@ -2,20 +2,25 @@
 //! providers, or against a built-in scenario served in-process.
 
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use tokio_util::sync::CancellationToken;
 
 use super::Cli;
-use crate::core::event::{NullSink, Outcome};
+use crate::core::event::{EventSink, NullSink, Outcome};
 use crate::core::failover::Target;
 use crate::core::transport::ClientCache;
 use crate::providers::Dialect;
+use crate::recorder::{Recorder, RecorderOptions};
 use crate::report::RunReport;
 use crate::run::{RunPlan, executor, rig, run_calls};
 use crate::sim::builtin;
+use crate::store::Store;
+use crate::store::runs::RunStart;
 
 /// Options of `stallscope run`.
 #[derive(Debug, clap::Args)]
@@ -41,6 +46,16 @@ pub struct Args {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// The database to record the run in (default: $STALLSCOPE_DB, else
+    /// stallscope.db in the platform data directory).
+    #[arg(long, value_name = "PATH", env = "STALLSCOPE_DB")]
+    db: Option<PathBuf>,
+    /// Do not record the run.
+    #[arg(long)]
+    no_record: bool,
+    /// A label for the recorded run.
+    #[arg(long)]
+    label: Option<String>,
 }
 
 pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
@@ -75,8 +90,23 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         if !providers.iter().any(|p| p.name == target.provider) {
             bail!("--target {target}: no [[provider]] row is named `{}`", target.provider);
         }
+        let recorder = if args.no_record {
+            None
+        } else {
+            let path = args.db.clone().or_else(Store::default_path).context(
+                "no platform data directory to keep the run in: give --db PATH, or --no-record",
+            )?;
+            let start = RunStart::new(args.label.clone(), args.scenario.clone(), &settings.tunables, &providers);
+            let flush = settings.tunables.get("STALLSCOPE_RECORDER_FLUSH_MS").value.as_i64().unsigned_abs();
+            let options = RecorderOptions { flush_interval: Duration::from_millis(flush), ..RecorderOptions::default() };
+            Some(Recorder::start_with(&path, start, options)?)
+        };
+        let sink: Arc<dyn EventSink> = match &recorder {
+            Some((sink, _)) => Arc::new(sink.clone()),
+            None => Arc::new(NullSink),
+        };
         let clients = ClientCache::new();
-        let executor = executor(&settings, &providers, &clients, Arc::new(NullSink), |name| std::env::var(name).ok())?;
+        let executor = executor(&settings, &providers, &clients, sink, |name| std::env::var(name).ok())?;
         let plan = RunPlan {
             requests: args.requests as usize,
             concurrency: args.concurrency as usize,
@@ -93,9 +123,17 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         let progress = Progress::new(plan.requests);
         let started = tokio::time::Instant::now();
         let reports = run_calls(&executor, &plan, &cancel, move |report| progress.finished(report.outcome)).await;
-        let report = RunReport::new(args.scenario.clone(), settings.tunables.snapshot(), &reports, started.elapsed());
+        let mut report =
+            RunReport::new(args.scenario.clone(), settings.tunables.snapshot(), &reports, started.elapsed());
         if let Some(rig) = rig {
             rig.server.shutdown().await;
+        }
+        if let Some((_, handle)) = recorder {
+            report.run_id = Some(handle.run_id());
+            let dropped = handle.finish(&report)?;
+            if dropped > 0 {
+                eprintln!("stallscope: the recorder fell behind and dropped {dropped} events (counted in the run's record)");
+            }
         }
         if args.json {
             writeln!(out, "{}", serde_json::to_string(&report)?)?;
@@ -138,7 +176,8 @@ impl Progress {
     }
 }
 
-fn print_report(report: &RunReport, out: &mut dyn Write) -> Result<()> {
+/// The human form of a run's report.
+pub(super) fn print_report(report: &RunReport, out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
         "{:>5}  {:<9}  {:<28}  {:>8}  {:>10}  {:>9}  DETAIL",

@@ -75,6 +75,8 @@ pub enum Group {
     Failover,
     /// Limits shared by all calls of a run.
     Fleet,
+    /// Recording runs to the database.
+    Recorder,
 }
 
 impl Group {
@@ -87,6 +89,7 @@ impl Group {
             Group::Budgets => "Retry budgets and escalation",
             Group::Failover => "Failover and credentials",
             Group::Fleet => "Fleet limits",
+            Group::Recorder => "Recording",
         }
     }
 }
@@ -509,6 +512,15 @@ pub static TUNABLES: &[TunableSpec] = &[
         "Retries in flight per provider may be at most this share of its active calls…"
     ),
     tunable!("FLEET_RETRY_BUDGET_MIN", int(0, 1_000_000), "count", "3", Fleet, "…or this many, whichever is larger."),
+    // Recording (SPEC §6: a crash loses at most the last unflushed batch).
+    tunable!(
+        "RECORDER_FLUSH_MS",
+        int(10, 10_000),
+        "ms",
+        "200",
+        Recorder,
+        "How often recorded events are committed to the database; a crash loses at most this much."
+    ),
 ];
 
 /// Looks up a tunable by its full or short name (case-insensitive).

@@ -1,0 +1,225 @@
+//! `stallscope runs` and `stallscope export`: the recorded history.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+
+use crate::export;
+use crate::store::runs::{RunSummary, tunables_diff};
+use crate::store::{RunId, Store};
+
+/// Where the history lives.
+#[derive(Debug, clap::Args)]
+pub struct DbArg {
+    /// The database (default: $STALLSCOPE_DB, else stallscope.db in the
+    /// platform data directory).
+    #[arg(long, value_name = "PATH", env = "STALLSCOPE_DB", global = true)]
+    db: Option<PathBuf>,
+}
+
+impl DbArg {
+    fn open(&self) -> Result<Store> {
+        let path =
+            self.db.clone().or_else(Store::default_path).context("no platform data directory: give --db PATH")?;
+        let mut store = Store::open(&path)?;
+        store.mark_interrupted()?;
+        Ok(store)
+    }
+}
+
+/// Options of `stallscope runs`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    db: DbArg,
+    #[command(subcommand)]
+    command: RunsCommand,
+}
+
+/// What to do with the history.
+#[derive(Debug, clap::Subcommand)]
+pub enum RunsCommand {
+    /// Every recorded run, newest first.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run's report (the same JSON `run --json` printed).
+    Show {
+        /// The run.
+        id: RunId,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What differs between two runs: tunables and outcomes.
+    Compare {
+        /// The first run.
+        a: RunId,
+        /// The second run.
+        b: RunId,
+    },
+    /// Delete a run and its events.
+    Delete {
+        /// The run.
+        id: RunId,
+    },
+}
+
+pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
+    let mut store = args.db.open()?;
+    match &args.command {
+        RunsCommand::List { json } => {
+            let runs = store.list_runs()?;
+            if *json {
+                writeln!(out, "{}", serde_json::to_string(&runs)?)?;
+            } else {
+                print_list(&runs, out)?;
+            }
+        }
+        RunsCommand::Show { id, json } => match (store.run_report_json(*id)?, *json) {
+            (Some(report), true) => writeln!(out, "{report}")?,
+            (Some(_), false) => {
+                let report = store.run_report(*id)?.context("the run's report cannot be read")?;
+                super::run::print_report(&report, out)?;
+            }
+            (None, _) => match store.run(*id)? {
+                Some(record) => {
+                    let s = &record.summary;
+                    bail!("run {id} has no report: it is {} ({} events recorded)", s.status.name(), s.events)
+                }
+                None => bail!("no run {id} in {}", store.path().display()),
+            },
+        },
+        RunsCommand::Compare { a, b } => {
+            let (Some(ra), Some(rb)) = (store.run(*a)?, store.run(*b)?) else {
+                bail!("runs {a} and {b} must both exist in {}", store.path().display());
+            };
+            let diff = tunables_diff(&ra.tunables, &rb.tunables);
+            writeln!(out, "tunables that differ (run {a} → run {b}):")?;
+            if diff.is_empty() {
+                writeln!(out, "  none")?;
+            }
+            for (name, (va, vb)) in &diff {
+                let show = |v: &Option<serde_json::Value>| v.as_ref().map_or("-".to_owned(), ToString::to_string);
+                writeln!(out, "  {name}: {} → {}", show(va), show(vb))?;
+            }
+            writeln!(out, "outcomes:")?;
+            for (label, s) in [(a, &ra.summary), (b, &rb.summary)] {
+                let o = &s.outcomes;
+                let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0} ms"));
+                writeln!(
+                    out,
+                    "  run {label}: {} ok, {} partial, {} failed, {} cancelled; p50 {}, p99 {}; retries {}",
+                    o.ok,
+                    o.partial,
+                    o.failed,
+                    o.cancelled,
+                    ms(s.p50_ms),
+                    ms(s.p99_ms),
+                    s.retries.map_or("-".to_owned(), |r| r.to_string())
+                )?;
+            }
+        }
+        RunsCommand::Delete { id } => {
+            if !store.delete_run(*id)? {
+                bail!("no run {id} in {}", store.path().display());
+            }
+            writeln!(out, "deleted run {id}")?;
+        }
+    }
+    Ok(())
+}
+
+fn print_list(runs: &[RunSummary], out: &mut dyn Write) -> Result<()> {
+    writeln!(
+        out,
+        "{:>5}  {:<11}  {:<16}  {:<24}  {:>17}  {:>9}  {:>9}  {:>7}  LABEL",
+        "ID", "STATUS", "STARTED (UTC)", "SCENARIO/PROVIDERS", "OK/PART/FAIL/CANC", "P50", "P99", "RETRIES"
+    )?;
+    for r in runs {
+        let source = r.scenario.clone().unwrap_or_else(|| r.providers.join(","));
+        let o = &r.outcomes;
+        let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0} ms"));
+        writeln!(
+            out,
+            "{:>5}  {:<11}  {:<16}  {:<24}  {:>17}  {:>9}  {:>9}  {:>7}  {}",
+            r.id,
+            r.status.name(),
+            utc_minute(r.started_at_ms),
+            source,
+            format!("{}/{}/{}/{}", o.ok, o.partial, o.failed, o.cancelled),
+            ms(r.p50_ms),
+            ms(r.p99_ms),
+            r.retries.map_or("-".to_owned(), |n| n.to_string()),
+            r.label.as_deref().unwrap_or("")
+        )?;
+    }
+    Ok(())
+}
+
+/// Unix milliseconds as `YYYY-MM-DD HH:MM` in UTC (Howard Hinnant's
+/// civil-from-days).
+fn utc_minute(unix_ms: i64) -> String {
+    let secs = unix_ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}", rest / 3600, rest % 3600 / 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn times_print_as_utc_minutes() {
+        assert_eq!(super::utc_minute(0), "1970-01-01 00:00");
+        assert_eq!(super::utc_minute(1_795_982_918_799), "2026-11-29 20:08");
+        assert_eq!(super::utc_minute(951_782_400_000), "2000-02-29 00:00");
+    }
+}
+
+/// Options of `stallscope export`.
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// The run.
+    id: RunId,
+    /// The format.
+    #[arg(long, value_parser = ["jsonl", "chrome-trace"])]
+    format: String,
+    /// Write here instead of standard output.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+pub(super) fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
+    let store = args.db.open()?;
+    if store.run(args.id)?.is_none() {
+        bail!("no run {} in {}", args.id, store.path().display());
+    }
+    let text = if args.format == "jsonl" {
+        export::jsonl(&store.run_events(args.id)?)?
+    } else {
+        let streams = store
+            .streams(args.id)?
+            .into_iter()
+            .map(|s| Ok((s, store.events(args.id, s)?)))
+            .collect::<Result<Vec<_>>>()?;
+        serde_json::to_string(&export::chrome_trace(&streams))? + "\n"
+    };
+    match &args.output {
+        Some(path) => std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?,
+        None => out.write_all(text.as_bytes())?,
+    }
+    Ok(())
+}

@@ -1,0 +1,145 @@
+//! Recorded events in the formats other tools read: JSON lines (one event
+//! per line), and the Chrome trace-event format that Perfetto and
+//! chrome://tracing open.
+//!
+//! In a trace each stream is its own process track: attempts and backoff
+//! sleeps are spans, timers firing and failover hops are instant events,
+//! and the stream's cumulative bytes are a counter.
+
+use serde_json::{Value, json};
+
+use crate::core::event::{Event, EventKind, StreamId};
+
+/// One JSON object per line.
+pub fn jsonl(events: &[Event]) -> Result<String, serde_json::Error> {
+    let mut out = String::new();
+    for event in events {
+        out.push_str(&serde_json::to_string(event)?);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// A Chrome trace of the streams' events (each in time order).
+pub fn chrome_trace(streams: &[(StreamId, Vec<Event>)]) -> Value {
+    let mut trace = Vec::new();
+    for (stream, events) in streams {
+        // Process ids must be positive; stream ids start at 0.
+        let pid = stream + 1;
+        trace.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 1, "args": {"name": format!("stream {stream}")}}));
+        trace.push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": 1, "args": {"name": "attempts"}}));
+        let mut bytes: u64 = 0;
+        let mut open_attempt: Option<(u32, f64, String)> = None;
+        let close = |trace: &mut Vec<Value>, open: &mut Option<(u32, f64, String)>, end: f64| {
+            if let Some((attempt, start, target)) = open.take() {
+                trace.push(json!({
+                    "name": format!("attempt {attempt}"), "cat": "attempt", "ph": "X", "pid": pid, "tid": 1,
+                    "ts": start, "dur": (end - start).max(0.0), "args": {"target": target},
+                }));
+            }
+        };
+        for event in events {
+            let ts = event.at.as_secs_f64() * 1e6;
+            match &event.kind {
+                EventKind::AttemptStarted { target, .. } => {
+                    close(&mut trace, &mut open_attempt, ts);
+                    open_attempt = Some((event.attempt, ts, target.to_string()));
+                }
+                EventKind::BackoffScheduled { sleep, category, reason, .. } => {
+                    close(&mut trace, &mut open_attempt, ts);
+                    trace.push(json!({
+                        "name": "backoff", "cat": "backoff", "ph": "X", "pid": pid, "tid": 1, "ts": ts,
+                        "dur": sleep.as_secs_f64() * 1e6, "args": {"category": category, "reason": reason},
+                    }));
+                }
+                EventKind::Finished { outcome, .. } => {
+                    close(&mut trace, &mut open_attempt, ts);
+                    trace.push(instant(pid, ts, &format!("finished: {}", outcome.name()), json!({})));
+                }
+                EventKind::TimerFired { timer, after } => {
+                    let args = json!({"after_ms": after.as_secs_f64() * 1e3});
+                    trace.push(instant(pid, ts, &format!("{timer} timer fired"), args));
+                }
+                EventKind::FailedOver { from, to, reason } => {
+                    let args = json!({"from": from.to_string(), "to": to.to_string(), "reason": reason});
+                    trace.push(instant(pid, ts, "failover", args));
+                }
+                EventKind::ErrorClassified { category, rule, .. } => {
+                    trace.push(instant(pid, ts, &format!("error: {category}"), json!({"rule": rule})));
+                }
+                EventKind::ChunkReceived { bytes: n } => {
+                    bytes += *n as u64;
+                    trace.push(json!({"name": "bytes", "ph": "C", "pid": pid, "ts": ts, "args": {"bytes": bytes}}));
+                }
+                _ => {}
+            }
+        }
+        if let Some(last) = events.last() {
+            close(&mut trace, &mut open_attempt, last.at.as_secs_f64() * 1e6);
+        }
+    }
+    json!({ "traceEvents": trace, "displayTimeUnit": "ms" })
+}
+
+fn instant(pid: u64, ts: f64, name: &str, args: Value) -> Value {
+    json!({"name": name, "ph": "i", "s": "t", "pid": pid, "tid": 1, "ts": ts, "args": args})
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::core::category::{Category, TimerKind};
+    use crate::core::event::{Outcome, SleepReason};
+    use crate::core::failover::Target;
+
+    fn at(ms: u64, attempt: u32, kind: EventKind) -> Event {
+        Event { at: Duration::from_millis(ms), stream: 0, attempt, kind }
+    }
+
+    #[test]
+    fn a_trace_has_spans_instants_and_a_byte_counter_per_stream() {
+        let target = Target::new("p", "m");
+        let events = vec![
+            at(0, 1, EventKind::AttemptStarted { target: target.clone(), credential: None }),
+            at(5, 1, EventKind::ChunkReceived { bytes: 10 }),
+            at(1000, 1, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1) }),
+            at(
+                1000,
+                1,
+                EventKind::BackoffScheduled {
+                    retry: 1,
+                    category: Category::Timeout,
+                    nominal: Duration::from_millis(50),
+                    sleep: Duration::from_millis(50),
+                    reason: SleepReason::Backoff,
+                },
+            ),
+            at(1050, 2, EventKind::AttemptStarted { target: target.clone(), credential: None }),
+            at(1060, 2, EventKind::ChunkReceived { bytes: 5 }),
+            at(1100, 2, EventKind::Finished { outcome: Outcome::Ok, attempts: 2, stop_reason: None }),
+        ];
+        let trace = chrome_trace(&[(0, events.clone())]);
+        let items = trace["traceEvents"].as_array().unwrap();
+        let spans: Vec<(&str, f64, f64)> = items
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| (e["name"].as_str().unwrap(), e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
+            .collect();
+        assert_eq!(
+            spans,
+            [("attempt 1", 0.0, 1_000_000.0), ("backoff", 1_000_000.0, 50_000.0), ("attempt 2", 1_050_000.0, 50_000.0)]
+        );
+        let counters: Vec<u64> =
+            items.iter().filter(|e| e["ph"] == "C").map(|e| e["args"]["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(counters, [10, 15]);
+        assert!(items.iter().any(|e| e["ph"] == "i" && e["name"] == "idle timer fired"));
+        assert!(items.iter().all(|e| e["pid"] == 1));
+
+        let lines = jsonl(&events).unwrap();
+        assert_eq!(lines.lines().count(), events.len());
+        let back: Event = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+        assert_eq!(back, events[0]);
+    }
+}
