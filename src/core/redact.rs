@@ -6,8 +6,13 @@
 /// returned as it is.
 pub fn url(text: &str) -> String {
     match reqwest::Url::parse(text) {
-        Ok(parsed) => masked(&parsed),
-        Err(_) => text.to_owned(),
+        Ok(parsed) if parsed.has_host() => masked(&parsed),
+        // `user:pw@proxy:3128` parses as a URL of scheme `user` with no
+        // host, and text that is no URL may still hold credentials.
+        _ => match text.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => text.to_owned(),
+        },
     }
 }
 
@@ -34,6 +39,7 @@ mod tests {
         assert_eq!(super::url("https://api.example/v1/chat?key=abc"), "https://api.example/v1/chat?***");
         assert_eq!(super::url("socks5://127.0.0.1:1080"), "socks5://127.0.0.1:1080");
         assert_eq!(super::url("off"), "off");
+        assert_eq!(super::url("user:pw@proxy:3128"), "***@proxy:3128");
         assert_eq!(super::url(""), "");
     }
 }
