@@ -89,8 +89,11 @@ use stallscope::core::upstream::{AttemptRequest, CallInput, Decoder, Response as
 use stallscope::providers::Dialect;
 use stallscope::providers::setup::ProviderConfig;
 use stallscope::providers::sse::SseParser;
+use stallscope::recorder::Recorder;
+use stallscope::report::RunReport;
 use stallscope::run::{RunPlan, executor, run_calls};
 use stallscope::sim::{STREAM_HEADER, Scenario, SimServer};
+use stallscope::store::runs::RunStart;
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
 use tokio::task::{JoinHandle, JoinSet};
@@ -1135,6 +1138,32 @@ fn child(args: &[String]) {
                 let bytes = reports.iter().map(|r| r.bytes).sum();
                 (cpu, wall, rss, ok, sink.sse.load(Ordering::Relaxed), bytes)
             }
+            "recorded" => {
+                // The same as "core", with every event recorded to SQLite.
+                let settings = settings(&[]);
+                let db = std::env::temp_dir().join(format!("stallscope-bench-{}.db", std::process::id()));
+                let start = RunStart::new(Some("bench".into()), None, &settings.tunables, &[]);
+                let (sink, handle) = Recorder::start(&db, start).expect("the recorder");
+                let clients = ClientCache::new();
+                let (executor, target) = core_executor(&settings, &root, &clients, Arc::new(sink));
+                let client = clients.client(&settings.policy.transport).expect("the executor's client");
+                warm_pool(&client, &root, streams).await;
+                let plan = RunPlan { requests: streams, concurrency: streams, target, prompt: "Say hello.".to_owned() };
+                let rss = status_kib("VmRSS");
+                let (cpu, start) = (cpu_seconds(), Instant::now());
+                let reports = run_calls(&executor, &plan, &CancellationToken::new(), |_| {}).await;
+                let report = RunReport::new(None, Default::default(), &reports, start.elapsed());
+                let dropped = handle.finish(&report).expect("the recording finishes");
+                let (cpu, wall) = (cpu_seconds() - cpu, start.elapsed().as_secs_f64());
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+                }
+                let ok = reports.iter().filter(|r| r.outcome == Outcome::Ok).count() as u64;
+                let bytes = reports.iter().map(|r| r.bytes).sum();
+                let events = reports.iter().map(|r| r.events).sum::<u64>();
+                eprintln!("   (recorded run: {dropped} events dropped)");
+                (cpu, wall, rss, ok, events, bytes)
+            }
             "raw" => {
                 let client = plain_client();
                 warm_pool(&client, &root, streams).await;
@@ -1196,6 +1225,7 @@ fn load(server_rt: &Runtime, sizes: Sizes) {
     }));
     let raw_light = run_child("raw", &light.root(), sizes);
     let core_light = run_child("core", &light.root(), sizes);
+    let recorded_light = run_child("recorded", &light.root(), sizes);
     drop(light);
 
     let mib = |kib: u64| kib as f64 / 1024.0;
@@ -1208,6 +1238,7 @@ fn load(server_rt: &Runtime, sizes: Sizes) {
         ("core run_calls (simulator)", core),
         ("raw reqwest (light server)", raw_light),
         ("core run_calls (light server)", core_light),
+        ("core + recorder (light server)", recorded_light),
     ];
     for (label, r) in &rows {
         println!(
