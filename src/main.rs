@@ -9,11 +9,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli, &mut std::io::stdout().lock()) {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped early (`| head`) is not an error of ours.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("stallscope: {}", one_line(&error));
             ExitCode::from(2)
         }
     }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 /// The error and its causes on one line, each cause once: many messages
