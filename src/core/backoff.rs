@@ -98,37 +98,16 @@ impl Jitter {
     /// Every jitter kind, in declaration order.
     pub const ALL: [Jitter; 6] =
         [Jitter::None, Jitter::Full, Jitter::Equal, Jitter::Decorrelated, Jitter::Symmetric, Jitter::PositiveOnly];
-
-    /// The name used by [`FromStr`] and [`Display`](fmt::Display).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Jitter::None => "none",
-            Jitter::Full => "full",
-            Jitter::Equal => "equal",
-            Jitter::Decorrelated => "decorrelated",
-            Jitter::Symmetric => "symmetric",
-            Jitter::PositiveOnly => "positive-only",
-        }
-    }
 }
 
-impl fmt::Display for Jitter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
-
-impl FromStr for Jitter {
-    type Err = BackoffError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let wanted = s.trim();
-        Self::ALL
-            .into_iter()
-            .find(|kind| kind.name().eq_ignore_ascii_case(wanted))
-            .ok_or_else(|| BackoffError::UnknownJitter { given: s.to_owned() })
-    }
-}
+named_enum!(Jitter, BackoffError::UnknownJitter, {
+    None => "none",
+    Full => "full",
+    Equal => "equal",
+    Decorrelated => "decorrelated",
+    Symmetric => "symmetric",
+    PositiveOnly => "positive-only",
+});
 
 /// How a server-requested wait (`Retry-After`) is jittered by
 /// [`BackoffPolicy::server_delay`].
@@ -155,33 +134,12 @@ pub enum ServerJitter {
 impl ServerJitter {
     /// Every server jitter kind, in declaration order.
     pub const ALL: [ServerJitter; 2] = [ServerJitter::None, ServerJitter::PositiveOnly];
-
-    /// The name used by [`FromStr`] and [`Display`](fmt::Display).
-    pub const fn name(self) -> &'static str {
-        match self {
-            ServerJitter::None => "none",
-            ServerJitter::PositiveOnly => "positive-only",
-        }
-    }
 }
 
-impl fmt::Display for ServerJitter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
-
-impl FromStr for ServerJitter {
-    type Err = BackoffError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let wanted = s.trim();
-        Self::ALL
-            .into_iter()
-            .find(|kind| kind.name().eq_ignore_ascii_case(wanted))
-            .ok_or_else(|| BackoffError::UnknownServerJitter { given: s.to_owned() })
-    }
-}
+named_enum!(ServerJitter, BackoffError::UnknownServerJitter, {
+    None => "none",
+    PositiveOnly => "positive-only",
+});
 
 /// Exponential backoff with jitter for retries of one call.
 ///

@@ -73,35 +73,14 @@ impl EscalationStrategy {
         EscalationStrategy::Multiplicative,
         EscalationStrategy::Linear,
     ];
-
-    /// The name used by [`FromStr`] and [`Display`](fmt::Display).
-    pub const fn name(self) -> &'static str {
-        match self {
-            EscalationStrategy::None => "none",
-            EscalationStrategy::Additive => "additive",
-            EscalationStrategy::Multiplicative => "multiplicative",
-            EscalationStrategy::Linear => "linear",
-        }
-    }
 }
 
-impl fmt::Display for EscalationStrategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
-
-impl FromStr for EscalationStrategy {
-    type Err = EscalationError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let wanted = s.trim();
-        Self::ALL
-            .into_iter()
-            .find(|strategy| strategy.name().eq_ignore_ascii_case(wanted))
-            .ok_or_else(|| EscalationError::UnknownStrategy { given: s.to_owned() })
-    }
-}
+named_enum!(EscalationStrategy, EscalationError::UnknownStrategy, {
+    None => "none",
+    Additive => "additive",
+    Multiplicative => "multiplicative",
+    Linear => "linear",
+});
 
 /// Growth of a per-attempt timeout across timeout-category retries.
 ///
