@@ -7,6 +7,20 @@
 //!
 //! Start with [`core::executor::Executor`] (one call's retry loop) and
 //! [`core::governor`] (one attempt's timers).
+//!
+//! Tunables are layered and know where each value came from:
+//!
+//! ```
+//! use stallscope::core::policy::CorePolicy;
+//! use stallscope::tunables::{Source, Tunables};
+//!
+//! let mut tunables = Tunables::defaults();
+//! tunables.apply_override("SSE_IDLE_TIMEOUT_S=300").unwrap();
+//! let idle = tunables.get("STALLSCOPE_SSE_IDLE_TIMEOUT_S");
+//! assert_eq!((idle.value.to_string(), &idle.source), ("300".to_owned(), &Source::Override));
+//! let policy = CorePolicy::from_tunables(&tunables).unwrap();
+//! assert_eq!(policy.timers.idle, Some(std::time::Duration::from_secs(300)));
+//! ```
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
