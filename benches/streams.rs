@@ -254,12 +254,7 @@ async fn warm_pool(client: &reqwest::Client, root: &str, connections: usize) {
         if stream % 50 == 49 {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let request = client
-            .post(&url)
-            .header(STREAM_HEADER, stream)
-            .header(WARM_HEADER, "1")
-            .header(CONTENT_TYPE, "application/json")
-            .body(REQUEST_JSON);
+        let request = chat_request(client, &url, stream as u64).header(WARM_HEADER, "1");
         tasks.push(tokio::spawn(async move { request.send().await.ok()?.bytes().await.ok() }));
     }
     let mut opened = 0;
@@ -535,19 +530,7 @@ struct Run {
 /// Raw reqwest: POST, then count the bytes of `bytes_stream()`.
 async fn raw_stream(client: reqwest::Client, url: String, stream: u64) -> Result<Run, String> {
     let start = Instant::now();
-    let response = client
-        .post(&url)
-        .header(STREAM_HEADER, stream)
-        .header(ACCEPT, "text/event-stream")
-        .header(CONTENT_TYPE, "application/json")
-        .body(REQUEST_JSON)
-        .send()
-        .await
-        .map_err(|e| format!("raw request: {e}"))?;
-    if !response.status().is_success() {
-        return Err(format!("raw request: status {}", response.status()));
-    }
-    let mut body = response.bytes_stream();
+    let mut body = send(chat_request(&client, &url, stream)).await?.bytes_stream();
     let (mut bytes, mut chunks) = (0, 0);
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| format!("raw body: {e}"))?;
@@ -557,19 +540,30 @@ async fn raw_stream(client: reqwest::Client, url: String, stream: u64) -> Result
     Ok(Run { secs: start.elapsed().as_secs_f64(), bytes, chunks })
 }
 
+/// The chat completions request every raw client sends, as stream `stream`.
+fn chat_request(client: &reqwest::Client, url: &str, stream: u64) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header(STREAM_HEADER, stream)
+        .header(ACCEPT, "text/event-stream")
+        .header(CONTENT_TYPE, "application/json")
+        .body(REQUEST_JSON)
+}
+
+/// Sends a raw request and insists on a success status.
+async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, String> {
+    let response = request.send().await.map_err(|e| format!("raw request: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("raw request: status {}", response.status()));
+    }
+    Ok(response)
+}
+
 /// Raw reqwest feeding each chunk to the chat decoder in the loop: what any
 /// governor over this transport and decoder could reach at best.
 async fn raw_decoded(client: reqwest::Client, url: String, expect: u64) -> Result<Run, String> {
     let start = Instant::now();
-    let response = client
-        .post(&url)
-        .header(ACCEPT, "text/event-stream")
-        .header(CONTENT_TYPE, "application/json")
-        .body(REQUEST_JSON)
-        .send()
-        .await
-        .map_err(|e| format!("raw request: {e}"))?;
-    let mut body = response.bytes_stream();
+    let mut body = send(chat_request(&client, &url, 1)).await?.bytes_stream();
     let (mut decoder, mut out) = (Dialect::OpenAiChat.decoder(), Vec::new());
     let (mut bytes, mut chunks, mut decoded) = (0, 0, 0);
     while let Some(chunk) = body.next().await {
@@ -917,12 +911,7 @@ async fn raw_stalls(root: String, sizes: Sizes) -> (Vec<f64>, Duration, usize, f
     let cpu = cpu_seconds();
     let tasks: Vec<_> = (0..sizes.stall_streams)
         .map(|stream| {
-            let request = client
-                .post(&url)
-                .header(STREAM_HEADER, stream)
-                .header(ACCEPT, "text/event-stream")
-                .header(CONTENT_TYPE, "application/json")
-                .body(REQUEST_JSON);
+            let request = chat_request(&client, &url, stream as u64);
             tokio::spawn(async move {
                 let response = request.send().await.ok()?;
                 let mut due = Instant::now() + threshold;
