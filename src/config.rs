@@ -119,6 +119,13 @@ pub fn default_path() -> Option<PathBuf> {
     directories::ProjectDirs::from("", "", "stallscope").map(|dirs| dirs.config_dir().join("config.toml"))
 }
 
+/// The process environment, for [`Settings::load`] and key lookups.
+/// `vars()` would panic on a variable that is not UTF-8; such a variable
+/// cannot be one of ours, so it is skipped.
+pub fn process_env() -> Vec<(String, String)> {
+    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect()
+}
+
 /// The effective settings: tunables with their sources, the policy read
 /// from them, the classifier and the providers.
 #[derive(Debug, Clone)]

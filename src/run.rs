@@ -88,9 +88,16 @@ pub struct ScenarioRig {
     pub providers: Vec<ProviderConfig>,
     /// The primary target of each call.
     pub target: Target,
-    /// The scenario's tunable layer: its recommendations, plus the failover
-    /// chain an unreachable primary needs.
-    pub tunables: BTreeMap<String, String>,
+}
+
+/// A scenario's tunable layer: its recommendations, plus the failover chain
+/// an unreachable primary needs.
+pub fn recommended_tunables(scenario: &Scenario) -> BTreeMap<String, String> {
+    let mut tunables = scenario.run().tunables.clone();
+    if scenario.run().primary_unreachable {
+        tunables.entry("STALLSCOPE_FALLBACK_MODELS".to_owned()).or_insert_with(|| format!("sim/{}", SIM_MODELS[0]));
+    }
+    tunables
 }
 
 /// A scenario could not be served.
@@ -106,7 +113,6 @@ pub enum RigError {
 
 /// Serves `scenario` on an ephemeral loopback port speaking `dialect`.
 pub async fn rig(scenario: Scenario, dialect: Dialect) -> Result<ScenarioRig, RigError> {
-    let mut tunables = scenario.run().tunables.clone();
     let unreachable = scenario.run().primary_unreachable;
     let server = SimServer::start(scenario, 0).await?;
     let mut providers: Vec<ProviderConfig> =
@@ -120,9 +126,8 @@ pub async fn rig(scenario: Scenario, dialect: Dialect) -> Result<ScenarioRig, Ri
             ProviderConfig::at_root("unreachable", dialect, &format!("http://127.0.0.1:{closed}"), SIM_MODELS[0]);
         providers.insert(0, dead);
         target = Target::new("unreachable", SIM_MODELS[0]);
-        tunables.entry("STALLSCOPE_FALLBACK_MODELS".to_owned()).or_insert_with(|| format!("sim/{}", SIM_MODELS[0]));
     }
-    Ok(ScenarioRig { server, providers, target, tunables })
+    Ok(ScenarioRig { server, providers, target })
 }
 
 /// An executor over `providers` with the effective settings, sending events

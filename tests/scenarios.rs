@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use stallscope::config::{ConfigFile, Layers, Settings};
 use stallscope::core::category::{Category, TimerKind};
 use stallscope::core::event::{EventKind, Outcome, VecSink};
 use stallscope::core::executor::{Call, CallReport};
@@ -13,6 +12,7 @@ use stallscope::core::transport::ClientCache;
 use stallscope::core::upstream::CallInput;
 use stallscope::providers::Dialect;
 use stallscope::run::{executor, rig};
+use stallscope::session::{RunSource, settings_for};
 use stallscope::sim::builtin;
 use tokio_util::sync::CancellationToken;
 
@@ -27,13 +27,9 @@ struct Played {
 async fn play(name: &str, dialect: Dialect, sets: &[&str]) -> Played {
     let rig = rig(builtin(name).unwrap(), dialect).await.unwrap();
     let overrides: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
-    let layers = Layers {
-        // An empty config: a developer's own config file must not leak in.
-        config: ConfigFile::None,
-        scenario: Some((name, &rig.tunables)),
-        overrides: &overrides,
-    };
-    let settings = Settings::load(layers, Vec::<(String, String)>::new()).unwrap();
+    // A scenario reads no config file: a developer's own must not leak in.
+    let source = RunSource::Scenario { name: name.to_owned(), dialect };
+    let settings = settings_for(&source, &overrides, &[]).unwrap();
     let sink = Arc::new(VecSink::new());
     let executor = executor(&settings, &rig.providers, &ClientCache::new(), sink.clone(), |_| None).unwrap();
     let call = Call {

@@ -8,14 +8,14 @@ mod runs;
 mod sim;
 mod tunables;
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::config::{ConfigFile, Layers, Settings};
+use crate::config::{Settings, process_env};
+use crate::session::{RunSource, settings_for};
 
 /// stallscope: watch, tune and replay the fault tolerance of streaming LLM calls.
 #[derive(Debug, Parser)]
@@ -55,31 +55,19 @@ impl Cli {
     /// The effective settings from the config file, the environment and the
     /// overrides.
     fn settings(&self) -> Result<Settings> {
-        let from_env = std::env::var_os("STALLSCOPE_CONFIG").map(PathBuf::from);
-        let config = match self.config.as_deref().or(from_env.as_deref()) {
-            Some(path) => ConfigFile::Path(path),
-            None => ConfigFile::Default,
-        };
-        Ok(Settings::load(Layers { config, scenario: None, overrides: &self.overrides }, env())?)
+        let source = RunSource::Config { path: self.config_path(), target: None };
+        Ok(settings_for(&source, &self.overrides, &process_env())?)
     }
 
-    /// The effective settings for a built-in scenario: its recommendations,
-    /// the environment and the overrides, and no config file (a scenario
-    /// needs none, and a broken one must not stop it).
-    fn scenario_settings(&self, name: &str, recommended: &BTreeMap<String, String>) -> Result<Settings> {
-        let layers =
-            Layers { config: ConfigFile::None, scenario: Some((name, recommended)), overrides: &self.overrides };
-        Ok(Settings::load(layers, env())?)
+    /// The config file named by `--config`, else by `$STALLSCOPE_CONFIG`;
+    /// `None` means the default location.
+    fn config_path(&self) -> Option<PathBuf> {
+        self.config.clone().or_else(|| std::env::var_os("STALLSCOPE_CONFIG").map(PathBuf::from))
     }
 }
 
-/// The process environment. `vars()` would panic on a variable that is not
-/// UTF-8; such a variable cannot be one of ours, so it is skipped.
-fn env() -> impl Iterator<Item = (String, String)> {
-    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-}
-
-/// Runs the command line; `out` receives data.
+/// Runs the command line; `out` receives data. With no subcommand the
+/// desktop app opens.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     match &cli.command {
         Some(Command::Run(args)) => run::run(&cli, args, out),
@@ -88,11 +76,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Some(Command::Export(args)) => runs::export(args, out),
         Some(Command::Tunables(args)) => tunables::run(args, &cli.settings()?, out),
         Some(Command::Budget(args)) => budget::run(args, &cli.settings()?, out),
-        None => {
-            // Until the desktop app lands, the default command explains the CLI.
-            let mut help = <Cli as clap::CommandFactory>::command();
-            write!(out, "{}", help.render_help())?;
-            Ok(())
-        }
+        None => crate::gui::open(crate::gui::Launch { config: cli.config_path(), overrides: cli.overrides.clone() }),
     }
 }

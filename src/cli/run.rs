@@ -3,24 +3,18 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use tokio_util::sync::CancellationToken;
 
 use super::Cli;
-use crate::core::event::{EventSink, NullSink, Outcome};
-use crate::core::failover::Target;
-use crate::core::transport::ClientCache;
+use crate::config::process_env;
+use crate::core::event::Outcome;
 use crate::providers::Dialect;
-use crate::recorder::{Recorder, RecorderOptions};
 use crate::report::RunReport;
-use crate::run::{RunPlan, executor, rig, run_calls};
-use crate::sim::builtin;
+use crate::session::{Recording, RunSource, SessionPlan, run_session};
 use crate::store::Store;
-use crate::store::runs::RunStart;
 
 /// Options of `stallscope run`.
 #[derive(Debug, clap::Args)]
@@ -62,57 +56,33 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     if args.scenario.is_some() && cli.config.is_some() {
         bail!("give either --config or --scenario, not both");
     }
-    let scenario = args.scenario.as_deref().map(builtin).transpose()?;
-    let dialect: Dialect = args.dialect.parse().map_err(anyhow::Error::msg)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async {
-        let rig = match scenario {
-            Some(scenario) => Some(rig(scenario, dialect).await?),
-            None => None,
-        };
-        let (settings, providers, target) = match (&rig, args.scenario.as_deref()) {
-            (Some(rig), Some(name)) => {
-                (cli.scenario_settings(name, &rig.tunables)?, rig.providers.clone(), rig.target.clone())
-            }
-            _ => {
-                let mut settings = cli.settings()?;
-                let providers = std::mem::take(&mut settings.providers);
-                let target = match (&args.target, providers.first()) {
-                    (Some(text), _) => Target::parse(text).map_err(anyhow::Error::msg)?,
-                    (None, Some(row)) => Target::new(&row.name, &row.model),
-                    (None, None) => bail!(
-                        "no provider to call: give --scenario NAME, or a config file (--config PATH) with a [[provider]] row"
-                    ),
-                };
-                (settings, providers, target)
-            }
-        };
-        if !providers.iter().any(|p| p.name == target.provider) {
-            bail!("--target {target}: no [[provider]] row is named `{}`", target.provider);
+    let source = match &args.scenario {
+        Some(name) => {
+            let dialect: Dialect = args.dialect.parse().map_err(anyhow::Error::msg)?;
+            RunSource::Scenario { name: name.clone(), dialect }
         }
-        let recorder = if args.no_record {
-            None
-        } else {
-            let path = args.db.clone().or_else(Store::default_path).context(
-                "no platform data directory to keep the run in: give --db PATH, or --no-record",
-            )?;
-            let start = RunStart::new(args.label.clone(), args.scenario.clone(), &settings.tunables, &providers);
-            let flush = settings.tunables.get("STALLSCOPE_RECORDER_FLUSH_MS").value.as_i64().unsigned_abs();
-            let options = RecorderOptions { flush_interval: Duration::from_millis(flush), ..RecorderOptions::default() };
-            Some(Recorder::start_with(&path, start, options)?)
-        };
-        let sink: Arc<dyn EventSink> = match &recorder {
-            Some((sink, _)) => Arc::new(sink.clone()),
-            None => Arc::new(NullSink),
-        };
-        let clients = ClientCache::new();
-        let executor = executor(&settings, &providers, &clients, sink, |name| std::env::var(name).ok())?;
-        let plan = RunPlan {
-            requests: args.requests as usize,
-            concurrency: args.concurrency as usize,
-            target,
-            prompt: args.prompt.clone(),
-        };
+        None => RunSource::Config { path: cli.config_path(), target: args.target.clone() },
+    };
+    let recording = if args.no_record {
+        None
+    } else {
+        let db = args
+            .db
+            .clone()
+            .or_else(Store::default_path)
+            .context("no platform data directory to keep the run in: give --db PATH, or --no-record")?;
+        Some(Recording { db, label: args.label.clone() })
+    };
+    let plan = SessionPlan {
+        source,
+        requests: args.requests as usize,
+        concurrency: args.concurrency as usize,
+        prompt: args.prompt.clone(),
+        overrides: cli.overrides.clone(),
+        recording,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let outcome = runtime.block_on(async {
         let cancel = CancellationToken::new();
         let ctrl_c = cancel.clone();
         tokio::spawn(async move {
@@ -121,27 +91,20 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
             }
         });
         let progress = Progress::new(plan.requests);
-        let started = tokio::time::Instant::now();
-        let reports = run_calls(&executor, &plan, &cancel, move |report| progress.finished(report.outcome)).await;
-        let mut report =
-            RunReport::new(args.scenario.clone(), settings.tunables.snapshot(), &reports, started.elapsed());
-        if let Some(rig) = rig {
-            rig.server.shutdown().await;
-        }
-        if let Some((_, handle)) = recorder {
-            report.run_id = Some(handle.run_id());
-            let dropped = handle.finish(&report)?;
-            if dropped > 0 {
-                eprintln!("stallscope: the recorder fell behind and dropped {dropped} events (counted in the run's record)");
-            }
-        }
-        if args.json {
-            writeln!(out, "{}", serde_json::to_string(&report)?)?;
-        } else {
-            print_report(&report, out)?;
-        }
-        Ok(())
-    })
+        run_session(&plan, &process_env(), None, &cancel, move |report| progress.finished(report.outcome)).await
+    })?;
+    if outcome.dropped_events > 0 {
+        eprintln!(
+            "stallscope: the recorder fell behind and dropped {} events (counted in the run's record)",
+            outcome.dropped_events
+        );
+    }
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string(&outcome.report)?)?;
+    } else {
+        print_report(&outcome.report, out)?;
+    }
+    Ok(())
 }
 
 /// The live progress line on stderr, when stderr is a terminal.

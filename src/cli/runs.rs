@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 
 use crate::export;
-use crate::store::runs::{RunSummary, tunables_diff};
+use crate::store::runs::{RunSummary, tunables_diff, utc_minute};
 use crate::store::{RunId, Store};
 
 /// Where the history lives.
@@ -158,33 +158,6 @@ fn print_list(runs: &[RunSummary], out: &mut dyn Write) -> Result<()> {
         )?;
     }
     Ok(())
-}
-
-/// Unix milliseconds as `YYYY-MM-DD HH:MM` in UTC (Howard Hinnant's
-/// civil-from-days).
-fn utc_minute(unix_ms: i64) -> String {
-    let secs = unix_ms.div_euclid(1000);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}", rest / 3600, rest % 3600 / 60)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn times_print_as_utc_minutes() {
-        assert_eq!(super::utc_minute(0), "1970-01-01 00:00");
-        assert_eq!(super::utc_minute(1_795_982_918_799), "2026-11-29 20:08");
-        assert_eq!(super::utc_minute(951_782_400_000), "2000-02-29 00:00");
-    }
 }
 
 /// Options of `stallscope export`.

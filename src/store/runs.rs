@@ -90,6 +90,23 @@ pub(crate) fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Unix milliseconds as `YYYY-MM-DD HH:MM` in UTC (Howard Hinnant's
+/// civil-from-days).
+pub fn utc_minute(unix_ms: i64) -> String {
+    let secs = unix_ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}", rest / 3600, rest % 3600 / 60)
+}
+
 /// Every tunable with its effective value and where it came from:
 /// `{"STALLSCOPE_…": {"value": …, "source": "default" | "env" | …}}`.
 pub fn tunables_snapshot(tunables: &Tunables) -> Map<String, Value> {
@@ -416,6 +433,13 @@ pub fn tunables_diff(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_print_as_utc_minutes() {
+        assert_eq!(utc_minute(0), "1970-01-01 00:00");
+        assert_eq!(utc_minute(1_795_982_918_799), "2026-11-29 20:08");
+        assert_eq!(utc_minute(951_782_400_000), "2000-02-29 00:00");
+    }
 
     #[test]
     fn percentiles_use_the_nearest_rank() {

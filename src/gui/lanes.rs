@@ -1,0 +1,543 @@
+//! The timeline model: one lane per stream, built event by event from the
+//! core's events (as a run goes, or read back from the store) into the
+//! shapes the lanes draw: cumulative bytes, event ticks, each timer's
+//! progress toward its threshold, backoff sleeps, attempts, failover hops
+//! and the outcome. Times are seconds from the start of the run.
+
+use std::collections::{BTreeMap, HashMap};
+
+use egui_plot::PlotPoint;
+
+use crate::core::category::{Category, TimerKind};
+use crate::core::event::{Event, EventClass, EventKind, Outcome, SleepReason, StreamId};
+
+/// Every stream of what is shown: one run, or several scenarios run together.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    /// The lanes in the order their streams started.
+    pub lanes: Vec<Lane>,
+    /// The sources the lanes come from (one per scenario of a combined run).
+    pub parts: Vec<Part>,
+    index: HashMap<(usize, StreamId), usize>,
+    end_s: f64,
+    events: u64,
+}
+
+/// One source of lanes: its label and where its clock starts on the shared axis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    /// What the lanes are labelled with (a scenario name, a target).
+    pub label: String,
+    /// Seconds from the timeline's start to this part's start.
+    pub offset_s: f64,
+}
+
+/// One stream's life.
+#[derive(Debug, Default)]
+pub struct Lane {
+    /// The part it belongs to.
+    pub part: usize,
+    /// Its stream id within the part.
+    pub stream: StreamId,
+    /// When the call started.
+    pub started_s: f64,
+    /// The latest event's time.
+    pub last_s: f64,
+    /// Cumulative bytes received: (time, bytes so far).
+    pub bytes: Vec<PlotPoint>,
+    /// Bytes so far.
+    pub total_bytes: u64,
+    /// Times of content, reasoning and tool-call events.
+    pub output_ticks: Vec<f64>,
+    /// Times of keep-alives (comments, pings).
+    pub keepalive_ticks: Vec<f64>,
+    /// Times of lifecycle events (start, stop, usage).
+    pub lifecycle_ticks: Vec<f64>,
+    /// Every armed timer's run, in order.
+    pub timers: Vec<TimerTrack>,
+    /// Backoff sleeps before retries.
+    pub sleeps: Vec<SleepSpan>,
+    /// Where each attempt began.
+    pub attempts: Vec<Mark>,
+    /// Failover hops.
+    pub hops: Vec<Mark>,
+    /// Timers that fired.
+    pub fired: Vec<Mark>,
+    /// Every event other than chunks and parsed stream events, described,
+    /// for hovering.
+    pub notes: Vec<Mark>,
+    /// How the call ended, once it has.
+    pub outcome: Option<Outcome>,
+    /// When it ended.
+    pub finished_s: Option<f64>,
+    /// The last classified failure, `category/timer (rule)`.
+    pub last_error: Option<String>,
+    /// Retries scheduled, by category.
+    pub retries: BTreeMap<Category, u32>,
+    /// The target of the current (or last) attempt.
+    pub target: String,
+    /// Attempts started.
+    pub attempt_count: u32,
+    open: [Option<usize>; TIMER_KINDS],
+}
+
+/// A point in time with a description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    /// When.
+    pub at_s: f64,
+    /// What, in words.
+    pub text: String,
+}
+
+/// One armed timer from arming to its end: how much of its budget had
+/// elapsed over time (0 at each reset, 1 when it fires).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimerTrack {
+    /// Which timer.
+    pub kind: TimerKind,
+    /// Its budget in seconds.
+    pub budget_s: f64,
+    /// (time, elapsed fraction of the budget), sorted by time; a reset is
+    /// two points at the same time.
+    pub progress: Vec<PlotPoint>,
+    /// Whether it is still armed.
+    pub open: bool,
+    /// Whether it fired.
+    pub fired: bool,
+    last_reset: f64,
+}
+
+impl TimerTrack {
+    /// The fraction of its budget elapsed at `now_s`, for an armed timer.
+    pub fn fraction_at(&self, now_s: f64) -> f64 {
+        ((now_s - self.last_reset) / self.budget_s).clamp(0.0, 1.0)
+    }
+}
+
+/// A backoff sleep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SleepSpan {
+    /// When it began.
+    pub start_s: f64,
+    /// When it ends (or ended).
+    pub end_s: f64,
+    /// `backoff` or the header the server's wait came from.
+    pub reason: String,
+    /// The category retried.
+    pub category: Category,
+}
+
+const TIMER_KINDS: usize = 6;
+
+const fn slot(kind: TimerKind) -> usize {
+    match kind {
+        TimerKind::Connect => 0,
+        TimerKind::Ttfb => 1,
+        TimerKind::Idle => 2,
+        TimerKind::DataStall => 3,
+        TimerKind::Total => 4,
+        TimerKind::Deadline => 5,
+    }
+}
+
+impl Timeline {
+    /// An empty timeline.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a source of lanes; returns its index for [`Timeline::ingest`].
+    pub fn add_part(&mut self, label: impl Into<String>, offset_s: f64) -> usize {
+        self.parts.push(Part { label: label.into(), offset_s });
+        self.parts.len() - 1
+    }
+
+    /// A timeline of one stored run.
+    pub fn from_events(label: impl Into<String>, events: &[Event]) -> Self {
+        let mut timeline = Timeline::new();
+        let part = timeline.add_part(label, 0.0);
+        for event in events {
+            timeline.ingest(part, event);
+        }
+        timeline
+    }
+
+    /// Takes in one event of `part`.
+    pub fn ingest(&mut self, part: usize, event: &Event) {
+        let offset = self.parts.get(part).map_or(0.0, |p| p.offset_s);
+        let at = offset + event.at.as_secs_f64();
+        let next = self.lanes.len();
+        let index = *self.index.entry((part, event.stream)).or_insert(next);
+        if index == next {
+            self.lanes.push(Lane { part, stream: event.stream, started_s: at, ..Lane::default() });
+        }
+        self.lanes[index].ingest(at, event);
+        self.end_s = self.end_s.max(at);
+        self.events += 1;
+    }
+
+    /// The latest event's time.
+    pub fn end_s(&self) -> f64 {
+        self.end_s
+    }
+
+    /// Events taken in.
+    pub fn event_count(&self) -> u64 {
+        self.events
+    }
+
+    /// The label of a lane's part.
+    pub fn label(&self, lane: &Lane) -> &str {
+        self.parts.get(lane.part).map_or("", |p| p.label.as_str())
+    }
+
+    /// Counts, retries and latency over every lane.
+    pub fn summary(&self) -> Summary {
+        let mut summary = Summary::default();
+        let mut elapsed = Vec::new();
+        for lane in &self.lanes {
+            match lane.outcome {
+                Some(Outcome::Ok) => summary.ok += 1,
+                Some(Outcome::Partial) => summary.partial += 1,
+                Some(Outcome::Failed) => summary.failed += 1,
+                Some(Outcome::Cancelled) => summary.cancelled += 1,
+                None => summary.running += 1,
+            }
+            for (category, n) in &lane.retries {
+                *summary.retries.entry(*category).or_default() += n;
+            }
+            if let Some(end) = lane.finished_s {
+                elapsed.push(end - lane.started_s);
+            }
+        }
+        elapsed.sort_by(f64::total_cmp);
+        let rank =
+            |p: f64| elapsed.get(((p / 100.0 * elapsed.len() as f64).ceil() as usize).saturating_sub(1)).copied();
+        summary.p50_s = rank(50.0);
+        summary.p99_s = rank(99.0);
+        summary
+    }
+}
+
+/// The run at a glance.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    /// Streams that completed.
+    pub ok: usize,
+    /// Streams finished by partial recovery.
+    pub partial: usize,
+    /// Streams that failed.
+    pub failed: usize,
+    /// Streams cancelled.
+    pub cancelled: usize,
+    /// Streams still going.
+    pub running: usize,
+    /// Retries scheduled, by category.
+    pub retries: BTreeMap<Category, u32>,
+    /// Median elapsed time of finished streams.
+    pub p50_s: Option<f64>,
+    /// 99th-percentile elapsed time of finished streams.
+    pub p99_s: Option<f64>,
+}
+
+impl Lane {
+    fn ingest(&mut self, at: f64, event: &Event) {
+        self.last_s = self.last_s.max(at);
+        match &event.kind {
+            EventKind::ChunkReceived { bytes } => {
+                self.total_bytes += *bytes as u64;
+                self.bytes.push(PlotPoint::new(at, self.total_bytes as f64));
+                self.reset(TimerKind::Idle, at);
+                self.close(TimerKind::Ttfb, at, false);
+                return;
+            }
+            EventKind::SseReceived { class, progress, .. } => {
+                let ticks = match class {
+                    EventClass::Keepalive => &mut self.keepalive_ticks,
+                    EventClass::Lifecycle | EventClass::Error => &mut self.lifecycle_ticks,
+                    EventClass::Content | EventClass::Reasoning | EventClass::ToolCall => &mut self.output_ticks,
+                };
+                ticks.push(at);
+                if *progress {
+                    self.reset(TimerKind::DataStall, at);
+                }
+                return;
+            }
+            EventKind::TimerArmed { timer, after } => {
+                self.close(*timer, at, false);
+                self.open[slot(*timer)] = Some(self.timers.len());
+                self.timers.push(TimerTrack {
+                    kind: *timer,
+                    budget_s: after.as_secs_f64().max(1e-9),
+                    progress: vec![PlotPoint::new(at, 0.0)],
+                    open: true,
+                    fired: false,
+                    last_reset: at,
+                });
+            }
+            EventKind::TimerDisarmed { timer, .. } => self.close(*timer, at, false),
+            EventKind::TimerFired { timer, .. } => {
+                self.close(*timer, at, true);
+                self.fired.push(Mark { at_s: at, text: format!("{timer} timer fired") });
+            }
+            EventKind::AttemptStarted { target, .. } => {
+                self.close_all(at);
+                self.attempt_count = event.attempt.max(self.attempt_count + 1);
+                self.target = target.to_string();
+                self.attempts.push(Mark { at_s: at, text: format!("attempt {} → {target}", self.attempt_count) });
+            }
+            EventKind::CallStarted { target, .. } => self.target = target.to_string(),
+            EventKind::PhaseChanged { phase: crate::core::event::AttemptPhase::Done } => self.close_all(at),
+            EventKind::ErrorClassified { category, timer, rule, .. } => {
+                self.close_all(at);
+                let timer = timer.map(|t| format!("/{t}")).unwrap_or_default();
+                self.last_error = Some(format!("{category}{timer} ({rule})"));
+            }
+            EventKind::BackoffScheduled { category, sleep, reason, .. } => {
+                *self.retries.entry(*category).or_default() += 1;
+                let reason = match reason {
+                    SleepReason::Backoff => "backoff".to_owned(),
+                    SleepReason::ServerRequested { header } => header.clone(),
+                };
+                let end_s = at + sleep.as_secs_f64();
+                self.sleeps.push(SleepSpan { start_s: at, end_s, reason, category: *category });
+            }
+            EventKind::FailedOver { from, to, reason } => {
+                self.hops.push(Mark { at_s: at, text: format!("{from} → {to} ({reason})") });
+            }
+            EventKind::Finished { outcome, .. } => {
+                self.close_all(at);
+                self.outcome = Some(*outcome);
+                self.finished_s = Some(at);
+            }
+            _ => {}
+        }
+        self.notes.push(Mark { at_s: at, text: describe(&event.kind) });
+    }
+
+    /// A timer restarts its budget.
+    fn reset(&mut self, kind: TimerKind, at: f64) {
+        if let Some(track) = self.open[slot(kind)].and_then(|i| self.timers.get_mut(i)) {
+            let reached = track.fraction_at(at);
+            track.progress.push(PlotPoint::new(at, reached));
+            track.progress.push(PlotPoint::new(at, 0.0));
+            track.last_reset = at;
+        }
+    }
+
+    /// A timer stops (it fired, was disarmed, or its attempt ended).
+    fn close(&mut self, kind: TimerKind, at: f64, fired: bool) {
+        if let Some(track) = self.open[slot(kind)].take().and_then(|i| self.timers.get_mut(i)) {
+            let reached = if fired { 1.0 } else { track.fraction_at(at) };
+            track.progress.push(PlotPoint::new(at, reached));
+            track.open = false;
+            track.fired = fired;
+        }
+    }
+
+    fn close_all(&mut self, at: f64) {
+        for kind in [
+            TimerKind::Connect,
+            TimerKind::Ttfb,
+            TimerKind::Idle,
+            TimerKind::DataStall,
+            TimerKind::Total,
+            TimerKind::Deadline,
+        ] {
+            self.close(kind, at, false);
+        }
+    }
+
+    /// Elapsed time: to the finish, or to `now_s` while it runs.
+    pub fn elapsed_s(&self, now_s: f64) -> f64 {
+        self.finished_s.unwrap_or(now_s) - self.started_s
+    }
+
+    /// The description of whatever happened nearest `at_s`, within
+    /// `tolerance_s`: a noted event first, else a tick.
+    pub fn describe_near(&self, at_s: f64, tolerance_s: f64) -> Option<String> {
+        let nearest_mark =
+            nearest(&self.notes, |m| m.at_s, at_s, tolerance_s).map(|m| format!("{:.3} s  {}", m.at_s, m.text));
+        if nearest_mark.is_some() {
+            return nearest_mark;
+        }
+        let ticks: [(&[f64], &str); 3] = [
+            (&self.output_ticks, "output event"),
+            (&self.keepalive_ticks, "keep-alive"),
+            (&self.lifecycle_ticks, "lifecycle event"),
+        ];
+        ticks
+            .iter()
+            .filter_map(|(ticks, what)| nearest(ticks, |t| *t, at_s, tolerance_s).map(|t| (*t, *what)))
+            .min_by(|a, b| (a.0 - at_s).abs().total_cmp(&(b.0 - at_s).abs()))
+            .map(|(t, what)| {
+                let bytes = self.bytes.partition_point(|p| p.x <= t);
+                let so_far = bytes.checked_sub(1).map_or(0.0, |i| self.bytes[i].y);
+                format!("{t:.3} s  {what} ({so_far:.0} bytes so far)")
+            })
+    }
+}
+
+/// The item of `items` (sorted by `time`) nearest `at`, within `tolerance`.
+fn nearest<T>(items: &[T], time: impl Fn(&T) -> f64, at: f64, tolerance: f64) -> Option<&T> {
+    let i = items.partition_point(|item| time(item) < at);
+    [i.checked_sub(1), Some(i)]
+        .into_iter()
+        .flatten()
+        .filter_map(|i| items.get(i))
+        .filter(|item| (time(item) - at).abs() <= tolerance)
+        .min_by(|a, b| (time(a) - at).abs().total_cmp(&(time(b) - at).abs()))
+}
+
+/// One line for an event, as shown on hover.
+pub fn describe(kind: &EventKind) -> String {
+    let secs = |d: &std::time::Duration| format!("{:.3} s", d.as_secs_f64());
+    match kind {
+        EventKind::CallStarted { target, context_tokens } => match context_tokens {
+            Some(tokens) => format!("call started → {target} (~{tokens} context tokens)"),
+            None => format!("call started → {target}"),
+        },
+        EventKind::AttemptStarted { target, credential } => match credential {
+            Some(key) => format!("attempt started → {target} with key #{key}"),
+            None => format!("attempt started → {target}"),
+        },
+        EventKind::PhaseChanged { phase } => format!("phase: {phase:?}"),
+        EventKind::HeadersReceived { status, content_type } => {
+            format!("headers: HTTP {status} {}", content_type.as_deref().unwrap_or("(no content-type)"))
+        }
+        EventKind::ChunkReceived { bytes } => format!("{bytes} bytes"),
+        EventKind::SseReceived { class, chars, progress } => {
+            format!("{} event, {chars} chars{}", class.name(), if *progress { ", progress" } else { "" })
+        }
+        EventKind::TimerArmed { timer, after } => format!("{timer} timer armed: {}", secs(after)),
+        EventKind::TimerDisarmed { timer, reason } => format!("{timer} timer off: {reason}"),
+        EventKind::TimerFired { timer, after } => format!("{timer} timer FIRED after {}", secs(after)),
+        EventKind::RateLimitObserved { requests_remaining, tokens_remaining, exhausted_reset } => {
+            let n = |v: &Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+            let reset = exhausted_reset.as_ref().map(|d| format!(", resets in {}", secs(d))).unwrap_or_default();
+            format!("rate limit: {} requests, {} tokens left{reset}", n(requests_remaining), n(tokens_remaining))
+        }
+        EventKind::ErrorClassified { category, timer, status, retryable, rule, message } => {
+            let timer = timer.map(|t| format!("/{t}")).unwrap_or_default();
+            let status = status.map(|s| format!(" HTTP {s}")).unwrap_or_default();
+            let retry = if *retryable { "retryable" } else { "final" };
+            format!("error {category}{timer}{status} ({retry}; rule {rule}): {message}")
+        }
+        EventKind::BackoffScheduled { retry, category, nominal, sleep, reason } => {
+            let why = match reason {
+                SleepReason::Backoff => format!("backoff, nominal {}", secs(nominal)),
+                SleepReason::ServerRequested { header } => format!("server asked via {header}: {}", secs(nominal)),
+            };
+            format!("retry {retry} ({category}) after sleeping {} ({why})", secs(sleep))
+        }
+        EventKind::ServerWaitRefused { requested, cap } => {
+            format!("server asked to wait {}, above the cap {}: not slept", secs(requested), secs(cap))
+        }
+        EventKind::RetryBudgetRefused { provider, in_flight, limit } => {
+            format!("fleet retry budget refused a retry on {provider} ({in_flight} in flight, limit {limit})")
+        }
+        EventKind::FailedOver { from, to, reason } => format!("failover {from} → {to} ({reason})"),
+        EventKind::CredentialCooledDown { provider, credential, cooldown } => {
+            format!("{provider} key #{credential} rests for {}", secs(cooldown))
+        }
+        EventKind::CredentialRotated { provider, from, to } => format!("{provider} key #{from} → #{to}"),
+        EventKind::PartialRecovered { chars, category } => format!("partial recovery: kept {chars} chars ({category})"),
+        EventKind::Finished { outcome, attempts, stop_reason } => {
+            let stop = stop_reason.as_deref().map(|s| format!(", stop reason {s}")).unwrap_or_default();
+            format!("finished: {} after {attempts} attempt(s){stop}", outcome.name())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::core::failover::Target;
+
+    fn event(ms: u64, stream: StreamId, attempt: u32, kind: EventKind) -> Event {
+        Event { at: Duration::from_millis(ms), stream, attempt, kind }
+    }
+
+    /// A stall, a backoff, a second attempt that completes.
+    fn stalled_then_ok() -> Vec<Event> {
+        let t = Target::new("sim", "a");
+        let idle = |ms, kind| event(ms, 0, 1, kind);
+        vec![
+            event(0, 0, 0, EventKind::CallStarted { target: t.clone(), context_tokens: None }),
+            idle(0, EventKind::AttemptStarted { target: t.clone(), credential: None }),
+            idle(0, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(1) }),
+            idle(100, EventKind::ChunkReceived { bytes: 50 }),
+            idle(100, EventKind::SseReceived { class: EventClass::Lifecycle, chars: 0, progress: false }),
+            idle(1100, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1) }),
+            idle(
+                1100,
+                EventKind::BackoffScheduled {
+                    retry: 1,
+                    category: Category::Timeout,
+                    nominal: Duration::from_millis(50),
+                    sleep: Duration::from_millis(60),
+                    reason: SleepReason::Backoff,
+                },
+            ),
+            event(1160, 0, 2, EventKind::AttemptStarted { target: t, credential: None }),
+            event(1200, 0, 2, EventKind::ChunkReceived { bytes: 70 }),
+            event(1200, 0, 2, EventKind::SseReceived { class: EventClass::Content, chars: 4, progress: true }),
+            event(1300, 0, 2, EventKind::Finished { outcome: Outcome::Ok, attempts: 2, stop_reason: None }),
+        ]
+    }
+
+    #[test]
+    fn a_lane_shows_the_stall_the_sleep_and_the_retry() {
+        let timeline = Timeline::from_events("silent-stall", &stalled_then_ok());
+        assert_eq!(timeline.lanes.len(), 1);
+        let lane = &timeline.lanes[0];
+        assert_eq!(lane.total_bytes, 120);
+        assert_eq!(lane.bytes.last().map(|p| (p.x, p.y)), Some((1.2, 120.0)));
+        assert_eq!((lane.output_ticks.len(), lane.lifecycle_ticks.len()), (1, 1));
+        assert_eq!(lane.attempts.len(), 2);
+        assert_eq!(lane.attempt_count, 2);
+        let idle = &lane.timers[0];
+        assert!(idle.fired && !idle.open);
+        // Armed at 0, reset by the chunk at 0.1 (10 % of its budget), fired at 1.1.
+        let ys: Vec<f64> = idle.progress.iter().map(|p| p.y).collect();
+        assert_eq!(ys.len(), 4);
+        assert!((ys[1] - 0.1).abs() < 1e-9 && ys[2] == 0.0 && ys[3] == 1.0, "{ys:?}");
+        assert_eq!(lane.fired.len(), 1);
+        assert_eq!(lane.sleeps[0].reason, "backoff");
+        assert!((lane.sleeps[0].end_s - 1.16).abs() < 1e-9);
+        assert_eq!(lane.retries[&Category::Timeout], 1);
+        assert_eq!(lane.outcome, Some(Outcome::Ok));
+        let summary = timeline.summary();
+        assert_eq!((summary.ok, summary.running), (1, 0));
+        assert!((summary.p50_s.unwrap() - 1.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn hovering_finds_the_nearest_event() {
+        let timeline = Timeline::from_events("x", &stalled_then_ok());
+        let lane = &timeline.lanes[0];
+        let fired = lane.describe_near(1.09, 0.02).unwrap();
+        assert!(fired.contains("idle timer FIRED"), "{fired}");
+        let tick = lane.describe_near(0.1, 0.01).unwrap();
+        assert!(tick.contains("lifecycle event") && tick.contains("50 bytes"), "{tick}");
+        assert_eq!(lane.describe_near(0.5, 0.01), None);
+    }
+
+    #[test]
+    fn parts_keep_their_streams_apart_and_shift_their_clocks() {
+        let mut timeline = Timeline::new();
+        let a = timeline.add_part("healthy", 0.0);
+        let b = timeline.add_part("drip", 2.0);
+        let start =
+            |ms| event(ms, 0, 0, EventKind::CallStarted { target: Target::new("p", "m"), context_tokens: None });
+        timeline.ingest(a, &start(10));
+        timeline.ingest(b, &start(10));
+        assert_eq!(timeline.lanes.len(), 2);
+        assert_eq!(timeline.label(&timeline.lanes[1]), "drip");
+        assert!((timeline.lanes[1].started_s - 2.01).abs() < 1e-9);
+        assert_eq!(timeline.summary().running, 2);
+    }
+}

@@ -1,0 +1,301 @@
+//! The live view: what to run (a built-in scenario, every failure story at
+//! once, or a configured provider), how many calls, the **Run** and
+//! **Stop** buttons, and the timeline of the run going on, or of a stored
+//! run opened from the history.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use egui::{Color32, RichText, Ui};
+use serde::{Deserialize, Serialize};
+
+use super::lanes::Timeline;
+use super::runner::{Runner, Update};
+use super::timeline::TimelineView;
+use crate::providers::Dialect;
+use crate::session::{Recording, RunSource, SessionPlan};
+use crate::sim::builtin_names;
+
+/// What the next run calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Choice {
+    /// One built-in scenario.
+    Scenario(String),
+    /// Every built-in scenario except `healthy`, at once.
+    AllStories,
+    /// A configured provider, `provider/model`.
+    Provider(String),
+}
+
+impl Choice {
+    /// The name shown in the picker.
+    pub fn title(&self) -> String {
+        match self {
+            Choice::Scenario(name) => format!("scenario: {name}"),
+            Choice::AllStories => "all failure stories".to_owned(),
+            Choice::Provider(target) => format!("provider: {target}"),
+        }
+    }
+}
+
+/// The run form; it persists between launches.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunForm {
+    /// What to call.
+    pub choice: Choice,
+    /// The dialect scenarios are served in.
+    pub dialect: Dialect,
+    /// Calls per scenario or provider.
+    pub requests: u32,
+    /// Calls at once.
+    pub concurrency: u32,
+    /// The prompt.
+    pub prompt: String,
+    /// Record the run in the database.
+    pub record: bool,
+    /// A label for the recorded run.
+    pub label: String,
+}
+
+impl Default for RunForm {
+    fn default() -> Self {
+        RunForm {
+            choice: Choice::Scenario("silent-stall".to_owned()),
+            dialect: Dialect::OpenAiChat,
+            requests: 4,
+            concurrency: 4,
+            prompt: "Say hello in five words.".to_owned(),
+            record: true,
+            label: String::new(),
+        }
+    }
+}
+
+impl RunForm {
+    /// The sessions a run of this form starts, one per part.
+    pub fn plans(
+        &self,
+        config: Option<PathBuf>,
+        overrides: Vec<String>,
+        db: Option<PathBuf>,
+    ) -> Vec<(String, SessionPlan)> {
+        let label = (!self.label.trim().is_empty()).then(|| self.label.trim().to_owned());
+        let recording = db.filter(|_| self.record).map(|db| Recording { db, label });
+        let plan = |source| SessionPlan {
+            source,
+            requests: self.requests.max(1) as usize,
+            concurrency: self.concurrency.max(1) as usize,
+            prompt: self.prompt.clone(),
+            overrides: overrides.clone(),
+            recording: recording.clone(),
+        };
+        let scenario =
+            |name: &str| (name.to_owned(), plan(RunSource::Scenario { name: name.to_owned(), dialect: self.dialect }));
+        match &self.choice {
+            Choice::Scenario(name) => vec![scenario(name)],
+            Choice::AllStories => builtin_names().iter().filter(|n| **n != "healthy").map(|n| scenario(n)).collect(),
+            Choice::Provider(target) => {
+                vec![(target.clone(), plan(RunSource::Config { path: config, target: Some(target.clone()) }))]
+            }
+        }
+    }
+}
+
+/// What the timeline shows.
+#[derive(Debug, Default)]
+enum Showing {
+    /// Nothing yet.
+    #[default]
+    Nothing,
+    /// A run started from here.
+    Live {
+        /// When it started.
+        started: Instant,
+        /// Its clock when it ended.
+        ended_s: Option<f64>,
+    },
+    /// A run read from the store.
+    Stored {
+        /// Its title.
+        title: String,
+    },
+}
+
+/// The live view's state that does not persist.
+#[derive(Debug, Default)]
+pub struct Live {
+    runner: Option<Runner>,
+    /// The streams shown.
+    pub timeline: Timeline,
+    showing: Showing,
+    /// One line per finished part: its report summary or its error.
+    pub results: Vec<String>,
+}
+
+impl Live {
+    /// Starts a run of `plans` (label, plan), replacing what is shown.
+    pub fn start(&mut self, plans: Vec<(String, SessionPlan)>, env: Vec<(String, String)>, ctx: &egui::Context) {
+        let runner = match &mut self.runner {
+            Some(runner) => runner,
+            None => match Runner::new() {
+                Ok(runner) => self.runner.insert(runner),
+                Err(e) => {
+                    self.results = vec![format!("cannot start the background runtime: {e}")];
+                    return;
+                }
+            },
+        };
+        self.timeline = Timeline::new();
+        self.results.clear();
+        let mut sessions = Vec::with_capacity(plans.len());
+        for (label, plan) in plans {
+            self.timeline.add_part(label, 0.0);
+            sessions.push(plan);
+        }
+        let ctx = ctx.clone();
+        runner.start(sessions, env, move || ctx.request_repaint());
+        self.showing = Showing::Live { started: Instant::now(), ended_s: None };
+    }
+
+    /// Cancels the run going on.
+    pub fn stop(&mut self) {
+        if let Some(runner) = &mut self.runner {
+            runner.stop();
+        }
+    }
+
+    /// Whether a run is going on.
+    pub fn is_running(&self) -> bool {
+        self.runner.as_ref().is_some_and(Runner::is_running)
+    }
+
+    /// Shows a stored run.
+    pub fn show_stored(&mut self, title: String, timeline: Timeline) {
+        self.stop();
+        self.timeline = timeline;
+        self.results.clear();
+        self.showing = Showing::Stored { title };
+    }
+
+    /// Takes in what arrived from the run; returns true when its last part
+    /// just ended.
+    pub fn poll(&mut self) -> bool {
+        let Some(runner) = &mut self.runner else { return false };
+        let was_running = runner.is_running();
+        for update in runner.drain() {
+            match update {
+                Update::Event { part, event } => self.timeline.ingest(part, &event),
+                Update::PartDone { part, result } => {
+                    let label = self.timeline.parts.get(part).map_or("", |p| p.label.as_str());
+                    self.results.push(match result {
+                        Ok(outcome) => {
+                            let s = &outcome.report.summary;
+                            let recorded =
+                                outcome.report.run_id.map(|id| format!(", recorded as run {id}")).unwrap_or_default();
+                            format!(
+                                "{label}: {} ok, {} partial, {} failed, {} cancelled in {:.0} ms{recorded}",
+                                s.ok, s.partial, s.failed, s.cancelled, s.elapsed_ms
+                            )
+                        }
+                        Err(e) => format!("{label}: could not run: {e}"),
+                    });
+                }
+            }
+        }
+        let ended = was_running && !runner.is_running();
+        if ended && let Showing::Live { ended_s, started } = &mut self.showing {
+            *ended_s = Some(started.elapsed().as_secs_f64().max(self.timeline.end_s()));
+        }
+        ended
+    }
+
+    /// The present on the timeline's clock.
+    pub fn now_s(&self) -> f64 {
+        match &self.showing {
+            Showing::Live { started, ended_s: None } => started.elapsed().as_secs_f64(),
+            Showing::Live { ended_s: Some(end), .. } => *end,
+            _ => self.timeline.end_s(),
+        }
+    }
+
+    /// Draws the form, the status and the timeline. Returns true when Run
+    /// was pressed.
+    pub fn ui(
+        &mut self,
+        ui: &mut Ui,
+        form: &mut RunForm,
+        view: &mut TimelineView,
+        providers: &[String],
+        blocked: Option<String>,
+    ) -> bool {
+        let mut run = false;
+        ui.horizontal_wrapped(|ui| {
+            egui::ComboBox::from_label("Source").selected_text(form.choice.title()).width(260.0).show_ui(ui, |ui| {
+                ui.selectable_value(&mut form.choice, Choice::AllStories, Choice::AllStories.title());
+                for name in builtin_names() {
+                    let choice = Choice::Scenario((*name).to_owned());
+                    let title = choice.title();
+                    ui.selectable_value(&mut form.choice, choice, title);
+                }
+                for target in providers {
+                    let choice = Choice::Provider(target.clone());
+                    let title = choice.title();
+                    ui.selectable_value(&mut form.choice, choice, title);
+                }
+            });
+            let scenario = !matches!(form.choice, Choice::Provider(_));
+            ui.add_enabled_ui(scenario, |ui| {
+                egui::ComboBox::from_label("Dialect").selected_text(form.dialect.to_string()).show_ui(ui, |ui| {
+                    for dialect in [Dialect::OpenAiChat, Dialect::OpenAiResponses, Dialect::AnthropicMessages] {
+                        ui.selectable_value(&mut form.dialect, dialect, dialect.to_string());
+                    }
+                });
+            });
+            let label = ui.label("Requests");
+            ui.add(egui::DragValue::new(&mut form.requests).range(1..=100_000)).labelled_by(label.id);
+            let label = ui.label("Concurrency");
+            ui.add(egui::DragValue::new(&mut form.concurrency).range(1..=10_000)).labelled_by(label.id);
+            ui.checkbox(&mut form.record, "Record");
+            let label = ui.label("Label");
+            ui.add(egui::TextEdit::singleline(&mut form.label).desired_width(100.0)).labelled_by(label.id);
+            let running = self.is_running();
+            let can_run = !running && blocked.is_none();
+            let button = ui.add_enabled(can_run, egui::Button::new(RichText::new("Run").strong()));
+            if let Some(why) = &blocked {
+                button.on_disabled_hover_text(why);
+            } else if button.clicked() {
+                run = true;
+            }
+            if ui.add_enabled(running, egui::Button::new("Stop")).clicked() {
+                self.stop();
+            }
+            if running {
+                ui.spinner();
+            }
+        });
+        let label = ui.label("Prompt");
+        ui.add(egui::TextEdit::singleline(&mut form.prompt).desired_width(f32::INFINITY)).labelled_by(label.id);
+        if let Some(why) = blocked {
+            ui.label(RichText::new(why).color(Color32::LIGHT_RED));
+        }
+        match &self.showing {
+            Showing::Nothing => {
+                ui.label("Pick a source and press Run: lanes fill in as the streams go.");
+            }
+            Showing::Stored { title } => {
+                ui.label(RichText::new(format!("Showing stored {title}")).strong());
+            }
+            Showing::Live { .. } => {}
+        }
+        for line in &self.results {
+            let colour = if line.contains("could not run") { Color32::LIGHT_RED } else { ui.visuals().text_color() };
+            ui.label(RichText::new(line).color(colour));
+        }
+        ui.separator();
+        let live = matches!(self.showing, Showing::Live { ended_s: None, .. });
+        let now = self.now_s();
+        view.ui(ui, &self.timeline, now, live);
+        run
+    }
+}

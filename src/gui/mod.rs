@@ -1,0 +1,259 @@
+//! The desktop app (the default command): live lanes of every stream, the
+//! stored history, the tunables editor and the budget view, over the same
+//! library calls as the CLI.
+//!
+//! The UI thread never waits on the network or the database: runs go on a
+//! background runtime ([`runner`]), events arrive through a channel that
+//! [`App::logic`](eframe::App::logic) drains every frame, and history reads
+//! run on background threads.
+
+pub mod budget;
+pub mod decimate;
+pub mod history;
+pub mod lanes;
+pub mod live;
+pub mod runner;
+pub mod timeline;
+pub mod tunables;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ConfigFile, Layers, Settings, process_env};
+use crate::session::{RunSource, settings_for};
+use crate::store::Store;
+use budget::BudgetView;
+use history::HistoryView;
+use live::{Choice, Live, RunForm};
+use timeline::TimelineView;
+use tunables::TunablesEditor;
+
+/// What the app is started with (from the command line).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Launch {
+    /// The config file (`None`: the default location, when it exists).
+    pub config: Option<PathBuf>,
+    /// `--set NAME=VALUE` overrides, below the app's own edits.
+    pub overrides: Vec<String>,
+}
+
+/// Opens the app's window and runs it until it is closed.
+pub fn open(launch: Launch) -> anyhow::Result<()> {
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default().with_title("stallscope").with_inner_size([1440.0, 900.0]),
+        ..Default::default()
+    };
+    let db = std::env::var_os("STALLSCOPE_DB").map(PathBuf::from).or_else(Store::default_path);
+    eframe::run_native("stallscope", options, Box::new(move |cc| Ok(Box::new(App::new(cc, launch, db, process_env())))))
+        .map_err(|e| anyhow::anyhow!("the window could not be opened: {e}"))
+}
+
+/// The views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Tab {
+    /// The run form and the timeline.
+    #[default]
+    Live,
+    /// Stored runs.
+    History,
+    /// The tunables editor.
+    Tunables,
+    /// The worst-case budget.
+    Budget,
+}
+
+/// Everything that persists between launches.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Prefs {
+    /// The view shown.
+    pub tab: Tab,
+    /// The run form.
+    pub form: RunForm,
+    /// Timeline options.
+    pub timeline: TimelineView,
+    /// Tunable edits and export options.
+    pub tunables: TunablesEditor,
+    /// Budget inputs.
+    pub budget: BudgetView,
+    /// History filter and sort.
+    pub history: HistoryView,
+}
+
+const PREFS_KEY: &str = "stallscope";
+
+/// The app.
+pub struct App {
+    /// What persists.
+    pub prefs: Prefs,
+    /// The run going on and its timeline.
+    pub live: Live,
+    launch: Launch,
+    db: Option<PathBuf>,
+    env: Vec<(String, String)>,
+    providers: Result<Vec<String>, String>,
+    settings: Option<(SettingsKey, Result<Settings, String>)>,
+}
+
+/// egui's fonts with Hack behind Ubuntu in proportional text too, for
+/// the arrows and shapes the lanes and legends use (→ ■ ▲ ▼).
+fn fonts() -> egui::FontDefinitions {
+    let mut fonts = egui::FontDefinitions::default();
+    if let Some(family) = fonts.families.get_mut(&egui::FontFamily::Proportional) {
+        let at = family.iter().position(|f| f == "Ubuntu-Light").map_or(0, |i| i + 1);
+        family.insert(at, "Hack".to_owned());
+    }
+    fonts
+}
+
+/// What the effective settings depend on.
+type SettingsKey = (Choice, Vec<String>);
+
+impl App {
+    /// The app over the database `db` and the environment `env`, with the
+    /// state saved by the last launch (when the platform keeps one).
+    pub fn new(
+        cc: &eframe::CreationContext<'_>,
+        launch: Launch,
+        db: Option<PathBuf>,
+        env: Vec<(String, String)>,
+    ) -> Self {
+        cc.egui_ctx.set_fonts(fonts());
+        let prefs: Prefs = cc.storage.and_then(|s| eframe::get_value(s, PREFS_KEY)).unwrap_or_default();
+        let source = RunSource::Config { path: launch.config.clone(), target: None };
+        let providers = settings_for(&source, &launch.overrides, &env)
+            .map(|s| s.providers.iter().map(|p| format!("{}/{}", p.name, p.model)).collect())
+            .map_err(|e| e.to_string());
+        let mut app = App { prefs, live: Live::default(), launch, db, env, providers, settings: None };
+        // A provider that left the config is not offered again.
+        if let Choice::Provider(target) = &app.prefs.form.choice
+            && !app.providers.as_ref().is_ok_and(|p| p.contains(target))
+        {
+            app.prefs.form.choice = RunForm::default().choice;
+        }
+        app.prefs.history.refresh(&app.db, &cc.egui_ctx);
+        app
+    }
+
+    /// The overrides the next run gets: the command line's, then the edits.
+    fn overrides(&self) -> Vec<String> {
+        let mut overrides = self.launch.overrides.clone();
+        overrides.extend(self.prefs.tunables.overrides());
+        overrides
+    }
+
+    /// The effective settings of the next run (recomputed only when the
+    /// choice or the edits change).
+    pub fn settings(&mut self) -> &Result<Settings, String> {
+        let key = (self.prefs.form.choice.clone(), self.overrides());
+        if self.settings.as_ref().is_none_or(|(k, _)| *k != key) {
+            let settings = self.compute_settings(&key);
+            self.settings = Some((key, settings));
+        }
+        &self.settings.as_ref().expect("just set").1
+    }
+
+    fn compute_settings(&self, (choice, overrides): &SettingsKey) -> Result<Settings, String> {
+        let env = &self.env;
+        let result = match choice {
+            Choice::Scenario(name) => settings_for(
+                &RunSource::Scenario { name: name.clone(), dialect: self.prefs.form.dialect },
+                overrides,
+                env,
+            ),
+            Choice::Provider(_) => {
+                settings_for(&RunSource::Config { path: self.launch.config.clone(), target: None }, overrides, env)
+            }
+            // Each story adds its own recommendations on top of these.
+            Choice::AllStories => {
+                let layers = Layers { config: ConfigFile::None, scenario: None, overrides };
+                Settings::load(layers, env.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(Into::into)
+            }
+        };
+        result.map_err(|e| e.to_string())
+    }
+
+    /// Why Run cannot be pressed now, if it cannot.
+    fn blocked(&mut self) -> Option<String> {
+        let invalid = self.prefs.tunables.invalid();
+        if invalid > 0 {
+            return Some(format!("{invalid} edited tunable(s) are not accepted: fix them in the Tunables view"));
+        }
+        self.settings().as_ref().err().cloned()
+    }
+
+    /// Starts a run of the form's choice.
+    pub fn start_run(&mut self, ctx: &egui::Context) {
+        let plans = self.prefs.form.plans(self.launch.config.clone(), self.overrides(), self.db.clone());
+        self.live.start(plans, self.env.clone(), ctx);
+    }
+
+    fn tabs(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.heading("stallscope");
+            ui.separator();
+            for (tab, name) in
+                [(Tab::Live, "Live"), (Tab::History, "History"), (Tab::Tunables, "Tunables"), (Tab::Budget, "Budget")]
+            {
+                ui.selectable_value(&mut self.prefs.tab, tab, name);
+            }
+            if let Err(e) = &self.providers {
+                ui.separator();
+                ui.label(egui::RichText::new(format!("config: {e}")).color(egui::Color32::LIGHT_RED));
+            }
+        });
+    }
+}
+
+impl eframe::App for App {
+    fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
+        if self.live.poll() {
+            // The run's record is complete: show it in the history.
+            self.prefs.history.refresh(&self.db, ctx);
+        }
+        if let Some(opened) = self.prefs.history.poll() {
+            self.live.show_stored(opened.title, opened.timeline);
+            self.prefs.tab = Tab::Live;
+        }
+        if self.live.is_running() {
+            ctx.request_repaint_after(Duration::from_millis(33));
+        }
+    }
+
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        egui::Panel::top("tabs").show(ui, |ui| self.tabs(ui));
+        egui::CentralPanel::default().show(ui, |ui| match self.prefs.tab {
+            Tab::Live => {
+                let blocked = self.blocked();
+                let providers = self.providers.clone().unwrap_or_default();
+                let Prefs { form, timeline, .. } = &mut self.prefs;
+                if self.live.ui(ui, form, timeline, &providers, blocked) {
+                    self.start_run(ui.ctx());
+                }
+            }
+            Tab::History => self.prefs.history.ui(ui, &self.db),
+            Tab::Tunables => {
+                self.settings();
+                let settings = &self.settings.as_ref().expect("computed above").1;
+                ui.label(format!("Effective for: {}", self.prefs.form.choice.title()));
+                self.prefs.tunables.ui(ui, settings);
+            }
+            Tab::Budget => {
+                self.settings();
+                let settings = &self.settings.as_ref().expect("computed above").1;
+                ui.label(format!("Tunables of: {}", self.prefs.form.choice.title()));
+                self.prefs.budget.ui(ui, settings);
+            }
+        });
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, PREFS_KEY, &self.prefs);
+    }
+
+    fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
+        self.live.stop();
+    }
+}

@@ -1,0 +1,469 @@
+//! Drawing a [`Timeline`]: a summary strip, lane controls (follow live,
+//! fit, compact, sort, filter) and one lane per stream on a shared,
+//! linked time axis. Only the lanes scrolled into view are drawn, and each
+//! series is reduced to the plot's pixel columns, so a frame's cost
+//! follows the window's size, not the run's.
+
+use egui::{Color32, RichText, Ui};
+use egui_plot::{Line, MarkerShape, Plot, PlotPoint, PlotPoints, Points, Polygon, Text, VLine};
+use serde::{Deserialize, Serialize};
+
+use super::decimate;
+use super::lanes::{Lane, Summary, Timeline};
+use crate::core::category::TimerKind;
+use crate::core::event::Outcome;
+
+/// How lanes are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum SortBy {
+    /// In the order streams started.
+    #[default]
+    Start,
+    /// Failed first, then partial, cancelled, running and ok.
+    Outcome,
+    /// Longest first.
+    Elapsed,
+}
+
+/// Which lanes are shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum OutcomeFilter {
+    /// Every lane.
+    #[default]
+    All,
+    /// Lanes that did not end `ok` (failed, partial, cancelled, running).
+    NotOk,
+    /// Lanes with this outcome.
+    Only(Outcome),
+}
+
+/// The view's options; they persist between launches.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TimelineView {
+    /// Keep the right edge of the time axis at the present while a run goes.
+    pub follow_live: bool,
+    /// The width of the time window while following, in seconds.
+    pub window_s: f64,
+    /// One line of text per lane instead of a plot.
+    pub compact: bool,
+    /// Lane order.
+    pub sort: SortBy,
+    /// Which outcomes are shown.
+    pub outcome_filter: OutcomeFilter,
+    /// Lanes whose label, target or error contain this text.
+    pub text_filter: String,
+    #[serde(skip)]
+    fit_requested: bool,
+}
+
+impl Default for TimelineView {
+    fn default() -> Self {
+        TimelineView {
+            follow_live: true,
+            window_s: 10.0,
+            compact: false,
+            sort: SortBy::Start,
+            outcome_filter: OutcomeFilter::All,
+            text_filter: String::new(),
+            fit_requested: true,
+        }
+    }
+}
+
+const LANE_HEIGHT: f32 = 74.0;
+const COMPACT_HEIGHT: f32 = 20.0;
+const HEADER_WIDTH: f32 = 230.0;
+
+/// Colours, shared with the legend.
+mod colour {
+    use egui::Color32;
+    pub const BYTES: Color32 = Color32::from_rgb(90, 160, 255);
+    pub const OUTPUT: Color32 = Color32::from_rgb(80, 200, 120);
+    pub const KEEPALIVE: Color32 = Color32::from_rgb(150, 150, 150);
+    pub const LIFECYCLE: Color32 = Color32::from_rgb(120, 120, 220);
+    pub const SLEEP: Color32 = Color32::from_rgba_premultiplied(110, 80, 10, 70);
+    pub const SLEEP_TEXT: Color32 = Color32::from_rgb(240, 180, 60);
+    pub const FIRED: Color32 = Color32::from_rgb(255, 70, 70);
+    pub const HOP: Color32 = Color32::from_rgb(200, 110, 255);
+    pub const ATTEMPT: Color32 = Color32::from_rgb(170, 170, 170);
+}
+
+fn timer_colour(kind: TimerKind) -> Color32 {
+    match kind {
+        TimerKind::Connect => Color32::from_rgb(120, 200, 200),
+        TimerKind::Ttfb => Color32::from_rgb(255, 200, 80),
+        TimerKind::Idle => Color32::from_rgb(255, 130, 60),
+        TimerKind::DataStall => Color32::from_rgb(230, 90, 160),
+        TimerKind::Total => Color32::from_rgb(160, 160, 255),
+        TimerKind::Deadline => Color32::from_rgb(255, 255, 255),
+    }
+}
+
+/// The colour of an outcome (`None`: still running).
+pub fn outcome_colour(outcome: Option<Outcome>) -> Color32 {
+    match outcome {
+        Some(Outcome::Ok) => Color32::from_rgb(80, 200, 120),
+        Some(Outcome::Partial) => Color32::from_rgb(240, 200, 60),
+        Some(Outcome::Failed) => Color32::from_rgb(255, 80, 80),
+        Some(Outcome::Cancelled) => Color32::from_rgb(160, 160, 160),
+        None => Color32::from_rgb(90, 160, 255),
+    }
+}
+
+/// An outcome's name (`running` for none).
+pub fn outcome_name(outcome: Option<Outcome>) -> &'static str {
+    outcome.map_or("running", Outcome::name)
+}
+
+/// The summary strip's text.
+pub fn summary_text(summary: &Summary) -> String {
+    let mut text = format!(
+        "{} ok · {} partial · {} failed · {} cancelled · {} running",
+        summary.ok, summary.partial, summary.failed, summary.cancelled, summary.running
+    );
+    let ms = |s: Option<f64>| s.map_or_else(|| "-".to_owned(), |s| format!("{:.0} ms", s * 1000.0));
+    text.push_str(&format!("   p50 {}  p99 {}", ms(summary.p50_s), ms(summary.p99_s)));
+    if summary.retries.is_empty() {
+        text.push_str("   no retries");
+    } else {
+        let retries: Vec<String> = summary.retries.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        text.push_str(&format!("   retries: {}", retries.join(", ")));
+    }
+    text
+}
+
+impl TimelineView {
+    /// Draws the timeline; `now_s` is the present on its clock (the live
+    /// run's elapsed time, or the end of a stored run).
+    pub fn ui(&mut self, ui: &mut Ui, timeline: &Timeline, now_s: f64, live: bool) {
+        ui.label(RichText::new(summary_text(&timeline.summary())).strong());
+        self.controls(ui, live);
+        legend(ui);
+        let order = self.visible_lanes(timeline, now_s);
+        if order.is_empty() {
+            ui.label(if timeline.lanes.is_empty() { "No streams yet." } else { "No lane matches the filter." });
+            return;
+        }
+        let range = self.x_range(timeline, now_s, live);
+        let link = egui::Id::unique("timeline-x");
+        if !self.compact {
+            self.axis(ui, link, range);
+        }
+        let row_height = if self.compact { COMPACT_HEIGHT } else { LANE_HEIGHT };
+        egui::ScrollArea::vertical().auto_shrink([false, false]).show_rows(ui, row_height, order.len(), |ui, rows| {
+            for &index in &order[rows] {
+                let lane = &timeline.lanes[index];
+                if self.compact {
+                    ui.horizontal(|ui| lane_header(ui, timeline, lane, now_s, false));
+                } else {
+                    self.lane(ui, timeline, lane, link, range, now_s);
+                }
+            }
+        });
+    }
+
+    fn controls(&mut self, ui: &mut Ui, live: bool) {
+        ui.horizontal(|ui| {
+            ui.add_enabled(live, egui::Checkbox::new(&mut self.follow_live, "Follow live"));
+            if ui.button("Fit").on_hover_text("Show the whole run").clicked() {
+                self.fit_requested = true;
+                self.follow_live = false;
+            }
+            ui.checkbox(&mut self.compact, "Compact lanes");
+            ui.separator();
+            egui::ComboBox::from_label("Sort")
+                .selected_text(match self.sort {
+                    SortBy::Start => "start",
+                    SortBy::Outcome => "outcome",
+                    SortBy::Elapsed => "elapsed",
+                })
+                .show_ui(ui, |ui| {
+                    ui.selectable_value(&mut self.sort, SortBy::Start, "start");
+                    ui.selectable_value(&mut self.sort, SortBy::Outcome, "outcome");
+                    ui.selectable_value(&mut self.sort, SortBy::Elapsed, "elapsed");
+                });
+            egui::ComboBox::from_label("Show").selected_text(filter_name(self.outcome_filter)).show_ui(ui, |ui| {
+                for filter in [
+                    OutcomeFilter::All,
+                    OutcomeFilter::NotOk,
+                    OutcomeFilter::Only(Outcome::Ok),
+                    OutcomeFilter::Only(Outcome::Partial),
+                    OutcomeFilter::Only(Outcome::Failed),
+                    OutcomeFilter::Only(Outcome::Cancelled),
+                ] {
+                    ui.selectable_value(&mut self.outcome_filter, filter, filter_name(filter));
+                }
+            });
+            let label = ui.label("Filter lanes");
+            ui.add(egui::TextEdit::singleline(&mut self.text_filter).desired_width(140.0)).labelled_by(label.id);
+        });
+    }
+
+    /// Indices of the lanes to draw, filtered and in order.
+    pub fn visible_lanes(&self, timeline: &Timeline, now_s: f64) -> Vec<usize> {
+        let needle = self.text_filter.to_lowercase();
+        let mut order: Vec<usize> = (0..timeline.lanes.len())
+            .filter(|&i| {
+                let lane = &timeline.lanes[i];
+                let outcome_ok = match self.outcome_filter {
+                    OutcomeFilter::All => true,
+                    OutcomeFilter::NotOk => lane.outcome != Some(Outcome::Ok),
+                    OutcomeFilter::Only(o) => lane.outcome == Some(o),
+                };
+                outcome_ok
+                    && (needle.is_empty()
+                        || timeline.label(lane).to_lowercase().contains(&needle)
+                        || lane.target.to_lowercase().contains(&needle)
+                        || lane.last_error.as_deref().is_some_and(|e| e.to_lowercase().contains(&needle)))
+            })
+            .collect();
+        match self.sort {
+            SortBy::Start => {}
+            SortBy::Outcome => order.sort_by_key(|&i| outcome_rank(timeline.lanes[i].outcome)),
+            SortBy::Elapsed => order
+                .sort_by(|&a, &b| timeline.lanes[b].elapsed_s(now_s).total_cmp(&timeline.lanes[a].elapsed_s(now_s))),
+        }
+        order
+    }
+
+    /// The time range to show this frame, or `None` to leave the linked
+    /// axis where the user put it.
+    fn x_range(&mut self, timeline: &Timeline, now_s: f64, live: bool) -> Option<(f64, f64)> {
+        if live && self.follow_live {
+            let end = now_s.max(0.1);
+            return Some(((end - self.window_s).max(0.0), end + self.window_s * 0.02));
+        }
+        if std::mem::take(&mut self.fit_requested) {
+            let end = timeline.end_s().max(now_s).max(0.1);
+            return Some((0.0, end * 1.02));
+        }
+        None
+    }
+
+    /// The shared time axis above the lanes.
+    fn axis(&mut self, ui: &mut Ui, link: egui::Id, range: Option<(f64, f64)>) {
+        ui.horizontal(|ui| {
+            ui.add_space(HEADER_WIDTH + ui.spacing().item_spacing.x);
+            Plot::new(link.with("axis"))
+                .height(26.0)
+                .link_axis(link, [true, false])
+                .show_axes([true, false])
+                .show_grid([false, false])
+                .show_background(false)
+                .allow_zoom([true, false])
+                .allow_drag([true, false])
+                .allow_scroll(false)
+                .show_x(false)
+                .show_y(false)
+                .x_axis_formatter(|mark, _| format!("{:.1} s", mark.value))
+                .show(ui, |plot| {
+                    if let Some((a, b)) = range {
+                        plot.set_plot_bounds_x(a..=b);
+                    }
+                    plot.set_plot_bounds_y(0.0..=1.0);
+                    self.note_user_zoom(plot);
+                });
+        });
+    }
+
+    fn note_user_zoom(&mut self, plot: &egui_plot::PlotUi<'_>) {
+        let response = plot.response();
+        let zoomed = response.hovered() && plot.ctx().input(|i| i.zoom_delta() != 1.0);
+        if response.dragged() || zoomed {
+            self.follow_live = false;
+            self.window_s = plot.plot_bounds().width().max(0.01);
+        }
+    }
+
+    fn lane(
+        &mut self,
+        ui: &mut Ui,
+        timeline: &Timeline,
+        lane: &Lane,
+        link: egui::Id,
+        range: Option<(f64, f64)>,
+        now_s: f64,
+    ) {
+        ui.horizontal(|ui| {
+            ui.allocate_ui_with_layout(
+                egui::vec2(HEADER_WIDTH, LANE_HEIGHT - 4.0),
+                egui::Layout::top_down(egui::Align::Min),
+                |ui| lane_header(ui, timeline, lane, now_s, true),
+            );
+            let response = Plot::new(link.with(("lane", lane.part, lane.stream)))
+                .height(LANE_HEIGHT - 4.0)
+                .link_axis(link, [true, false])
+                .link_cursor(link, [true, false])
+                .show_axes([false, false])
+                .show_grid([true, false])
+                .allow_zoom([true, false])
+                .allow_drag([true, false])
+                .allow_scroll(false)
+                .allow_double_click_reset(false)
+                .show_x(false)
+                .show_y(false)
+                .show(ui, |plot| {
+                    if let Some((a, b)) = range {
+                        plot.set_plot_bounds_x(a..=b);
+                    }
+                    plot.set_plot_bounds_y(-0.1..=1.18);
+                    self.note_user_zoom(plot);
+                    let bounds = plot.plot_bounds();
+                    let columns = plot.response().rect.width().max(1.0) as usize;
+                    draw_lane(plot, lane, bounds.min()[0], bounds.max()[0], columns, now_s);
+                    let per_pixel = bounds.width() / columns as f64;
+                    plot.pointer_coordinate().and_then(|p| lane.describe_near(p.x, per_pixel * 6.0))
+                });
+            if let Some(text) = response.inner {
+                response.response.on_hover_text_at_pointer(text);
+            }
+        });
+    }
+}
+
+fn filter_name(filter: OutcomeFilter) -> &'static str {
+    match filter {
+        OutcomeFilter::All => "all outcomes",
+        OutcomeFilter::NotOk => "all but ok",
+        OutcomeFilter::Only(o) => o.name(),
+    }
+}
+
+fn outcome_rank(outcome: Option<Outcome>) -> u8 {
+    match outcome {
+        Some(Outcome::Failed) => 0,
+        Some(Outcome::Partial) => 1,
+        Some(Outcome::Cancelled) => 2,
+        None => 3,
+        Some(Outcome::Ok) => 4,
+    }
+}
+
+/// The lane's text: which stream, how it ended, how long, why.
+fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: bool) {
+    let outcome = outcome_name(lane.outcome);
+    let title = format!("{} #{}", timeline.label(lane), lane.stream);
+    let headline = RichText::new(format!("{title}  {outcome}")).color(outcome_colour(lane.outcome)).strong();
+    ui.label(headline);
+    let detail = format!(
+        "{} · {} attempt(s) · {:.2} s · {} B",
+        lane.target,
+        lane.attempt_count,
+        lane.elapsed_s(now_s),
+        lane.total_bytes
+    );
+    if full {
+        ui.small(detail);
+        if let Some(error) = &lane.last_error {
+            ui.small(RichText::new(error).color(colour::FIRED));
+        }
+    } else {
+        ui.small(format!("{detail}  {}", lane.last_error.as_deref().unwrap_or("")));
+    }
+}
+
+fn legend(ui: &mut Ui) {
+    ui.horizontal_wrapped(|ui| {
+        let key = |ui: &mut Ui, colour: Color32, text: &str| {
+            ui.label(RichText::new("■").color(colour));
+            ui.small(text);
+        };
+        key(ui, colour::BYTES, "cumulative bytes");
+        key(ui, colour::OUTPUT, "output event");
+        key(ui, colour::KEEPALIVE, "keep-alive");
+        key(ui, colour::LIFECYCLE, "lifecycle");
+        for kind in [TimerKind::Ttfb, TimerKind::Idle, TimerKind::DataStall, TimerKind::Total] {
+            key(ui, timer_colour(kind), &format!("{kind} timer (1 = fires)"));
+        }
+        key(ui, colour::FIRED, "fired");
+        key(ui, colour::SLEEP_TEXT, "backoff sleep");
+        key(ui, colour::HOP, "failover hop");
+        key(ui, colour::ATTEMPT, "attempt start");
+    });
+}
+
+/// Everything of one lane within `x_min..=x_max`, reduced to `columns`.
+fn draw_lane(plot: &mut egui_plot::PlotUi<'_>, lane: &Lane, x_min: f64, x_max: f64, columns: usize, now_s: f64) {
+    let visible = |a: f64, b: f64| b >= x_min && a <= x_max;
+    for sleep in lane.sleeps.iter().filter(|s| visible(s.start_s, s.end_s)) {
+        let (a, b) = (sleep.start_s, sleep.end_s);
+        let rect = vec![[a, -0.1], [b, -0.1], [b, 1.18], [a, 1.18]];
+        plot.polygon(Polygon::new("backoff", rect).fill_color(colour::SLEEP).width(0.0).allow_hover(false));
+        let text = format!("{} {:.2} s ({})", sleep.reason, b - a, sleep.category);
+        plot.text(
+            Text::new("backoff", PlotPoint::new(a, 1.15), RichText::new(text).small().color(colour::SLEEP_TEXT))
+                .anchor(egui::Align2::LEFT_TOP),
+        );
+    }
+    for mark in lane.attempts.iter().filter(|m| visible(m.at_s, m.at_s)) {
+        plot.vline(VLine::new("attempt", mark.at_s).color(colour::ATTEMPT).width(1.0).allow_hover(false));
+    }
+    let mut points = Vec::new();
+    if lane.total_bytes > 0 {
+        decimate::min_max(&lane.bytes, x_min, x_max, columns, &mut points);
+        let scale = 1.0 / lane.total_bytes as f64;
+        for p in &mut points {
+            p.y *= scale;
+        }
+        if lane.outcome.is_none() && now_s > points.last().map_or(f64::MAX, |p| p.x) {
+            points.push(PlotPoint::new(now_s, 1.0));
+        }
+        plot.line(Line::new("bytes", PlotPoints::Owned(std::mem::take(&mut points))).color(colour::BYTES).width(1.5));
+    }
+    for track in lane.timers.iter() {
+        let (start, end) =
+            (track.progress[0].x, if track.open { now_s } else { track.progress.last().map_or(0.0, |p| p.x) });
+        if !visible(start, end) {
+            continue;
+        }
+        decimate::min_max(&track.progress, x_min, x_max, columns, &mut points);
+        if track.open {
+            points.push(PlotPoint::new(now_s, track.fraction_at(now_s)));
+        }
+        let line = Line::new(format!("{} timer", track.kind), PlotPoints::Owned(std::mem::take(&mut points)));
+        plot.line(line.color(timer_colour(track.kind)).width(1.2));
+    }
+    for (ticks, y, c) in [
+        (&lane.output_ticks, -0.03, colour::OUTPUT),
+        (&lane.lifecycle_ticks, -0.055, colour::LIFECYCLE),
+        (&lane.keepalive_ticks, -0.08, colour::KEEPALIVE),
+    ] {
+        decimate::ticks(ticks, y, x_min, x_max, columns, &mut points);
+        if !points.is_empty() {
+            let series = PlotPoints::Owned(std::mem::take(&mut points));
+            plot.points(Points::new("events", series).color(c).radius(1.5).shape(MarkerShape::Circle));
+        }
+    }
+    let marks = |marks: &[super::lanes::Mark], y: f64| -> Vec<[f64; 2]> {
+        marks.iter().filter(|m| visible(m.at_s, m.at_s)).map(|m| [m.at_s, y]).collect()
+    };
+    let fired = marks(&lane.fired, 1.0);
+    if !fired.is_empty() {
+        plot.points(Points::new("fired", fired).color(colour::FIRED).radius(6.0).shape(MarkerShape::Cross));
+    }
+    for hop in lane.hops.iter().filter(|m| visible(m.at_s, m.at_s)) {
+        plot.points(
+            Points::new("failover", vec![[hop.at_s, 0.5]])
+                .color(colour::HOP)
+                .radius(6.0)
+                .shape(MarkerShape::Diamond)
+                .filled(true),
+        );
+        plot.text(
+            Text::new("failover", PlotPoint::new(hop.at_s, 0.62), RichText::new(&hop.text).small().color(colour::HOP))
+                .anchor(egui::Align2::LEFT_BOTTOM),
+        );
+    }
+    if let Some(end) = lane.finished_s.filter(|&t| visible(t, t)) {
+        let text = format!("■ {}", outcome_name(lane.outcome));
+        plot.text(
+            Text::new(
+                "outcome",
+                PlotPoint::new(end, 0.35),
+                RichText::new(text).strong().color(outcome_colour(lane.outcome)),
+            )
+            .anchor(egui::Align2::LEFT_CENTER),
+        );
+    }
+}

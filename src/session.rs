@@ -1,0 +1,236 @@
+//! One run from start to report, shared by both front ends: the settings
+//! for what is run, the in-process simulator when a built-in scenario is
+//! run, the recorder, the executor, the calls and the report.
+//!
+//! The CLI's `run` and the app's **Run** button differ only in how they
+//! show progress, so both call [`run_session`] and pass their own sink and
+//! progress callback.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ConfigError, ConfigFile, Layers, Settings};
+use crate::core::event::{Event, EventSink};
+use crate::core::executor::CallReport;
+use crate::core::failover::Target;
+use crate::core::transport::ClientCache;
+use crate::providers::Dialect;
+use crate::providers::setup::{ProviderConfig, SetupError};
+use crate::recorder::{Recorder, RecorderOptions};
+use crate::report::RunReport;
+use crate::run::{RigError, RunPlan, ScenarioRig, executor, recommended_tunables, rig, run_calls};
+use crate::sim::{SimError, builtin};
+use crate::store::StoreError;
+use crate::store::runs::RunStart;
+
+/// Where a run's calls go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunSource {
+    /// A built-in scenario, served in-process; no config file or key needed.
+    Scenario {
+        /// The scenario's name.
+        name: String,
+        /// The dialect its simulator speaks.
+        dialect: Dialect,
+    },
+    /// The providers of a config file.
+    Config {
+        /// The file; `None` reads the default location (when it exists).
+        path: Option<PathBuf>,
+        /// The primary target, `provider/model`; `None` takes the first row.
+        target: Option<String>,
+    },
+}
+
+/// Where a run is recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recording {
+    /// The database file.
+    pub db: PathBuf,
+    /// A free label for the run.
+    pub label: Option<String>,
+}
+
+/// Everything one run needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPlan {
+    /// What to call.
+    pub source: RunSource,
+    /// How many calls.
+    pub requests: usize,
+    /// How many at once.
+    pub concurrency: usize,
+    /// The prompt of every call.
+    pub prompt: String,
+    /// `NAME=VALUE` overrides, the top tunable layer.
+    pub overrides: Vec<String>,
+    /// Record the run, or not.
+    pub recording: Option<Recording>,
+}
+
+/// A run that could not start or could not be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The scenario is unknown or broken.
+    #[error(transparent)]
+    Scenario(#[from] SimError),
+    /// The simulator could not be served.
+    #[error(transparent)]
+    Rig(#[from] RigError),
+    /// The config file, a tunable or a rule is wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A provider row cannot be used (a missing key variable, a bad URL).
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The database could not be written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// There is nothing to call.
+    #[error("no provider to call: give --scenario NAME, or a config file (--config PATH) with a [[provider]] row")]
+    NoProvider,
+    /// The target is not `provider/model`.
+    #[error("{0}")]
+    BadTarget(String),
+    /// The target names no provider row.
+    #[error("--target {target}: no [[provider]] row is named `{provider}`")]
+    UnknownProvider {
+        /// The target given.
+        target: String,
+        /// Its provider part.
+        provider: String,
+    },
+}
+
+/// What a finished run leaves.
+#[derive(Debug, Clone)]
+pub struct SessionOutcome {
+    /// The report (`run_id` set when it was recorded).
+    pub report: RunReport,
+    /// Events the recorder could not keep (it fell behind).
+    pub dropped_events: u64,
+}
+
+/// Runs the plan to the end (or until `cancel`). Events go to the recorder
+/// (when recording) and to `watcher`; `on_finish` sees each call as it ends.
+/// `env` is the process environment, the layer between the config file and
+/// the overrides, and where key variables are looked up.
+pub async fn run_session(
+    plan: &SessionPlan,
+    env: &[(String, String)],
+    watcher: Option<Arc<dyn EventSink>>,
+    cancel: &CancellationToken,
+    on_finish: impl Fn(&CallReport) + Send + Sync + 'static,
+) -> Result<SessionOutcome, SessionError> {
+    let (settings, providers, target, rig) = prepare(plan, env).await?;
+    let recorder = match &plan.recording {
+        Some(recording) => {
+            let scenario = scenario_name(&plan.source);
+            let start = RunStart::new(recording.label.clone(), scenario, &settings.tunables, &providers);
+            let flush = settings.tunables.get("STALLSCOPE_RECORDER_FLUSH_MS").value.as_i64().unsigned_abs();
+            let options =
+                RecorderOptions { flush_interval: Duration::from_millis(flush), ..RecorderOptions::default() };
+            Some(Recorder::start_with(&recording.db, start, options)?)
+        }
+        None => None,
+    };
+    let sink: Arc<dyn EventSink> = match (&recorder, watcher) {
+        (Some((recorder, _)), Some(watcher)) => Arc::new(Tee(vec![Arc::new(recorder.clone()), watcher])),
+        (Some((recorder, _)), None) => Arc::new(recorder.clone()),
+        (None, Some(watcher)) => watcher,
+        (None, None) => Arc::new(crate::core::event::NullSink),
+    };
+    let clients = ClientCache::new();
+    let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let executor = executor(&settings, &providers, &clients, sink, lookup)?;
+    let run_plan =
+        RunPlan { requests: plan.requests, concurrency: plan.concurrency, target, prompt: plan.prompt.clone() };
+    let started = tokio::time::Instant::now();
+    let reports = run_calls(&executor, &run_plan, cancel, on_finish).await;
+    let mut report =
+        RunReport::new(scenario_name(&plan.source), settings.tunables.snapshot(), &reports, started.elapsed());
+    if let Some(rig) = rig {
+        rig.server.shutdown().await;
+    }
+    let mut dropped_events = 0;
+    if let Some((_, handle)) = recorder {
+        report.run_id = Some(handle.run_id());
+        dropped_events = handle.finish(&report)?;
+    }
+    Ok(SessionOutcome { report, dropped_events })
+}
+
+/// The effective settings of a plan, without running it: what the app's
+/// tunables editor shows and what [`run_session`] will use.
+pub fn settings_for(
+    source: &RunSource,
+    overrides: &[String],
+    env: &[(String, String)],
+) -> Result<Settings, SessionError> {
+    let env = env.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    match source {
+        RunSource::Scenario { name, .. } => {
+            let recommended = recommended_tunables(&builtin(name)?);
+            let layers = Layers { config: ConfigFile::None, scenario: Some((name, &recommended)), overrides };
+            Ok(Settings::load(layers, env)?)
+        }
+        RunSource::Config { path, .. } => {
+            let config = path.as_deref().map_or(ConfigFile::Default, ConfigFile::Path);
+            Ok(Settings::load(Layers { config, scenario: None, overrides }, env)?)
+        }
+    }
+}
+
+/// Settings, provider rows, the primary target and (for a scenario) the
+/// simulator serving it.
+async fn prepare(
+    plan: &SessionPlan,
+    env: &[(String, String)],
+) -> Result<(Settings, Vec<ProviderConfig>, Target, Option<ScenarioRig>), SessionError> {
+    match &plan.source {
+        RunSource::Scenario { name, dialect } => {
+            let settings = settings_for(&plan.source, &plan.overrides, env)?;
+            let rig = rig(builtin(name)?, *dialect).await?;
+            let (providers, target) = (rig.providers.clone(), rig.target.clone());
+            Ok((settings, providers, target, Some(rig)))
+        }
+        RunSource::Config { target, .. } => {
+            let mut settings = settings_for(&plan.source, &plan.overrides, env)?;
+            let providers = std::mem::take(&mut settings.providers);
+            let target = match (target, providers.first()) {
+                (Some(text), _) => Target::parse(text).map_err(SessionError::BadTarget)?,
+                (None, Some(row)) => Target::new(&row.name, &row.model),
+                (None, None) => return Err(SessionError::NoProvider),
+            };
+            if !providers.iter().any(|p| p.name == target.provider) {
+                let provider = target.provider.clone();
+                return Err(SessionError::UnknownProvider { target: target.to_string(), provider });
+            }
+            Ok((settings, providers, target, None))
+        }
+    }
+}
+
+fn scenario_name(source: &RunSource) -> Option<String> {
+    match source {
+        RunSource::Scenario { name, .. } => Some(name.clone()),
+        RunSource::Config { .. } => None,
+    }
+}
+
+/// Delivers every event to several sinks, in order.
+struct Tee(Vec<Arc<dyn EventSink>>);
+
+impl EventSink for Tee {
+    fn emit(&self, event: Event) {
+        if let Some((last, rest)) = self.0.split_last() {
+            for sink in rest {
+                sink.emit(event.clone());
+            }
+            last.emit(event);
+        }
+    }
+}

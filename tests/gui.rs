@@ -1,0 +1,177 @@
+//! The desktop app driven headless with egui_kittest: real app state, real
+//! runs against the in-process simulator on loopback, controls found by
+//! their labels as a screen reader would.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use egui_kittest::Harness;
+use egui_kittest::kittest::{NodeT, Queryable};
+use stallscope::core::event::Outcome;
+use stallscope::gui::live::Choice;
+use stallscope::gui::{App, Launch, Tab};
+
+/// A scratch directory removed when the test ends.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("stallscope-gui-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The app over an empty config and a fresh database in `dir`, with an
+/// empty environment (a developer's own settings must not leak in).
+fn app(dir: &Path) -> Harness<'static, App> {
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "").unwrap();
+    let db = dir.join("runs.db");
+    Harness::builder()
+        .with_size(egui::vec2(1400.0, 900.0))
+        .build_eframe(move |cc| App::new(cc, Launch { config: Some(config), overrides: vec![] }, Some(db), vec![]))
+}
+
+/// Steps frames (real time passes between them) until `done`, for at most 30 s.
+fn step_until(h: &mut Harness<'_, App>, what: &str, done: impl Fn(&App) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done(h.state()) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        h.step();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.step();
+}
+
+fn finished(app: &App, streams: usize) -> bool {
+    !app.live.is_running() && app.live.timeline.lanes.len() == streams
+}
+
+#[test]
+fn a_scenario_run_started_from_the_ui_fills_its_lanes() {
+    let dir = Scratch::new("run");
+    let mut h = app(dir.path());
+    h.get_by_label("Source").click();
+    h.run();
+    h.get_by_label("scenario: healthy").click();
+    h.run();
+    assert_eq!(h.state().prefs.form.choice, Choice::Scenario("healthy".into()));
+    h.get_by_label("Run").click();
+    step_until(&mut h, "4 healthy streams", |app| finished(app, 4));
+    let lanes = &h.state().live.timeline.lanes;
+    assert!(lanes.iter().all(|l| l.outcome == Some(Outcome::Ok)));
+    assert!(lanes.iter().all(|l| l.total_bytes > 0 && !l.output_ticks.is_empty() && l.bytes.len() > 1));
+    // The summary strip and each lane's header say how the streams ended.
+    h.get_by_label_contains("4 ok · 0 partial · 0 failed");
+    assert_eq!(h.query_all_by_label_contains("healthy #").count(), 4);
+    assert!(h.state().live.results[0].contains("recorded as run 1"), "{:?}", h.state().live.results);
+}
+
+#[test]
+fn a_stall_shows_the_fired_timer_the_backoff_and_the_retry() {
+    let dir = Scratch::new("stall");
+    let mut h = app(dir.path());
+    h.state_mut().prefs.form.choice = Choice::Scenario("silent-stall".into());
+    h.state_mut().prefs.form.requests = 1;
+    h.get_by_label("Run").click();
+    step_until(&mut h, "the stalled stream to recover", |app| finished(app, 1));
+    let lane = &h.state().live.timeline.lanes[0];
+    assert_eq!(lane.outcome, Some(Outcome::Ok));
+    assert_eq!(lane.attempt_count, 2);
+    assert!(lane.fired.iter().any(|m| m.text == "idle timer fired"), "{:?}", lane.fired);
+    assert_eq!(lane.sleeps.len(), 1);
+    assert!(lane.timers.iter().any(|t| t.fired), "an idle track ends at its threshold");
+    h.get_by_label_contains("retries: timeout 1");
+}
+
+#[test]
+fn an_invalid_tunable_is_refused_inline_and_blocks_the_run() {
+    let dir = Scratch::new("tunables");
+    let mut h = app(dir.path());
+    // No scenario layer: the field shows the default, 1800.
+    h.state_mut().prefs.form.choice = Choice::AllStories;
+    h.get_by_label("Tunables").click();
+    h.run();
+    let field = h.get_by_label("SSE_IDLE_TIMEOUT_S");
+    field.focus();
+    field.type_text("x");
+    h.run();
+    h.get_by_label_contains("STALLSCOPE_SSE_IDLE_TIMEOUT_S=\"1800x\"");
+    h.get_by_label_contains("is not accepted");
+    assert_eq!(h.state().prefs.tunables.invalid(), 1);
+    h.get_by_label("Live").click();
+    h.run();
+    h.get_by_label_contains("edited tunable(s) are not accepted");
+    h.get_by_label("Tunables").click();
+    h.run();
+    h.get_by_label("Reset SSE_IDLE_TIMEOUT_S").click();
+    h.run();
+    assert!(h.query_by_label_contains("is not accepted").is_none());
+    assert_eq!(h.state().prefs.tunables.invalid(), 0);
+}
+
+#[test]
+fn a_stored_run_opens_from_the_history_in_the_timeline() {
+    let dir = Scratch::new("history");
+    let mut h = app(dir.path());
+    h.state_mut().prefs.form.choice = Choice::Scenario("rate-limited-ms".into());
+    h.state_mut().prefs.form.requests = 2;
+    h.state_mut().prefs.form.label = "from-test".into();
+    h.get_by_label("Run").click();
+    step_until(&mut h, "the run", |app| finished(app, 2));
+    h.get_by_label("History").click();
+    step_until(&mut h, "the history to list the run", |_| true);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.query_by_label("Open run 1").is_none() {
+        assert!(Instant::now() < deadline, "run 1 never listed");
+        h.step();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.get_by_label_contains("from-test");
+    h.get_by_label("Open run 1").click();
+    step_until(&mut h, "the stored run to open", |app| {
+        app.prefs.tab == Tab::Live && !app.live.timeline.lanes.is_empty()
+    });
+    h.get_by_label_contains("Showing stored run 1 · from-test · rate-limited-ms");
+    let lanes = &h.state().live.timeline.lanes;
+    assert_eq!(lanes.len(), 2);
+    // The server's Retry-After shaped the sleep, and the store kept why.
+    assert!(lanes.iter().all(|l| l.sleeps.iter().any(|s| s.reason == "retry-after-ms")), "{:?}", lanes[0].sleeps);
+}
+
+#[test]
+fn the_budget_follows_a_tunable_edit() {
+    let dir = Scratch::new("budget");
+    let mut h = app(dir.path());
+    h.state_mut().prefs.form.choice = Choice::AllStories;
+    h.get_by_label("Budget").click();
+    h.run();
+    let verdict =
+        |h: &Harness<'_, App>| h.get_by_label_contains("Worst case").accesskit_node().value().unwrap_or_default();
+    let before = verdict(&h);
+    assert!(before.contains("fits") || before.contains("NOT fit"), "{before}");
+    // A 5 s cap on every attempt shortens the worst case.
+    h.get_by_label("Tunables").click();
+    h.run();
+    let field = h.get_by_label("SSE_TOTAL_TIMEOUT_S");
+    field.focus();
+    field.type_text("5");
+    h.run();
+    h.get_by_label("Budget").click();
+    h.run();
+    let after = verdict(&h);
+    assert_ne!(before, after);
+    assert_eq!(h.state().prefs.tunables.overrides(), ["STALLSCOPE_SSE_TOTAL_TIMEOUT_S=05"]);
+}
