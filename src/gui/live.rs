@@ -231,7 +231,9 @@ impl Live {
     ) -> bool {
         let mut run = false;
         ui.horizontal_wrapped(|ui| {
-            egui::ComboBox::from_label("Source").selected_text(form.choice.title()).width(260.0).show_ui(ui, |ui| {
+            // egui writes a combo box's label after it; separators keep the pairs apart.
+            let source = egui::ComboBox::from_label("Source").selected_text(form.choice.title()).width(240.0);
+            source.show_ui(ui, |ui| {
                 ui.selectable_value(&mut form.choice, Choice::AllStories, Choice::AllStories.title());
                 for name in builtin_names() {
                     let choice = Choice::Scenario((*name).to_owned());
@@ -244,14 +246,17 @@ impl Live {
                     ui.selectable_value(&mut form.choice, choice, title);
                 }
             });
+            ui.separator();
             let scenario = !matches!(form.choice, Choice::Provider(_));
             ui.add_enabled_ui(scenario, |ui| {
-                egui::ComboBox::from_label("Dialect").selected_text(form.dialect.to_string()).show_ui(ui, |ui| {
+                let dialects = egui::ComboBox::from_label("Dialect").selected_text(form.dialect.to_string());
+                dialects.show_ui(ui, |ui| {
                     for dialect in [Dialect::OpenAiChat, Dialect::OpenAiResponses, Dialect::AnthropicMessages] {
                         ui.selectable_value(&mut form.dialect, dialect, dialect.to_string());
                     }
                 });
             });
+            ui.separator();
             let label = ui.label("Requests");
             ui.add(egui::DragValue::new(&mut form.requests).range(1..=100_000)).labelled_by(label.id);
             let label = ui.label("Concurrency");
@@ -274,8 +279,10 @@ impl Live {
                 ui.spinner();
             }
         });
-        let label = ui.label("Prompt");
-        ui.add(egui::TextEdit::singleline(&mut form.prompt).desired_width(f32::INFINITY)).labelled_by(label.id);
+        ui.horizontal(|ui| {
+            let label = ui.label("Prompt");
+            ui.add(egui::TextEdit::singleline(&mut form.prompt).desired_width(f32::INFINITY)).labelled_by(label.id);
+        });
         if let Some(why) = blocked {
             ui.label(RichText::new(why).color(Color32::LIGHT_RED));
         }
@@ -288,9 +295,20 @@ impl Live {
             }
             Showing::Live { .. } => {}
         }
-        for line in &self.results {
-            let colour = if line.contains("could not run") { Color32::LIGHT_RED } else { ui.visuals().text_color() };
-            ui.label(RichText::new(line).color(colour));
+        if !self.results.is_empty() {
+            let failed = self.results.iter().filter(|r| r.contains("could not run")).count();
+            let title = match failed {
+                0 => format!("Results of {} part(s)", self.results.len()),
+                n => format!("Results of {} part(s), {n} could not run", self.results.len()),
+            };
+            // Open by default when something could not run: that is the news.
+            egui::CollapsingHeader::new(title).default_open(failed > 0 || self.results.len() == 1).show(ui, |ui| {
+                for line in &self.results {
+                    let colour =
+                        if line.contains("could not run") { Color32::LIGHT_RED } else { ui.visuals().text_color() };
+                    ui.label(RichText::new(line).color(colour));
+                }
+            });
         }
         ui.separator();
         let live = matches!(self.showing, Showing::Live { ended_s: None, .. });

@@ -16,7 +16,7 @@ use crate::core::event::Outcome;
 /// How lanes are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum SortBy {
-    /// In the order streams started.
+    /// By part, then stream number (the order calls were started).
     #[default]
     Start,
     /// Failed first, then partial, cancelled, running and ok.
@@ -183,6 +183,7 @@ impl TimelineView {
                     ui.selectable_value(&mut self.sort, SortBy::Outcome, "outcome");
                     ui.selectable_value(&mut self.sort, SortBy::Elapsed, "elapsed");
                 });
+            ui.separator();
             egui::ComboBox::from_label("Show").selected_text(filter_name(self.outcome_filter)).show_ui(ui, |ui| {
                 for filter in [
                     OutcomeFilter::All,
@@ -219,7 +220,7 @@ impl TimelineView {
             })
             .collect();
         match self.sort {
-            SortBy::Start => {}
+            SortBy::Start => order.sort_by_key(|&i| (timeline.lanes[i].part, timeline.lanes[i].stream)),
             SortBy::Outcome => order.sort_by_key(|&i| outcome_rank(timeline.lanes[i].outcome)),
             SortBy::Elapsed => order
                 .sort_by(|&a, &b| timeline.lanes[b].elapsed_s(now_s).total_cmp(&timeline.lanes[a].elapsed_s(now_s))),
@@ -356,7 +357,9 @@ fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: 
     if full {
         ui.small(detail);
         if let Some(error) = &lane.last_error {
-            ui.small(RichText::new(error).color(colour::FIRED));
+            // Red only when the failure was final; a recovered one is history.
+            let tint = if lane.outcome == Some(Outcome::Failed) { colour::FIRED } else { colour::SLEEP_TEXT };
+            ui.small(RichText::new(error).color(tint));
         }
     } else {
         ui.small(format!("{detail}  {}", lane.last_error.as_deref().unwrap_or("")));
@@ -422,14 +425,15 @@ fn draw_lane(plot: &mut egui_plot::PlotUi<'_>, lane: &Lane, x_min: f64, x_max: f
             points.push(PlotPoint::new(now_s, track.fraction_at(now_s)));
         }
         let line = Line::new(format!("{} timer", track.kind), PlotPoints::Owned(std::mem::take(&mut points)));
-        plot.line(line.color(timer_colour(track.kind)).width(1.2));
+        plot.line(line.color(timer_colour(track.kind)).width(1.0));
     }
     for (ticks, y, c) in [
         (&lane.output_ticks, -0.03, colour::OUTPUT),
         (&lane.lifecycle_ticks, -0.055, colour::LIFECYCLE),
         (&lane.keepalive_ticks, -0.08, colour::KEEPALIVE),
     ] {
-        decimate::ticks(ticks, y, x_min, x_max, columns, &mut points);
+        // A tick is a dot as wide as three columns: one per dot's width shows the same.
+        decimate::ticks(ticks, y, x_min, x_max, columns.div_ceil(3), &mut points);
         if !points.is_empty() {
             let series = PlotPoints::Owned(std::mem::take(&mut points));
             plot.points(Points::new("events", series).color(c).radius(1.5).shape(MarkerShape::Circle));

@@ -1,0 +1,155 @@
+//! Frame time of the live view with a large run: 100 streams and 1,000,000
+//! events in total (goal: under 16 ms a frame on this 2-core machine).
+//!
+//! Run with `cargo bench --bench frame`. Without `--bench` (as under `cargo
+//! test --benches`) the same code runs on a small run as a smoke test.
+//!
+//! A frame here is what the UI thread does for one repaint: egui lays out
+//! the view (summary, controls, the lanes scrolled into view, each series
+//! reduced to its pixel columns) and tessellates the shapes into meshes,
+//! in a 1600 × 900 window. Uploading the meshes and drawing them is the
+//! GPU's part and is not included. Each case is measured over 60 frames
+//! after 10 warm-up frames. The baseline, in the same run: egui_plot
+//! drawing the same visible lanes' series point by point (its own culling
+//! and banding, no reduction of ours), which is what the lanes would cost
+//! without [`stallscope::gui::decimate`].
+
+use std::time::{Duration, Instant};
+
+use egui_plot::{Line, Plot, PlotPoint, PlotPoints, Points};
+use stallscope::core::category::TimerKind;
+use stallscope::core::event::{Event, EventClass, EventKind, Outcome};
+use stallscope::core::failover::Target;
+use stallscope::gui::lanes::Timeline;
+use stallscope::gui::timeline::TimelineView;
+
+/// A run like a long streaming session: each stream arms its timers, then
+/// alternates chunks and content events, with a keep-alive every tenth
+/// event and a stall midway, over `seconds`.
+fn synthetic(streams: u64, events_per_stream: u64, seconds: f64) -> Timeline {
+    let mut timeline = Timeline::new();
+    let part = timeline.add_part("bench", 0.0);
+    let at = |s: f64| Duration::from_secs_f64(s);
+    for stream in 0..streams {
+        let event = |s: f64, kind| Event { at: at(s), stream, attempt: 1, kind };
+        let target = Target::new("sim", "model");
+        let start = stream as f64 * 0.01;
+        let head = [
+            EventKind::CallStarted { target: target.clone(), context_tokens: Some(100) },
+            EventKind::AttemptStarted { target, credential: None },
+            EventKind::TimerArmed { timer: TimerKind::Ttfb, after: Duration::from_secs(120) },
+            EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(30) },
+            EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_secs(90) },
+        ];
+        let body = events_per_stream.saturating_sub(head.len() as u64 + 1);
+        for kind in head {
+            timeline.ingest(part, &event(start, kind));
+        }
+        let step = seconds / body as f64;
+        for i in 0..body {
+            // A 5 s gap halfway: the timers climb toward their thresholds.
+            let gap = if i > body / 2 { 5.0 } else { 0.0 };
+            let t = start + i as f64 * step + gap;
+            let kind = if i % 2 == 0 {
+                EventKind::ChunkReceived { bytes: 120 + (i % 37) as usize }
+            } else if i % 10 == 1 {
+                EventKind::SseReceived { class: EventClass::Keepalive, chars: 0, progress: false }
+            } else {
+                EventKind::SseReceived { class: EventClass::Content, chars: 4, progress: true }
+            };
+            timeline.ingest(part, &event(t, kind));
+        }
+        let end = start + seconds + 5.0;
+        timeline
+            .ingest(part, &event(end, EventKind::Finished { outcome: Outcome::Ok, attempts: 1, stop_reason: None }));
+    }
+    timeline
+}
+
+/// Frame times of `count` frames of `view` over `timeline`, after a warm-up.
+fn view_frames(timeline: &Timeline, mut view: TimelineView, now_s: f64, live: bool, count: usize) -> Vec<Duration> {
+    frames(count, |ui| view.ui(ui, timeline, now_s, live))
+}
+
+/// The baseline: as many lanes as the view shows at once, each an
+/// egui_plot of the raw series (bytes, every timer, every tick).
+fn raw_frames(timeline: &Timeline, lanes: usize, count: usize) -> Vec<Duration> {
+    let ticks: Vec<Vec<PlotPoint>> = timeline.lanes[..lanes]
+        .iter()
+        .map(|lane| lane.output_ticks.iter().map(|&x| PlotPoint::new(x, 0.0)).collect())
+        .collect();
+    frames(count, |ui| {
+        for (lane, ticks) in timeline.lanes[..lanes].iter().zip(&ticks) {
+            Plot::new(("raw", lane.stream)).height(70.0).show(ui, |plot| {
+                plot.line(Line::new("bytes", PlotPoints::Borrowed(&lane.bytes)));
+                for track in &lane.timers {
+                    plot.line(Line::new("timer", PlotPoints::Borrowed(&track.progress)));
+                }
+                plot.points(Points::new("ticks", PlotPoints::Borrowed(ticks)).radius(1.5));
+            });
+        }
+    })
+}
+
+/// Frame times of `count` frames of `draw`, after a warm-up.
+fn frames(count: usize, mut draw: impl FnMut(&mut egui::Ui)) -> Vec<Duration> {
+    let ctx = egui::Context::default();
+    let input = || egui::RawInput {
+        screen_rect: Some(egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(1600.0, 900.0))),
+        ..Default::default()
+    };
+    let mut times = Vec::with_capacity(count);
+    for i in 0..count + 10 {
+        let started = Instant::now();
+        let output = ctx.run_ui(input(), |ui| {
+            egui::CentralPanel::default().show(ui, |ui| draw(ui));
+        });
+        let meshes = ctx.tessellate(output.shapes.clone(), output.pixels_per_point);
+        let elapsed = started.elapsed();
+        std::hint::black_box(meshes);
+        output.drop_without_applying_deltas();
+        if i >= 10 {
+            times.push(elapsed);
+        }
+    }
+    times.sort();
+    times
+}
+
+fn report(name: &str, times: &[Duration], baseline: Duration) {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let median = times[times.len() / 2];
+    let p99 = times[(times.len() * 99 / 100).min(times.len() - 1)];
+    println!(
+        "{name:<44} median {:>7.2} ms  p99 {:>7.2} ms  ({:.3} of the baseline)  {}",
+        ms(median),
+        ms(p99),
+        median.as_secs_f64() / baseline.as_secs_f64(),
+        if p99 < Duration::from_millis(16) { "goal met" } else { "over 16 ms" }
+    );
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let (streams, per_stream, count) = if full { (100, 10_000, 60) } else { (5, 200, 3) };
+    let built = Instant::now();
+    let timeline = synthetic(streams, per_stream, 60.0);
+    println!(
+        "live view frame time: {} streams, {} events, 1600×900 (built in {:.0} ms)",
+        timeline.lanes.len(),
+        timeline.event_count(),
+        built.elapsed().as_secs_f64() * 1000.0
+    );
+    let end = timeline.end_s();
+    // The lanes a 900-pixel window shows at once.
+    let raw = raw_frames(&timeline, timeline.lanes.len().min(11), count);
+    let baseline = raw[raw.len() / 2];
+    report("baseline: egui_plot, every point, 11 lanes", &raw, baseline);
+    report("whole run fitted", &view_frames(&timeline, TimelineView::default(), end, false, count), baseline);
+    let mut following = TimelineView::default();
+    following.window_s = 5.0;
+    report("following live, last 5 s", &view_frames(&timeline, following, end * 0.6, true, count), baseline);
+    let mut compact = TimelineView::default();
+    compact.compact = true;
+    report("compact lanes", &view_frames(&timeline, compact, end, false, count), baseline);
+}
