@@ -213,7 +213,7 @@ fn settings(extra: &[String]) -> Settings {
     let mut overrides: Vec<String> =
         ["PROXY=off", "PROVIDER_STREAM_RETRIES=0", "FALLBACK_MODELS=off"].map(str::to_owned).to_vec();
     overrides.extend_from_slice(extra);
-    let layers = Layers { config: ConfigFile::None, scenario: None, overrides: &overrides };
+    let layers = Layers { config: ConfigFile::None, scenario: None, overrides: &overrides, edits: &[] };
     Settings::load(layers, Vec::<(String, String)>::new()).expect("bench settings")
 }
 

@@ -164,10 +164,12 @@ pub struct Layers<'a> {
     pub scenario: Option<(&'a str, &'a BTreeMap<String, String>)>,
     /// `--set NAME=VALUE` overrides.
     pub overrides: &'a [String],
+    /// `NAME=VALUE` edits made in the app, the top layer.
+    pub edits: &'a [String],
 }
 
 impl Settings {
-    /// Layers defaults < scenario < config file < environment < overrides.
+    /// Layers defaults < scenario < config file < environment < overrides < edits.
     pub fn load<I, K, V>(layers: Layers<'_>, env: I) -> Result<Settings, ConfigError>
     where
         I: IntoIterator<Item = (K, V)>,
@@ -198,6 +200,9 @@ impl Settings {
         tunables.apply_env(env)?;
         for assignment in layers.overrides {
             tunables.apply_override(assignment)?;
+        }
+        for assignment in layers.edits {
+            tunables.apply_assignment(assignment, Source::Edit)?;
         }
         let policy = CorePolicy::from_tunables(&tunables)?;
         let classifier =
@@ -252,6 +257,20 @@ mod tests {
         assert_eq!(t.get("STALLSCOPE_SSE_IDLE_TIMEOUT_S").source.to_string(), format!("config {}", path.display()));
         assert_eq!(t.get("STALLSCOPE_TCP_KEEPCNT").value.as_i64(), 5);
         assert_eq!(settings.policy.retry.max_retries, 1);
+    }
+
+    #[test]
+    fn app_edits_sit_above_overrides_and_say_so() {
+        let overrides = ["TCP_KEEPCNT=4".to_owned(), "TCP_KEEPIDLE_S=20".to_owned()];
+        let edits = ["TCP_KEEPCNT=6".to_owned()];
+        let layers = Layers { config: ConfigFile::None, overrides: &overrides, edits: &edits, ..Layers::default() };
+        let t = Settings::load(layers, Vec::<(String, String)>::new()).unwrap().tunables;
+        assert_eq!(
+            (t.get("STALLSCOPE_TCP_KEEPCNT").value.as_i64(), &t.get("STALLSCOPE_TCP_KEEPCNT").source),
+            (6, &Source::Edit)
+        );
+        assert_eq!(t.get("STALLSCOPE_TCP_KEEPIDLE_S").source, Source::Override);
+        assert_eq!(Source::Edit.to_string(), "app edit");
     }
 
     fn load(path: &Path) -> Result<Settings, ConfigError> {

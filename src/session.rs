@@ -65,8 +65,10 @@ pub struct SessionPlan {
     pub concurrency: usize,
     /// The prompt of every call.
     pub prompt: String,
-    /// `NAME=VALUE` overrides, the top tunable layer.
+    /// `NAME=VALUE` overrides (`--set`).
     pub overrides: Vec<String>,
+    /// `NAME=VALUE` edits from the app, the top tunable layer.
+    pub edits: Vec<String>,
     /// Record the run, or not.
     pub recording: Option<Recording>,
 }
@@ -168,18 +170,19 @@ pub async fn run_session(
 pub fn settings_for(
     source: &RunSource,
     overrides: &[String],
+    edits: &[String],
     env: &[(String, String)],
 ) -> Result<Settings, SessionError> {
     let env = env.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     match source {
         RunSource::Scenario { name, .. } => {
             let recommended = recommended_tunables(&builtin(name)?);
-            let layers = Layers { config: ConfigFile::None, scenario: Some((name, &recommended)), overrides };
+            let layers = Layers { config: ConfigFile::None, scenario: Some((name, &recommended)), overrides, edits };
             Ok(Settings::load(layers, env)?)
         }
         RunSource::Config { path, .. } => {
             let config = path.as_deref().map_or(ConfigFile::Default, ConfigFile::Path);
-            Ok(Settings::load(Layers { config, scenario: None, overrides }, env)?)
+            Ok(Settings::load(Layers { config, scenario: None, overrides, edits }, env)?)
         }
     }
 }
@@ -192,13 +195,13 @@ async fn prepare(
 ) -> Result<(Settings, Vec<ProviderConfig>, Target, Option<ScenarioRig>), SessionError> {
     match &plan.source {
         RunSource::Scenario { name, dialect } => {
-            let settings = settings_for(&plan.source, &plan.overrides, env)?;
+            let settings = settings_for(&plan.source, &plan.overrides, &plan.edits, env)?;
             let rig = rig(builtin(name)?, *dialect).await?;
             let (providers, target) = (rig.providers.clone(), rig.target.clone());
             Ok((settings, providers, target, Some(rig)))
         }
         RunSource::Config { target, .. } => {
-            let mut settings = settings_for(&plan.source, &plan.overrides, env)?;
+            let mut settings = settings_for(&plan.source, &plan.overrides, &plan.edits, env)?;
             let providers = std::mem::take(&mut settings.providers);
             let target = match (target, providers.first()) {
                 (Some(text), _) => Target::parse(text).map_err(SessionError::BadTarget)?,

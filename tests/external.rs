@@ -98,7 +98,7 @@ fn content_spread(sink: &VecSink) -> Duration {
 
 async fn call(rows: &[ProviderConfig], target: Target, prompt: &str, sets: &[&str]) -> (CallReport, Arc<VecSink>) {
     let overrides: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
-    let layers = Layers { config: ConfigFile::None, scenario: None, overrides: &overrides };
+    let layers = Layers { config: ConfigFile::None, scenario: None, overrides: &overrides, edits: &[] };
     let settings = Settings::load(layers, Vec::<(String, String)>::new()).unwrap();
     let sink = Arc::new(VecSink::new());
     let executor = executor(&settings, rows, &ClientCache::new(), sink.clone(), |_| None).unwrap();

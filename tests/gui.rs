@@ -173,5 +173,5 @@ fn the_budget_follows_a_tunable_edit() {
     h.run();
     let after = verdict(&h);
     assert_ne!(before, after);
-    assert_eq!(h.state().prefs.tunables.overrides(), ["STALLSCOPE_SSE_TOTAL_TIMEOUT_S=05"]);
+    assert_eq!(h.state().prefs.tunables.assignments(), ["STALLSCOPE_SSE_TOTAL_TIMEOUT_S=05"]);
 }

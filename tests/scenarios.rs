@@ -29,7 +29,7 @@ async fn play(name: &str, dialect: Dialect, sets: &[&str]) -> Played {
     let overrides: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
     // A scenario reads no config file: a developer's own must not leak in.
     let source = RunSource::Scenario { name: name.to_owned(), dialect };
-    let settings = settings_for(&source, &overrides, &[]).unwrap();
+    let settings = settings_for(&source, &overrides, &[], &[]).unwrap();
     let sink = Arc::new(VecSink::new());
     let executor = executor(&settings, &rig.providers, &ClientCache::new(), sink.clone(), |_| None).unwrap();
     let call = Call {

@@ -56,7 +56,7 @@ impl Cli {
     /// overrides.
     fn settings(&self) -> Result<Settings> {
         let source = RunSource::Config { path: self.config_path(), target: None };
-        Ok(settings_for(&source, &self.overrides, &process_env())?)
+        Ok(settings_for(&source, &self.overrides, &[], &process_env())?)
     }
 
     /// The config file named by `--config`, else by `$STALLSCOPE_CONFIG`;

@@ -79,6 +79,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         concurrency: args.concurrency as usize,
         prompt: args.prompt.clone(),
         overrides: cli.overrides.clone(),
+        edits: Vec::new(),
         recording,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

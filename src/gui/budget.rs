@@ -70,7 +70,12 @@ impl BudgetView {
             }
         };
         let report = self.report(settings);
-        ui.label(RichText::new(verdict(&report)).strong());
+        let colour = match report.fits {
+            Some(true) => Color32::from_rgb(80, 200, 120),
+            Some(false) => Color32::LIGHT_RED,
+            None => ui.visuals().text_color(),
+        };
+        ui.label(RichText::new(verdict(&report)).strong().color(colour));
         for note in &report.notes {
             ui.label(RichText::new(format!("note: {note}")).color(Color32::from_rgb(240, 200, 60)));
         }

@@ -61,7 +61,7 @@ pub struct Comparison {
 }
 
 /// The view's state; filter and sort persist between launches.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(default)]
 pub struct HistoryView {
     /// Show only runs whose label, scenario or providers contain this.
@@ -80,6 +80,22 @@ pub struct HistoryView {
     status: Option<String>,
     #[serde(skip)]
     pending: Pending,
+}
+
+impl Default for HistoryView {
+    /// Newest first.
+    fn default() -> Self {
+        HistoryView {
+            filter: String::new(),
+            sort: SortColumn::Started,
+            descending: true,
+            runs: Vec::new(),
+            selected: [None; 2],
+            comparison: None,
+            status: None,
+            pending: Pending::default(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -415,7 +431,7 @@ impl HistoryView {
         };
         rows.sort_by(|&a, &b| {
             let (ka, kb) = (key(a), key(b));
-            let order = ka.0.total_cmp(&kb.0).then_with(|| ka.1.cmp(&kb.1));
+            let order = ka.0.total_cmp(&kb.0).then_with(|| ka.1.cmp(&kb.1)).then_with(|| runs[a].id.cmp(&runs[b].id));
             if self.descending { order.reverse() } else { order }
         });
         rows

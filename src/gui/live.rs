@@ -78,6 +78,7 @@ impl RunForm {
         &self,
         config: Option<PathBuf>,
         overrides: Vec<String>,
+        edits: Vec<String>,
         db: Option<PathBuf>,
     ) -> Vec<(String, SessionPlan)> {
         let label = (!self.label.trim().is_empty()).then(|| self.label.trim().to_owned());
@@ -88,6 +89,7 @@ impl RunForm {
             concurrency: self.concurrency.max(1) as usize,
             prompt: self.prompt.clone(),
             overrides: overrides.clone(),
+            edits: edits.clone(),
             recording: recording.clone(),
         };
         let scenario =

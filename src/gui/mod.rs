@@ -123,7 +123,7 @@ impl App {
         cc.egui_ctx.set_fonts(fonts());
         let prefs: Prefs = cc.storage.and_then(|s| eframe::get_value(s, PREFS_KEY)).unwrap_or_default();
         let source = RunSource::Config { path: launch.config.clone(), target: None };
-        let providers = settings_for(&source, &launch.overrides, &env)
+        let providers = settings_for(&source, &launch.overrides, &[], &env)
             .map(|s| s.providers.iter().map(|p| format!("{}/{}", p.name, p.model)).collect())
             .map_err(|e| e.to_string());
         let mut app = App { prefs, live: Live::default(), launch, db, env, providers, settings: None };
@@ -137,17 +137,10 @@ impl App {
         app
     }
 
-    /// The overrides the next run gets: the command line's, then the edits.
-    fn overrides(&self) -> Vec<String> {
-        let mut overrides = self.launch.overrides.clone();
-        overrides.extend(self.prefs.tunables.overrides());
-        overrides
-    }
-
     /// The effective settings of the next run (recomputed only when the
     /// choice or the edits change).
     pub fn settings(&mut self) -> &Result<Settings, String> {
-        let key = (self.prefs.form.choice.clone(), self.overrides());
+        let key = (self.prefs.form.choice.clone(), self.prefs.tunables.assignments());
         if self.settings.as_ref().is_none_or(|(k, _)| *k != key) {
             let settings = self.compute_settings(&key);
             self.settings = Some((key, settings));
@@ -155,20 +148,20 @@ impl App {
         &self.settings.as_ref().expect("just set").1
     }
 
-    fn compute_settings(&self, (choice, overrides): &SettingsKey) -> Result<Settings, String> {
-        let env = &self.env;
+    fn compute_settings(&self, (choice, edits): &SettingsKey) -> Result<Settings, String> {
+        let (env, overrides) = (&self.env, &self.launch.overrides);
         let result = match choice {
-            Choice::Scenario(name) => settings_for(
-                &RunSource::Scenario { name: name.clone(), dialect: self.prefs.form.dialect },
-                overrides,
-                env,
-            ),
+            Choice::Scenario(name) => {
+                let source = RunSource::Scenario { name: name.clone(), dialect: self.prefs.form.dialect };
+                settings_for(&source, overrides, edits, env)
+            }
             Choice::Provider(_) => {
-                settings_for(&RunSource::Config { path: self.launch.config.clone(), target: None }, overrides, env)
+                let source = RunSource::Config { path: self.launch.config.clone(), target: None };
+                settings_for(&source, overrides, edits, env)
             }
             // Each story adds its own recommendations on top of these.
             Choice::AllStories => {
-                let layers = Layers { config: ConfigFile::None, scenario: None, overrides };
+                let layers = Layers { config: ConfigFile::None, scenario: None, overrides, edits };
                 Settings::load(layers, env.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(Into::into)
             }
         };
@@ -186,7 +179,8 @@ impl App {
 
     /// Starts a run of the form's choice.
     pub fn start_run(&mut self, ctx: &egui::Context) {
-        let plans = self.prefs.form.plans(self.launch.config.clone(), self.overrides(), self.db.clone());
+        let (config, overrides) = (self.launch.config.clone(), self.launch.overrides.clone());
+        let plans = self.prefs.form.plans(config, overrides, self.prefs.tunables.assignments(), self.db.clone());
         self.live.start(plans, self.env.clone(), ctx);
     }
 

@@ -44,11 +44,11 @@ impl TunablesEditor {
     /// Why an edit is not accepted, in the registry's words.
     pub fn error(&self, name: &str) -> Option<String> {
         let text = self.edits.get(name)?;
-        Tunables::defaults().set(name, text, Source::Override).err().map(|e| e.to_string())
+        Tunables::defaults().set(name, text, Source::Edit).err().map(|e| e.to_string())
     }
 
-    /// The valid edits as `NAME=VALUE` overrides.
-    pub fn overrides(&self) -> Vec<String> {
+    /// The valid edits as `NAME=VALUE` assignments.
+    pub fn assignments(&self) -> Vec<String> {
         self.edits
             .iter()
             .filter(|(name, _)| self.error(name).is_none())
@@ -100,7 +100,7 @@ impl TunablesEditor {
             }
         };
         ui.label(format!(
-            "{} edited · values apply to the next run and are saved with it. Hover a name for its help.",
+            "{} edited · values apply to the next run and are saved with it. Hover a name or its help for all of it.",
             self.edits.len()
         ));
         let needle = self.filter.to_lowercase();
@@ -147,6 +147,8 @@ impl TunablesEditor {
             if edited && ui.small_button(format!("Reset {}", spec.short_name())).clicked() {
                 self.edits.remove(spec.name);
             }
+            let help = RichText::new(format!("{} · allowed: {}", spec.help, spec.allowed())).small().weak();
+            ui.add(egui::Label::new(help).truncate());
         });
         if let Some(error) = self.error(spec.name) {
             ui.label(RichText::new(error).color(Color32::LIGHT_RED));

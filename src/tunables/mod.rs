@@ -29,8 +29,10 @@ pub enum Source {
     ConfigFile(PathBuf),
     /// An environment variable.
     Environment,
-    /// An explicit `--set` (or an edit in the app).
+    /// An explicit `--set`.
     Override,
+    /// An edit in the app's tunables editor.
+    Edit,
 }
 
 impl Source {
@@ -49,6 +51,7 @@ impl fmt::Display for Source {
             Source::ConfigFile(path) => write!(f, "config {}", path.display()),
             Source::Environment => f.write_str("env"),
             Source::Override => f.write_str("--set"),
+            Source::Edit => f.write_str("app edit"),
         }
     }
 }
@@ -190,9 +193,14 @@ impl Tunables {
 
     /// Applies one `NAME=VALUE` override.
     pub fn apply_override(&mut self, assignment: &str) -> Result<(), TunableError> {
+        self.apply_assignment(assignment, Source::Override)
+    }
+
+    /// Applies one `NAME=VALUE` assignment from `source`.
+    pub fn apply_assignment(&mut self, assignment: &str, source: Source) -> Result<(), TunableError> {
         let (name, value) =
             assignment.split_once('=').ok_or_else(|| TunableError::NotAnAssignment(assignment.to_owned()))?;
-        self.set(name, value, Source::Override)
+        self.set(name, value, source)
     }
 
     /// Sets one tunable from text, validating it.

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Regenerates the screenshots in docs/screenshots/ from the real app in a
+# virtual display. Needs: apt-get install xvfb xauth imagemagick xdotool.
+# Usage: docs/screenshots.sh [path/to/stallscope]   (default: target/debug/stallscope)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+app=${1:-target/debug/stallscope}
+out=docs/screenshots
+scratch=$(mktemp -d)
+trap 'kill $APP $XVFB 2>/dev/null || true; rm -rf "$scratch"' EXIT
+Xvfb :97 -screen 0 1600x1000x24 -nolisten tcp & XVFB=$!
+sleep 1
+mkdir -p "$scratch/run" && chmod 700 "$scratch/run"
+# A fresh home: no saved layout, no config, an empty history.
+env -i PATH="$PATH" DISPLAY=:97 HOME="$scratch" XDG_RUNTIME_DIR="$scratch/run" "$app" & APP=$!
+sleep 6
+WID=$(DISPLAY=:97 xdotool search --name '^stallscope' | head -1)
+click() { DISPLAY=:97 xdotool mousemove --window "$WID" "$1" "$2" click 1; sleep "${3:-1}"; }
+shot() { DISPLAY=:97 import -window "$WID" "$out/$1.png"; }
+click 130 44 1        # the Source picker
+click 70 71 1         # "all failure stories"
+click 962 44 5        # Run, then let the stories play out
+shot live
+click 186 12 2        # History
+shot history
+click 255 12 1        # Tunables
+click 440 133 1       # the idle timeout's field: a bad edit shows its message
+DISPLAY=:97 xdotool windowfocus "$WID" type "x"; sleep 1
+shot tunables
+DISPLAY=:97 xdotool key BackSpace; sleep 1
+click 327 12 1        # Budget
+shot budget
