@@ -595,3 +595,26 @@ fn figures() {
         used.as_secs_f64() / took.as_secs_f64()
     );
 }
+
+/// The app's "all failure stories" starts a recorder per scenario at once:
+/// a fresh database opened by many threads together must come up once,
+/// with every run recorded.
+#[test]
+fn many_recorders_can_start_on_a_fresh_database_at_once() {
+    let dir = TempDir::new("fresh-race");
+    let path = dir.join("runs.db");
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let (sink, handle) = Recorder::start(&path, start(&format!("racer {i}")))?;
+                sink.emit(at(1, 0, 1, EventKind::ChunkReceived { bytes: 1 }));
+                handle.finish(&report()).map(|_| ())
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap().unwrap();
+    }
+    assert_eq!(Store::open(&path).unwrap().list_runs().unwrap().len(), 16);
+}

@@ -412,7 +412,8 @@ fn draw_lane(plot: &mut egui_plot::PlotUi<'_>, lane: &Lane, x_min: f64, x_max: f
         if lane.outcome.is_none() && now_s > points.last().map_or(f64::MAX, |p| p.x) {
             points.push(PlotPoint::new(now_s, 1.0));
         }
-        plot.line(Line::new("bytes", PlotPoints::Owned(std::mem::take(&mut points))).color(colour::BYTES).width(1.5));
+        let bytes = Line::new("bytes", PlotPoints::Owned(std::mem::take(&mut points)));
+        plot.line(bytes.color(colour::BYTES).width(1.5));
     }
     for track in lane.timers.iter() {
         let (start, end) =
@@ -420,12 +421,16 @@ fn draw_lane(plot: &mut egui_plot::PlotUi<'_>, lane: &Lane, x_min: f64, x_max: f
         if !visible(start, end) {
             continue;
         }
-        decimate::min_max(&track.progress, x_min, x_max, columns, &mut points);
+        // A reset is a vertical stroke; one bucket per two columns keeps
+        // a dense comb legible at half the vertices.
+        decimate::min_max(&track.progress, x_min, x_max, columns.div_ceil(2), &mut points);
         if track.open {
             points.push(PlotPoint::new(now_s, track.fraction_at(now_s)));
         }
         let line = Line::new(format!("{} timer", track.kind), PlotPoints::Owned(std::mem::take(&mut points)));
-        plot.line(line.color(timer_colour(track.kind)).width(1.0));
+        // Already reduced per column; egui_plot's own banding would fill
+        // the area under a climb that crosses few columns.
+        plot.line(line.color(timer_colour(track.kind)).width(1.0).allow_band(false));
     }
     for (ticks, y, c) in [
         (&lane.output_ticks, -0.03, colour::OUTPUT),

@@ -249,6 +249,12 @@ impl Store {
     }
 
     fn init(mut conn: Connection, path: PathBuf) -> Result<Store, StoreError> {
+        // Checking a file and migrating it is not atomic: two opens of a new
+        // file (the app starts a recorder per scenario at once) would both
+        // see it empty and both create the schema. Opens in this process
+        // take turns; SQLite's locks cover the statements themselves.
+        static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = OPENING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let err = |e| StoreError::sqlite(&path, e);
         // Waits for a concurrent writer (the recorder of another run) instead of failing at once.
         conn.busy_timeout(Duration::from_secs(5)).map_err(err)?;
