@@ -73,6 +73,9 @@ async fn a_backoff_that_would_cross_the_deadline_ends_the_call_at_once() {
     let error = report.error.unwrap();
     assert_eq!((error.category, error.timer), (Category::Timeout, Some(TimerKind::Deadline)));
     assert_eq!(error.rule, "builtin: backoff would cross the deadline");
+    // The deadline is armed with the call, so a timeline can show it running.
+    let armed = EventKind::TimerArmed { timer: TimerKind::Deadline, after: Duration::from_secs(5) };
+    assert_eq!(h.sink.kinds()[1], armed);
     assert_eq!(report.elapsed, Duration::ZERO);
     assert!(report.backoff_sleeps.is_empty());
     assert_eq!(up.opened(), 1);

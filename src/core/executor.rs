@@ -234,6 +234,9 @@ impl<'a> CallState<'a> {
             target: self.call.target.clone(),
             context_tokens: self.call.input.context_tokens,
         });
+        if let Some((_, budget)) = self.deadline {
+            self.emit(EventKind::TimerArmed { timer: TimerKind::Deadline, after: budget });
+        }
         let mut active = exec.fleet.activate(&self.call.target.provider);
         let mut permit: Option<RetryPermit> = None;
         loop {

@@ -308,6 +308,7 @@ impl Lane {
             }
             EventKind::Finished { outcome, .. } => {
                 self.close_all(at);
+                self.close(TimerKind::Deadline, at, false);
                 self.outcome = Some(*outcome);
                 self.finished_s = Some(at);
             }
@@ -336,15 +337,9 @@ impl Lane {
         }
     }
 
+    /// The attempt's timers stop; the call's deadline runs on.
     fn close_all(&mut self, at: f64) {
-        for kind in [
-            TimerKind::Connect,
-            TimerKind::Ttfb,
-            TimerKind::Idle,
-            TimerKind::DataStall,
-            TimerKind::Total,
-            TimerKind::Deadline,
-        ] {
+        for kind in [TimerKind::Connect, TimerKind::Ttfb, TimerKind::Idle, TimerKind::DataStall, TimerKind::Total] {
             self.close(kind, at, false);
         }
     }
@@ -513,6 +508,20 @@ mod tests {
         let summary = timeline.summary();
         assert_eq!((summary.ok, summary.running), (1, 0));
         assert!((summary.p50_s.unwrap() - 1.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_call_deadline_runs_across_attempts() {
+        let mut events = stalled_then_ok();
+        let armed = EventKind::TimerArmed { timer: TimerKind::Deadline, after: Duration::from_secs(10) };
+        events.insert(1, event(0, 0, 0, armed));
+        let timeline = Timeline::from_events("x", &events);
+        let deadline = timeline.lanes[0].timers.iter().find(|t| t.kind == TimerKind::Deadline).unwrap();
+        // Still armed through the first attempt's failure and the retry; it
+        // stops at the finish, 13 % of the way.
+        assert_eq!(deadline.progress.len(), 2);
+        assert!(!deadline.open && !deadline.fired);
+        assert!((deadline.progress[1].x - 1.3).abs() < 1e-9 && (deadline.progress[1].y - 0.13).abs() < 1e-9);
     }
 
     #[test]

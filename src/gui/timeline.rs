@@ -376,7 +376,7 @@ fn legend(ui: &mut Ui) {
         key(ui, colour::OUTPUT, "output event");
         key(ui, colour::KEEPALIVE, "keep-alive");
         key(ui, colour::LIFECYCLE, "lifecycle");
-        for kind in [TimerKind::Ttfb, TimerKind::Idle, TimerKind::DataStall, TimerKind::Total] {
+        for kind in [TimerKind::Ttfb, TimerKind::Idle, TimerKind::DataStall, TimerKind::Total, TimerKind::Deadline] {
             key(ui, timer_colour(kind), &format!("{kind} timer (1 = fires)"));
         }
         key(ui, colour::FIRED, "fired");
