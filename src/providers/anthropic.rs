@@ -2,9 +2,12 @@
 //! `content_block_*`, `ping`, `message_delta`, `message_stop`, and in-stream
 //! `error` events such as `overloaded_error`.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::json;
 
+use super::fast_json::{Scanner, Seen};
 use super::{Dialect, ErrorObject, payload};
 use crate::core::event::EventClass;
 use crate::core::upstream::{CallInput, Decoded};
@@ -19,33 +22,33 @@ pub(super) fn body(model: &str, input: &CallInput) -> serde_json::Value {
     })
 }
 
-#[derive(Deserialize)]
-struct Payload<'a> {
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct Payload<'a> {
     #[serde(rename = "type", default, borrow)]
-    kind: std::borrow::Cow<'a, str>,
+    kind: Cow<'a, str>,
     #[serde(default, borrow)]
     delta: Option<Delta<'a>>,
     #[serde(default)]
     error: Option<ErrorObject>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct Delta<'a> {
     #[serde(rename = "type", default, borrow)]
-    kind: std::borrow::Cow<'a, str>,
+    kind: Cow<'a, str>,
     #[serde(default, borrow)]
-    text: Option<std::borrow::Cow<'a, str>>,
+    text: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    thinking: Option<std::borrow::Cow<'a, str>>,
+    thinking: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    partial_json: Option<std::borrow::Cow<'a, str>>,
+    partial_json: Option<Cow<'a, str>>,
     #[serde(default)]
     stop_reason: Option<String>,
 }
 
 /// Maps one event to what it means.
 pub(super) fn decode(event: &str, data: &str, out: &mut Vec<Decoded>) {
-    let payload: Payload<'_> = match payload(Dialect::AnthropicMessages, event, data) {
+    let payload = match scan(data).map_or_else(|| payload(Dialect::AnthropicMessages, event, data), Ok) {
         Ok(payload) => payload,
         Err(malformed) => return out.push(malformed),
     };
@@ -75,4 +78,58 @@ pub(super) fn decode(event: &str, data: &str, out: &mut Vec<Decoded>) {
         "error" => out.push(payload.error.unwrap_or_default().into_decoded()),
         _ => out.push(Decoded::Event { class: EventClass::Lifecycle, text: String::new() }),
     }
+}
+
+/// The fast read of an event (see `fast_json`): everything but in-stream
+/// errors, which are left to serde.
+pub(super) fn scan(data: &str) -> Option<Payload<'_>> {
+    let mut scanner = Scanner::new(data);
+    let (mut payload, mut seen) = (Payload { kind: Cow::Borrowed(""), delta: None, error: None }, Seen::default());
+    scanner.object(|s, key| match key {
+        "type" => {
+            seen.first(0)?;
+            payload.kind = s.text()?;
+            Some(())
+        }
+        "delta" => {
+            seen.first(1)?;
+            payload.delta = s.nullable(scan_delta)?;
+            Some(())
+        }
+        "error" => {
+            seen.first(2)?;
+            s.null()
+        }
+        _ => s.skip(),
+    })?;
+    scanner.end()?;
+    Some(payload)
+}
+
+fn scan_delta<'a>(scanner: &mut Scanner<'a>) -> Option<Delta<'a>> {
+    let mut delta =
+        Delta { kind: Cow::Borrowed(""), text: None, thinking: None, partial_json: None, stop_reason: None };
+    let mut seen = Seen::default();
+    scanner.object(|s, key| {
+        let (bit, field) = match key {
+            "type" => {
+                seen.first(0)?;
+                delta.kind = s.text()?;
+                return Some(());
+            }
+            "stop_reason" => {
+                seen.first(1)?;
+                delta.stop_reason = s.optional_text()?.map(Cow::into_owned);
+                return Some(());
+            }
+            "text" => (2, &mut delta.text),
+            "thinking" => (3, &mut delta.thinking),
+            "partial_json" => (4, &mut delta.partial_json),
+            _ => return s.skip(),
+        };
+        seen.first(bit)?;
+        *field = s.optional_text()?;
+        Some(())
+    })?;
+    Some(delta)
 }

@@ -6,6 +6,7 @@
 //! Dialects never retry: they open one attempt and decode its bytes.
 
 mod anthropic;
+mod fast_json;
 pub mod http;
 mod openai_chat;
 mod openai_responses;
@@ -133,7 +134,7 @@ pub(crate) struct DialectState {
 
 /// The error object the three vendors share in shape:
 /// `{"type": …, "code": …, "message": …}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 pub(crate) struct ErrorObject {
     #[serde(rename = "type", default)]
     kind: Option<String>,
@@ -206,3 +207,6 @@ impl Decoder for DialectDecoder {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fast_json_tests;

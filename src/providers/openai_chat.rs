@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
+use super::fast_json::{Scanner, Seen};
 use super::{Dialect, DialectState, ErrorObject, payload};
 use crate::core::event::EventClass;
 use crate::core::upstream::{CallInput, Decoded};
@@ -19,8 +20,8 @@ pub(super) fn body(model: &str, input: &CallInput) -> serde_json::Value {
     })
 }
 
-#[derive(Deserialize)]
-struct Chunk<'a> {
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct Chunk<'a> {
     /// The request asks for one choice; a server sending more gets the
     /// first one read (and no allocation per event for the list).
     #[serde(default, borrow, deserialize_with = "first_choice")]
@@ -29,7 +30,7 @@ struct Chunk<'a> {
     error: Option<ErrorObject>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct Choice<'a> {
     #[serde(default, borrow)]
     delta: Option<Delta<'a>>,
@@ -60,7 +61,7 @@ fn first_choice<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Opt
     deserializer.deserialize_any(First)
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct Delta<'a> {
     #[serde(default, borrow)]
     content: Option<std::borrow::Cow<'a, str>>,
@@ -74,13 +75,13 @@ struct Delta<'a> {
     tool_calls: Option<Vec<ToolCall>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct ToolCall {
     #[serde(default)]
     function: Option<ToolFunction>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct ToolFunction {
     #[serde(default)]
     arguments: Option<String>,
@@ -92,7 +93,7 @@ pub(super) fn decode(data: &str, state: &mut DialectState, out: &mut Vec<Decoded
         state.done = true;
         return out.push(Decoded::Done);
     }
-    let chunk: Chunk<'_> = match payload(Dialect::OpenAiChat, "message", data) {
+    let chunk = match scan(data).map_or_else(|| payload(Dialect::OpenAiChat, "message", data), Ok) {
         Ok(chunk) => chunk,
         Err(malformed) => return out.push(malformed),
     };
@@ -126,6 +127,66 @@ pub(super) fn decode(data: &str, state: &mut DialectState, out: &mut Vec<Decoded
         // Role announcements, finish and usage chunks.
         out.push(Decoded::Event { class: EventClass::Lifecycle, text: String::new() });
     }
+}
+
+/// The fast read of a chunk (see `fast_json`): text deltas, role, finish
+/// and usage chunks. Tool calls and error objects are left to serde.
+pub(super) fn scan(data: &str) -> Option<Chunk<'_>> {
+    let mut scanner = Scanner::new(data);
+    let (mut chunk, mut seen) = (Chunk { choices: None, error: None }, Seen::default());
+    scanner.object(|s, key| match key {
+        "choices" => {
+            seen.first(0)?;
+            chunk.choices = s.first_of(scan_choice)?;
+            Some(())
+        }
+        "error" => {
+            seen.first(1)?;
+            s.null()
+        }
+        _ => s.skip(),
+    })?;
+    scanner.end()?;
+    Some(chunk)
+}
+
+fn scan_choice<'a>(scanner: &mut Scanner<'a>) -> Option<Choice<'a>> {
+    let (mut choice, mut seen) = (Choice { delta: None, finish_reason: None }, Seen::default());
+    scanner.object(|s, key| match key {
+        "delta" => {
+            seen.first(0)?;
+            choice.delta = s.nullable(scan_delta)?;
+            Some(())
+        }
+        "finish_reason" => {
+            seen.first(1)?;
+            choice.finish_reason = s.optional_text()?;
+            Some(())
+        }
+        _ => s.skip(),
+    })?;
+    Some(choice)
+}
+
+fn scan_delta<'a>(scanner: &mut Scanner<'a>) -> Option<Delta<'a>> {
+    let mut delta = Delta { content: None, reasoning_content: None, reasoning: None, tool_calls: None };
+    let mut seen = Seen::default();
+    scanner.object(|s, key| {
+        let field = match key {
+            "content" => (0, &mut delta.content),
+            "reasoning_content" => (1, &mut delta.reasoning_content),
+            "reasoning" => (2, &mut delta.reasoning),
+            "tool_calls" => {
+                seen.first(3)?;
+                return s.null();
+            }
+            _ => return s.skip(),
+        };
+        seen.first(field.0)?;
+        *field.1 = s.optional_text()?;
+        Some(())
+    })?;
+    Some(delta)
 }
 
 /// Some servers end with a finish reason and close without `[DONE]`.

@@ -2,9 +2,12 @@
 //! `response.output_text.delta`, ending in `response.completed`,
 //! `response.incomplete` or `response.failed`; `error` events in the stream.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::json;
 
+use super::fast_json::{Scanner, Seen};
 use super::{Dialect, ErrorObject, payload};
 use crate::core::event::EventClass;
 use crate::core::upstream::{CallInput, Decoded};
@@ -14,12 +17,12 @@ pub(super) fn body(model: &str, input: &CallInput) -> serde_json::Value {
     json!({ "model": model, "input": input.prompt, "stream": true })
 }
 
-#[derive(Deserialize)]
-struct Payload<'a> {
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct Payload<'a> {
     #[serde(rename = "type", default, borrow)]
-    kind: std::borrow::Cow<'a, str>,
+    kind: Cow<'a, str>,
     #[serde(default, borrow)]
-    delta: Option<std::borrow::Cow<'a, str>>,
+    delta: Option<Cow<'a, str>>,
     #[serde(default)]
     response: Option<ResponseObject>,
     #[serde(default)]
@@ -31,7 +34,7 @@ struct Payload<'a> {
     error: Option<ErrorObject>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct ResponseObject {
     #[serde(default)]
     status: Option<String>,
@@ -41,7 +44,7 @@ struct ResponseObject {
     incomplete_details: Option<Incomplete>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct Incomplete {
     #[serde(default)]
     reason: Option<String>,
@@ -49,7 +52,7 @@ struct Incomplete {
 
 /// Maps one event to what it means.
 pub(super) fn decode(event: &str, data: &str, out: &mut Vec<Decoded>) {
-    let payload: Payload<'_> = match payload(Dialect::OpenAiResponses, event, data) {
+    let payload = match scan(data).map_or_else(|| payload(Dialect::OpenAiResponses, event, data), Ok) {
         Ok(payload) => payload,
         Err(malformed) => return out.push(malformed),
     };
@@ -86,4 +89,39 @@ pub(super) fn decode(event: &str, data: &str, out: &mut Vec<Decoded>) {
         }),
         _ => out.push(Decoded::Event { class: EventClass::Lifecycle, text: String::new() }),
     }
+}
+
+/// The fast read of an event (see `fast_json`): deltas and the other events
+/// without a `response` object or nested error, which are left to serde.
+pub(super) fn scan(data: &str) -> Option<Payload<'_>> {
+    let mut scanner = Scanner::new(data);
+    let mut payload =
+        Payload { kind: Cow::Borrowed(""), delta: None, response: None, code: None, message: None, error: None };
+    let mut seen = Seen::default();
+    scanner.object(|s, key| {
+        let (bit, field) = match key {
+            "type" => {
+                seen.first(0)?;
+                payload.kind = s.text()?;
+                return Some(());
+            }
+            "delta" => {
+                seen.first(1)?;
+                payload.delta = s.optional_text()?;
+                return Some(());
+            }
+            "response" | "error" => {
+                seen.first(if key == "response" { 2 } else { 3 })?;
+                return s.null();
+            }
+            "code" => (4, &mut payload.code),
+            "message" => (5, &mut payload.message),
+            _ => return s.skip(),
+        };
+        seen.first(bit)?;
+        *field = s.optional_text()?.map(Cow::into_owned);
+        Some(())
+    })?;
+    scanner.end()?;
+    Some(payload)
 }
