@@ -251,3 +251,29 @@ impl eframe::App for App {
         self.live.stop();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_persists_survives_a_restart_and_an_older_save() {
+        let mut prefs = Prefs { tab: Tab::Budget, ..Prefs::default() };
+        prefs.form.choice = Choice::AllStories;
+        prefs.form.requests = 9;
+        prefs.tunables.edits.insert("STALLSCOPE_TCP_KEEPCNT".to_owned(), "5".to_owned());
+        prefs.budget.deadline_s = 42.0;
+        prefs.history.filter = "stall".to_owned();
+        prefs.timeline.compact = true;
+        let back: Prefs = serde_json::from_str(&serde_json::to_string(&prefs).unwrap()).unwrap();
+        assert_eq!((back.tab, back.form.choice, back.form.requests), (Tab::Budget, Choice::AllStories, 9));
+        assert_eq!(back.tunables.edits, prefs.tunables.edits);
+        assert_eq!(
+            (back.budget.deadline_s, back.history.filter.as_str(), back.timeline.compact),
+            (42.0, "stall", true)
+        );
+        // A save from a version that knew fewer settings still loads.
+        let old: Prefs = serde_json::from_str(r#"{"form": {"requests": 3}}"#).unwrap();
+        assert_eq!((old.form.requests, old.form.concurrency, old.tab), (3, RunForm::default().concurrency, Tab::Live));
+    }
+}
