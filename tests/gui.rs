@@ -36,12 +36,16 @@ impl Drop for Scratch {
 /// The app over an empty config and a fresh database in `dir`, with an
 /// empty environment (a developer's own settings must not leak in).
 fn app(dir: &Path) -> Harness<'static, App> {
+    app_with_env(dir, vec![])
+}
+
+fn app_with_env(dir: &Path, env: Vec<(String, String)>) -> Harness<'static, App> {
     let config = dir.join("config.toml");
     std::fs::write(&config, "").unwrap();
     let db = dir.join("runs.db");
     Harness::builder()
         .with_size(egui::vec2(1400.0, 900.0))
-        .build_eframe(move |cc| App::new(cc, Launch { config: Some(config), overrides: vec![] }, Some(db), vec![]))
+        .build_eframe(move |cc| App::new(cc, Launch { config: Some(config), overrides: vec![] }, Some(db), env))
 }
 
 /// Steps frames (real time passes between them) until `done`, for at most 30 s.
@@ -174,4 +178,24 @@ fn the_budget_follows_a_tunable_edit() {
     let after = verdict(&h);
     assert_ne!(before, after);
     assert_eq!(h.state().prefs.tunables.assignments(), ["STALLSCOPE_SSE_TOTAL_TIMEOUT_S=05"]);
+}
+
+#[test]
+fn a_proxy_password_from_the_environment_is_never_shown() {
+    let dir = Scratch::new("secret");
+    let env = vec![("STALLSCOPE_PROXY".to_owned(), "http://ops:hunter2@127.0.0.1:3128".to_owned())];
+    let mut h = app_with_env(dir.path(), env);
+    h.get_by_label("Tunables").click();
+    h.run();
+    // The value is there, from the environment, with its password masked.
+    h.get_by_label("env");
+    assert!(h.query_by_label_contains("hunter2").is_none());
+    assert!(!h.get_by_label("PROXY").value().unwrap_or_default().contains("hunter2"));
+    // The field starts empty (the masked value is its hint), so typing
+    // cannot carry the mask into a new value.
+    let field = h.get_by_label("PROXY");
+    field.focus();
+    field.type_text("off");
+    h.run();
+    assert_eq!(h.state().prefs.tunables.assignments(), ["STALLSCOPE_PROXY=off"]);
 }

@@ -128,9 +128,17 @@ impl TunablesEditor {
         ui.horizontal(|ui| {
             let name = ui.add_sized([300.0, 18.0], egui::Label::new(RichText::new(spec.short_name()).monospace()));
             let name = name.on_hover_text(format!("{}\n{}\nallowed: {}", spec.name, spec.help, spec.allowed()));
-            let mut text =
-                self.edits.get(spec.name).cloned().unwrap_or_else(|| shown(spec, &effective.value).to_string());
-            let edit = ui.add(egui::TextEdit::singleline(&mut text).desired_width(160.0)).labelled_by(name.id);
+            let visible = shown(spec, &effective.value).to_string();
+            // A masked value (a proxy with a password) is shown as a hint, so
+            // typing starts afresh instead of editing the mask into the value.
+            let masked = visible != effective.value.to_string();
+            let mut text = match self.edits.get(spec.name) {
+                Some(edit) => edit.clone(),
+                None if masked => String::new(),
+                None => visible.clone(),
+            };
+            let field = egui::TextEdit::singleline(&mut text).desired_width(160.0).hint_text(visible);
+            let edit = ui.add(field).labelled_by(name.id);
             if edit.changed() {
                 self.edits.insert(spec.name.to_owned(), text);
             }
