@@ -199,3 +199,37 @@ fn a_proxy_password_from_the_environment_is_never_shown() {
     h.run();
     assert_eq!(h.state().prefs.tunables.assignments(), ["STALLSCOPE_PROXY=off"]);
 }
+
+#[test]
+fn two_stored_runs_compare_by_tunables_and_outcomes() {
+    let dir = Scratch::new("compare");
+    let mut h = app(dir.path());
+    h.state_mut().prefs.form.choice = Choice::Scenario("healthy".into());
+    h.state_mut().prefs.form.requests = 1;
+    h.get_by_label("Run").click();
+    step_until(&mut h, "run 1", |app| finished(app, 1));
+    h.state_mut().prefs.tunables.edits.insert("STALLSCOPE_TCP_KEEPCNT".into(), "5".into());
+    h.get_by_label("Run").click();
+    step_until(&mut h, "run 2", |app| finished(app, 1) && app.live.results.iter().any(|r| r.contains("run 2")));
+    h.get_by_label("History").click();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.query_by_label("A 2").is_none() {
+        assert!(Instant::now() < deadline, "run 2 never listed");
+        h.step();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.get_by_label("A 1").click();
+    h.run();
+    h.get_by_label("B 2").click();
+    h.run();
+    h.get_by_label("Compare run 1 with run 2").click();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.query_by_label_contains("Tunables that differ").is_none() {
+        assert!(Instant::now() < deadline, "no comparison");
+        h.step();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.get_by_label("Tunables that differ: 1");
+    h.get_by_label("STALLSCOPE_TCP_KEEPCNT");
+    h.get_by_label("Streams whose outcome changed: 0");
+}

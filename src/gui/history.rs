@@ -340,7 +340,11 @@ impl HistoryView {
                         row.col(|ui| {
                             let mut chosen = self.selected[slot] == Some(run.id);
                             let name = format!("{} {}", ["A", "B"][slot], run.id);
-                            if ui.checkbox(&mut chosen, "").on_hover_text(&name).changed() {
+                            let response = ui.add(egui::Checkbox::without_text(&mut chosen));
+                            // The column header says A or B; a screen reader needs the run too.
+                            response
+                                .widget_info(|| egui::WidgetInfo::selected(egui::Role::CheckBox, true, chosen, &name));
+                            if response.on_hover_text(&name).changed() {
                                 self.selected[slot] = chosen.then_some(run.id);
                             }
                         });
