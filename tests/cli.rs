@@ -65,8 +65,10 @@ fn tunables_table_and_env_export() {
 fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
     /// Arguments, environment, and what stderr must say.
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         (&["--set", "SSE_IDLE_TIMOUT_S=3", "tunables"], &[], "did you mean STALLSCOPE_SSE_IDLE_TIMEOUT_S?"),
+        // The default command is the app; without a display it says what to do instead.
+        (&[], &[], "without a display, use the command line (stallscope --help)"),
         (&["budget", "--deadline", "1e30"], &[], "--deadline 1e30 is not accepted"),
         (&["budget", "--layer", "x:4:1e300"], &[], "layer `x:4:1e300` is not NAME:RUNS"),
         (

@@ -47,7 +47,11 @@ pub fn open(launch: Launch) -> anyhow::Result<()> {
     };
     let db = std::env::var_os("STALLSCOPE_DB").map(PathBuf::from).or_else(Store::default_path);
     eframe::run_native("stallscope", options, Box::new(move |cc| Ok(Box::new(App::new(cc, launch, db, process_env())))))
-        .map_err(|e| anyhow::anyhow!("the window could not be opened: {e}"))
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "the window could not be opened ({e}); without a display, use the command line (stallscope --help)"
+            )
+        })
 }
 
 /// The views.
