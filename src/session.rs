@@ -135,7 +135,8 @@ pub async fn run_session(
             let flush = settings.tunables.get("STALLSCOPE_RECORDER_FLUSH_MS").value.as_i64().unsigned_abs();
             let options =
                 RecorderOptions { flush_interval: Duration::from_millis(flush), ..RecorderOptions::default() };
-            Some(Recorder::start_with(&recording.db, start, options)?)
+            let db = recording.db.clone();
+            Some(blocking(move || Recorder::start_with(&db, start, options)).await?)
         }
         None => None,
     };
@@ -160,9 +161,23 @@ pub async fn run_session(
     let mut dropped_events = 0;
     if let Some((_, handle)) = recorder {
         report.run_id = Some(handle.run_id());
-        dropped_events = handle.finish(&report)?;
+        let stored = report.clone();
+        dropped_events = blocking(move || handle.finish(&stored)).await?;
     }
     Ok(SessionOutcome { report, dropped_events })
+}
+
+/// Runs database work off the runtime's workers: opening (and perhaps
+/// migrating) a store and waiting for the last commit would otherwise stall
+/// every stream and the in-process simulator sharing those workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        // The work panicked: let the panic continue rather than invent an error.
+        Err(join) => std::panic::resume_unwind(join.into_panic()),
+    }
 }
 
 /// The effective settings of a plan, without running it: what the app's
