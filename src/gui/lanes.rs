@@ -349,13 +349,21 @@ impl Lane {
         self.finished_s.unwrap_or(now_s) - self.started_s
     }
 
-    /// The description of whatever happened nearest `at_s`, within
-    /// `tolerance_s`: a noted event first, else a tick.
+    /// The description of what happened within `tolerance_s` of `at_s`:
+    /// the noted events there, else the nearest tick.
     pub fn describe_near(&self, at_s: f64, tolerance_s: f64) -> Option<String> {
-        let nearest_mark =
-            nearest(&self.notes, |m| m.at_s, at_s, tolerance_s).map(|m| format!("{:.3} s  {}", m.at_s, m.text));
-        if nearest_mark.is_some() {
-            return nearest_mark;
+        // Decisions come in bursts (a timer fires, the failure is classified,
+        // a backoff is scheduled, all at once): show the whole burst.
+        let from = self.notes.partition_point(|m| m.at_s < at_s - tolerance_s);
+        let to = self.notes.partition_point(|m| m.at_s <= at_s + tolerance_s);
+        if from < to {
+            const MOST: usize = 8;
+            let mut lines: Vec<String> =
+                self.notes[from..to].iter().take(MOST).map(|m| format!("{:.3} s  {}", m.at_s, m.text)).collect();
+            if to - from > MOST {
+                lines.push(format!("… and {} more", to - from - MOST));
+            }
+            return Some(lines.join("\n"));
         }
         let ticks: [(&[f64], &str); 3] = [
             (&self.output_ticks, "output event"),
@@ -528,8 +536,10 @@ mod tests {
     fn hovering_finds_the_nearest_event() {
         let timeline = Timeline::from_events("x", &stalled_then_ok());
         let lane = &timeline.lanes[0];
-        let fired = lane.describe_near(1.09, 0.02).unwrap();
-        assert!(fired.contains("idle timer FIRED"), "{fired}");
+        let burst = lane.describe_near(1.09, 0.02).unwrap();
+        let lines: Vec<&str> = burst.lines().collect();
+        assert_eq!(lines.len(), 2, "{burst}");
+        assert!(lines[0].contains("idle timer FIRED") && lines[1].contains("retry 1 (timeout)"), "{burst}");
         let tick = lane.describe_near(0.1, 0.01).unwrap();
         assert!(tick.contains("lifecycle event") && tick.contains("50 bytes"), "{tick}");
         assert_eq!(lane.describe_near(0.5, 0.01), None);
