@@ -213,7 +213,7 @@ pub async fn run_attempt(
             () = &mut cancelled => return Err(Failure::Cancelled),
             () = &mut sleep => {
                 if let Some(fired) = on_wake(&clocks, sleep.as_mut()) {
-                    return Err(timed_out(scope, fired));
+                    return Err(fire(scope, fired).await);
                 }
             }
             response = &mut open => break response?,
@@ -258,7 +258,7 @@ pub async fn run_attempt(
             chunk = body.next() => chunk,
             () = &mut cancelled => return Err(Failure::Cancelled),
             () = &mut sleep => match on_wake(&clocks, sleep.as_mut()) {
-                Some(fired) => return Err(timed_out(scope, fired)),
+                Some(fired) => return Err(fire(scope, fired).await),
                 None => continue,
             },
         };
@@ -391,6 +391,15 @@ fn rearm_if_earlier(clocks: &Clocks, sleep: Pin<&mut Sleep>) {
     {
         sleep.reset(clock.fires_at);
     }
+}
+
+/// Reports a timer that fired, then yields once before the caller drops
+/// the request or body: tearing down a connection costs more than noticing
+/// a stall, and timers due at the same moment should all be noticed first.
+async fn fire(scope: &AttemptScope<'_>, fired: (TimerKind, Duration)) -> Failure {
+    let failure = timed_out(scope, fired);
+    tokio::task::yield_now().await;
+    failure
 }
 
 fn timed_out(scope: &AttemptScope<'_>, (timer, after): (TimerKind, Duration)) -> Failure {
