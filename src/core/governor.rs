@@ -212,7 +212,7 @@ pub async fn run_attempt(
             biased;
             () = &mut cancelled => return Err(Failure::Cancelled),
             () = &mut sleep => {
-                if let Some(fired) = on_wake(&clocks, sleep.as_mut()) {
+                if let Some(fired) = on_wake(&clocks, sleep.as_mut(), Instant::now()) {
                     return Err(fire(scope, fired).await);
                 }
             }
@@ -257,7 +257,7 @@ pub async fn run_attempt(
             biased;
             chunk = body.next() => chunk,
             () = &mut cancelled => return Err(Failure::Cancelled),
-            () = &mut sleep => match on_wake(&clocks, sleep.as_mut()) {
+            () = &mut sleep => match on_wake(&clocks, sleep.as_mut(), Instant::now()) {
                 Some(fired) => return Err(fire(scope, fired).await),
                 None => continue,
             },
@@ -266,10 +266,12 @@ pub async fn run_attempt(
         if scope.cancel.is_cancelled() {
             return Err(Failure::Cancelled);
         }
-        if let Some((timer, clock)) = clocks.earliest()
-            && clock.fires_at <= now
+        // The sleep is never later than the earliest clock, so a chunk that
+        // comes before it needs no look at the clocks (this runs per chunk).
+        if sleep.deadline() <= now
+            && let Some(fired) = on_wake(&clocks, sleep.as_mut(), now)
         {
-            return Err(timed_out(scope, (timer, clock.budget)));
+            return Err(timed_out(scope, fired));
         }
         let chunk = match chunk {
             Some(Ok(chunk)) => chunk,
@@ -366,13 +368,13 @@ fn far_future() -> Instant {
     [100 * 365, 365, 30].iter().find_map(|days| now.checked_add(Duration::from_secs(days * 24 * 3600))).unwrap_or(now)
 }
 
-/// Handles a wake-up of the shared sleep. Resets only ever move clocks
-/// later, so the sleep is re-armed lazily here instead of on every chunk:
-/// it wakes at the earliest deadline it knew of and either reports the
-/// timer that expired or sleeps on to the new earliest one.
-fn on_wake(clocks: &Clocks, sleep: Pin<&mut Sleep>) -> Option<(TimerKind, Duration)> {
+/// Handles the shared sleep's deadline having passed at `now`. Resets only
+/// ever move clocks later, so the sleep is re-armed lazily here instead of
+/// on every chunk: it wakes at the earliest deadline it knew of and either
+/// reports the timer that expired or sleeps on to the new earliest one.
+fn on_wake(clocks: &Clocks, sleep: Pin<&mut Sleep>, now: Instant) -> Option<(TimerKind, Duration)> {
     match clocks.earliest() {
-        Some((kind, clock)) if clock.fires_at <= Instant::now() => Some((kind, clock.budget)),
+        Some((kind, clock)) if clock.fires_at <= now => Some((kind, clock.budget)),
         Some((_, clock)) => {
             sleep.reset(clock.fires_at);
             None
