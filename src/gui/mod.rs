@@ -186,6 +186,7 @@ impl App {
         let (config, overrides) = (self.launch.config.clone(), self.launch.overrides.clone());
         let plans = self.prefs.form.plans(config, overrides, self.prefs.tunables.assignments(), self.db.clone());
         self.live.start(plans, self.env.clone(), ctx);
+        self.prefs.timeline.follow_live = true;
     }
 
     fn tabs(&mut self, ui: &mut egui::Ui) {
@@ -213,6 +214,7 @@ impl eframe::App for App {
         }
         if let Some(opened) = self.prefs.history.poll() {
             self.live.show_stored(opened.title, opened.timeline);
+            self.prefs.timeline.fit();
             self.prefs.tab = Tab::Live;
         }
         if self.live.is_running() {

@@ -167,8 +167,7 @@ impl TimelineView {
         ui.horizontal(|ui| {
             ui.add_enabled(live, egui::Checkbox::new(&mut self.follow_live, "Follow live"));
             if ui.button("Fit").on_hover_text("Show the whole run").clicked() {
-                self.fit_requested = true;
-                self.follow_live = false;
+                self.fit();
             }
             ui.checkbox(&mut self.compact, "Compact lanes");
             ui.separator();
@@ -199,6 +198,12 @@ impl TimelineView {
             let label = ui.label("Filter lanes");
             ui.add(egui::TextEdit::singleline(&mut self.text_filter).desired_width(140.0)).labelled_by(label.id);
         });
+    }
+
+    /// Shows the whole timeline on the next frame and stops following.
+    pub fn fit(&mut self) {
+        self.fit_requested = true;
+        self.follow_live = false;
     }
 
     /// Indices of the lanes to draw, filtered and in order.
