@@ -50,8 +50,13 @@ fn app_with_env(dir: &Path, env: Vec<(String, String)>) -> Harness<'static, App>
 
 /// Steps frames (real time passes between them) until `done`, for at most 30 s.
 fn step_until(h: &mut Harness<'_, App>, what: &str, done: impl Fn(&App) -> bool) {
+    wait_for(h, what, |h| done(h.state()));
+}
+
+/// Steps frames until the UI itself shows what `shown` looks for, for at most 30 s.
+fn wait_for(h: &mut Harness<'_, App>, what: &str, shown: impl Fn(&Harness<'_, App>) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !done(h.state()) {
+    while !shown(h) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         h.step();
         std::thread::sleep(Duration::from_millis(10));
@@ -136,13 +141,7 @@ fn a_stored_run_opens_from_the_history_in_the_timeline() {
     h.get_by_label("Run").click();
     step_until(&mut h, "the run", |app| finished(app, 2));
     h.get_by_label("History").click();
-    step_until(&mut h, "the history to list the run", |_| true);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while h.query_by_label("Open run 1").is_none() {
-        assert!(Instant::now() < deadline, "run 1 never listed");
-        h.step();
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(&mut h, "the history to list run 1", |h| h.query_by_label("Open run 1").is_some());
     h.get_by_label_contains("from-test");
     h.get_by_label("Open run 1").click();
     step_until(&mut h, "the stored run to open", |app| {
@@ -212,23 +211,13 @@ fn two_stored_runs_compare_by_tunables_and_outcomes() {
     h.get_by_label("Run").click();
     step_until(&mut h, "run 2", |app| finished(app, 1) && app.live.results.iter().any(|r| r.contains("run 2")));
     h.get_by_label("History").click();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while h.query_by_label("A 2").is_none() {
-        assert!(Instant::now() < deadline, "run 2 never listed");
-        h.step();
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(&mut h, "the history to list run 2", |h| h.query_by_label("A 2").is_some());
     h.get_by_label("A 1").click();
     h.run();
     h.get_by_label("B 2").click();
     h.run();
     h.get_by_label("Compare run 1 with run 2").click();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while h.query_by_label_contains("Tunables that differ").is_none() {
-        assert!(Instant::now() < deadline, "no comparison");
-        h.step();
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(&mut h, "the comparison", |h| h.query_by_label_contains("Tunables that differ").is_some());
     h.get_by_label("Tunables that differ: 1");
     h.get_by_label("STALLSCOPE_TCP_KEEPCNT");
     h.get_by_label("Streams whose outcome changed: 0");
