@@ -68,6 +68,21 @@ fn finished(app: &App, streams: usize) -> bool {
     !app.live.is_running() && app.live.timeline.lanes.len() == streams
 }
 
+/// Presses Run and waits until the run's `streams` streams have ended.
+fn run_to_end(h: &mut Harness<'_, App>, streams: usize) {
+    h.get_by_label("Run").click();
+    // One frame takes the click and starts the run, so an earlier run's
+    // finished lanes cannot pass for this one's.
+    h.step();
+    step_until(h, &format!("{streams} stream(s) to end"), |app| finished(app, streams));
+}
+
+/// Sets the form to `requests` calls of `scenario`.
+fn choose(h: &mut Harness<'_, App>, scenario: &str, requests: u32) {
+    h.state_mut().prefs.form.choice = Choice::Scenario(scenario.into());
+    h.state_mut().prefs.form.requests = requests;
+}
+
 #[test]
 fn a_scenario_run_started_from_the_ui_fills_its_lanes() {
     let dir = Scratch::new("run");
@@ -77,8 +92,7 @@ fn a_scenario_run_started_from_the_ui_fills_its_lanes() {
     h.get_by_label("scenario: healthy").click();
     h.run();
     assert_eq!(h.state().prefs.form.choice, Choice::Scenario("healthy".into()));
-    h.get_by_label("Run").click();
-    step_until(&mut h, "4 healthy streams", |app| finished(app, 4));
+    run_to_end(&mut h, 4);
     let lanes = &h.state().live.timeline.lanes;
     assert!(lanes.iter().all(|l| l.outcome == Some(Outcome::Ok)));
     assert!(lanes.iter().all(|l| l.total_bytes > 0 && !l.output_ticks.is_empty() && l.bytes.len() > 1));
@@ -92,10 +106,8 @@ fn a_scenario_run_started_from_the_ui_fills_its_lanes() {
 fn a_stall_shows_the_fired_timer_the_backoff_and_the_retry() {
     let dir = Scratch::new("stall");
     let mut h = app(dir.path());
-    h.state_mut().prefs.form.choice = Choice::Scenario("silent-stall".into());
-    h.state_mut().prefs.form.requests = 1;
-    h.get_by_label("Run").click();
-    step_until(&mut h, "the stalled stream to recover", |app| finished(app, 1));
+    choose(&mut h, "silent-stall", 1);
+    run_to_end(&mut h, 1);
     let lane = &h.state().live.timeline.lanes[0];
     assert_eq!(lane.outcome, Some(Outcome::Ok));
     assert_eq!(lane.attempt_count, 2);
@@ -135,11 +147,9 @@ fn an_invalid_tunable_is_refused_inline_and_blocks_the_run() {
 fn a_stored_run_opens_from_the_history_in_the_timeline() {
     let dir = Scratch::new("history");
     let mut h = app(dir.path());
-    h.state_mut().prefs.form.choice = Choice::Scenario("rate-limited-ms".into());
-    h.state_mut().prefs.form.requests = 2;
+    choose(&mut h, "rate-limited-ms", 2);
     h.state_mut().prefs.form.label = "from-test".into();
-    h.get_by_label("Run").click();
-    step_until(&mut h, "the run", |app| finished(app, 2));
+    run_to_end(&mut h, 2);
     h.get_by_label("History").click();
     wait_for(&mut h, "the history to list run 1", |h| h.query_by_label("Open run 1").is_some());
     h.get_by_label_contains("from-test");
@@ -203,13 +213,11 @@ fn a_proxy_password_from_the_environment_is_never_shown() {
 fn two_stored_runs_compare_by_tunables_and_outcomes() {
     let dir = Scratch::new("compare");
     let mut h = app(dir.path());
-    h.state_mut().prefs.form.choice = Choice::Scenario("healthy".into());
-    h.state_mut().prefs.form.requests = 1;
-    h.get_by_label("Run").click();
-    step_until(&mut h, "run 1", |app| finished(app, 1));
+    choose(&mut h, "healthy", 1);
+    run_to_end(&mut h, 1);
     h.state_mut().prefs.tunables.edits.insert("STALLSCOPE_TCP_KEEPCNT".into(), "5".into());
-    h.get_by_label("Run").click();
-    step_until(&mut h, "run 2", |app| finished(app, 1) && app.live.results.iter().any(|r| r.contains("run 2")));
+    run_to_end(&mut h, 1);
+    assert!(h.state().live.results[0].contains("recorded as run 2"), "{:?}", h.state().live.results);
     h.get_by_label("History").click();
     wait_for(&mut h, "the history to list run 2", |h| h.query_by_label("A 2").is_some());
     h.get_by_label("A 1").click();
