@@ -80,7 +80,7 @@ use hyper_util::rt::TokioIo;
 use stallscope::config::{ConfigFile, Layers, Settings};
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::{Event, EventKind, EventSink, Outcome};
-use stallscope::core::executor::{Call, Executor};
+use stallscope::core::executor::{Call, CallReport, Executor};
 use stallscope::core::failover::Target;
 use stallscope::core::failure::Failure;
 use stallscope::core::governor::{AttemptProgress, AttemptScope, run_attempt};
@@ -227,6 +227,40 @@ fn core_executor(
     let row = ProviderConfig::at_root("bench", Dialect::OpenAiChat, root, MODEL);
     let executor = executor(settings, &[row], clients, sink, |_| None).expect("bench executor");
     (executor, Target::new("bench", MODEL))
+}
+
+/// Part 3's calls through the core: the pool warmed, then the calls, with
+/// RSS read before and CPU and wall clock started just before them.
+struct CoreCalls {
+    rss_before_kib: u64,
+    cpu_at_start: f64,
+    started: Instant,
+    reports: Vec<CallReport>,
+}
+
+impl CoreCalls {
+    async fn run(settings: &Settings, root: &str, streams: usize, sink: Arc<dyn EventSink>) -> CoreCalls {
+        let clients = ClientCache::new();
+        let (executor, target) = core_executor(settings, root, &clients, sink);
+        let client = clients.client(&settings.policy.transport).expect("the executor's client");
+        warm_pool(&client, root, streams).await;
+        let plan = RunPlan { requests: streams, concurrency: streams, target, prompt: "Say hello.".to_owned() };
+        let rss_before_kib = status_kib("VmRSS");
+        let (cpu_at_start, started) = (cpu_seconds(), Instant::now());
+        let reports = run_calls(&executor, &plan, &CancellationToken::new(), |_| {}).await;
+        CoreCalls { rss_before_kib, cpu_at_start, started, reports }
+    }
+
+    /// CPU seconds and wall seconds since the calls began.
+    fn stop(&self) -> (f64, f64) {
+        (cpu_seconds() - self.cpu_at_start, self.started.elapsed().as_secs_f64())
+    }
+
+    /// Calls that ended `ok`, and bytes received.
+    fn tally(&self) -> (u64, u64) {
+        let ok = self.reports.iter().filter(|r| r.outcome == Outcome::Ok).count() as u64;
+        (ok, self.reports.iter().map(|r| r.bytes).sum())
+    }
 }
 
 /// A plain reqwest client: the raw baseline.
@@ -1112,20 +1146,11 @@ fn child(args: &[String]) {
     let (cpu_s, wall_s, rss_before_kib, ok, events, bytes) = rt.block_on(async move {
         match mode.as_str() {
             "core" => {
-                let settings = settings(&[]);
                 let sink = Arc::new(CountingSink::default());
-                let clients = ClientCache::new();
-                let (executor, target) = core_executor(&settings, &root, &clients, sink.clone());
-                let client = clients.client(&settings.policy.transport).expect("the executor's client");
-                warm_pool(&client, &root, streams).await;
-                let plan = RunPlan { requests: streams, concurrency: streams, target, prompt: "Say hello.".to_owned() };
-                let rss = status_kib("VmRSS");
-                let (cpu, start) = (cpu_seconds(), Instant::now());
-                let reports = run_calls(&executor, &plan, &CancellationToken::new(), |_| {}).await;
-                let (cpu, wall) = (cpu_seconds() - cpu, start.elapsed().as_secs_f64());
-                let ok = reports.iter().filter(|r| r.outcome == Outcome::Ok).count() as u64;
-                let bytes = reports.iter().map(|r| r.bytes).sum();
-                (cpu, wall, rss, ok, sink.sse.load(Ordering::Relaxed), bytes)
+                let calls = CoreCalls::run(&settings(&[]), &root, streams, sink.clone()).await;
+                let (cpu, wall) = calls.stop();
+                let (ok, bytes) = calls.tally();
+                (cpu, wall, calls.rss_before_kib, ok, sink.sse.load(Ordering::Relaxed), bytes)
             }
             "recorded" => {
                 // The same as "core", with every event recorded to SQLite.
@@ -1133,25 +1158,18 @@ fn child(args: &[String]) {
                 let db = std::env::temp_dir().join(format!("stallscope-bench-{}.db", std::process::id()));
                 let start = RunStart::new(Some("bench".into()), None, &settings.tunables, &[]);
                 let (sink, handle) = Recorder::start(&db, start).expect("the recorder");
-                let clients = ClientCache::new();
-                let (executor, target) = core_executor(&settings, &root, &clients, Arc::new(sink));
-                let client = clients.client(&settings.policy.transport).expect("the executor's client");
-                warm_pool(&client, &root, streams).await;
-                let plan = RunPlan { requests: streams, concurrency: streams, target, prompt: "Say hello.".to_owned() };
-                let rss = status_kib("VmRSS");
-                let (cpu, start) = (cpu_seconds(), Instant::now());
-                let reports = run_calls(&executor, &plan, &CancellationToken::new(), |_| {}).await;
-                let report = RunReport::new(None, Default::default(), &reports, start.elapsed());
+                let calls = CoreCalls::run(&settings, &root, streams, Arc::new(sink)).await;
+                // The last commit is part of what recording costs.
+                let report = RunReport::new(None, Default::default(), &calls.reports, calls.started.elapsed());
                 let dropped = handle.finish(&report).expect("the recording finishes");
-                let (cpu, wall) = (cpu_seconds() - cpu, start.elapsed().as_secs_f64());
+                let (cpu, wall) = calls.stop();
                 for suffix in ["", "-wal", "-shm"] {
                     let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
                 }
-                let ok = reports.iter().filter(|r| r.outcome == Outcome::Ok).count() as u64;
-                let bytes = reports.iter().map(|r| r.bytes).sum();
-                let events = reports.iter().map(|r| r.events).sum::<u64>();
+                let (ok, bytes) = calls.tally();
+                let events = calls.reports.iter().map(|r| r.events).sum::<u64>();
                 eprintln!("   (recorded run: {dropped} events dropped)");
-                (cpu, wall, rss, ok, events, bytes)
+                (cpu, wall, calls.rss_before_kib, ok, events, bytes)
             }
             "raw" => {
                 let client = plain_client();
