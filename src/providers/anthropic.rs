@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::fast_json::{Scanner, Seen};
+use super::shape::Layout;
 use super::{Dialect, ErrorObject, payload};
 use crate::core::event::EventClass;
 use crate::core::upstream::{CallInput, Decoded};
@@ -46,9 +47,11 @@ struct Delta<'a> {
     stop_reason: Option<String>,
 }
 
-/// Maps one event to what it means.
-pub(super) fn decode(event: &str, data: &str, out: &mut Vec<Decoded>) {
-    let payload = match scan(data).map_or_else(|| payload(Dialect::AnthropicMessages, event, data), Ok) {
+/// Maps one event to what it means, noting the layout of a payload the
+/// fast path reads.
+pub(super) fn decode(event: &str, data: &str, layout: &mut Layout, out: &mut Vec<Decoded>) {
+    let fast = scan_from(Scanner::noting(data, layout));
+    let payload = match fast.map_or_else(|| payload(Dialect::AnthropicMessages, event, data), Ok) {
         Ok(payload) => payload,
         Err(malformed) => return out.push(malformed),
     };
@@ -80,10 +83,15 @@ pub(super) fn decode(event: &str, data: &str, out: &mut Vec<Decoded>) {
     }
 }
 
+/// [`scan_from`] on a fresh scanner (the fast path alone, for tests).
+#[cfg(test)]
+pub(super) fn scan(data: &str) -> Option<Payload<'_>> {
+    scan_from(Scanner::new(data))
+}
+
 /// The fast read of an event (see `fast_json`): everything but in-stream
 /// errors, which are left to serde.
-pub(super) fn scan(data: &str) -> Option<Payload<'_>> {
-    let mut scanner = Scanner::new(data);
+fn scan_from<'a>(mut scanner: Scanner<'a, '_>) -> Option<Payload<'a>> {
     let (mut payload, mut seen) = (Payload { kind: Cow::Borrowed(""), delta: None, error: None }, Seen::default());
     scanner.object(|s, key| match key {
         "type" => {
@@ -106,7 +114,7 @@ pub(super) fn scan(data: &str) -> Option<Payload<'_>> {
     Some(payload)
 }
 
-fn scan_delta<'a>(scanner: &mut Scanner<'a>) -> Option<Delta<'a>> {
+fn scan_delta<'a>(scanner: &mut Scanner<'a, '_>) -> Option<Delta<'a>> {
     let mut delta =
         Delta { kind: Cow::Borrowed(""), text: None, thinking: None, partial_json: None, stop_reason: None };
     let mut seen = Seen::default();
@@ -128,7 +136,7 @@ fn scan_delta<'a>(scanner: &mut Scanner<'a>) -> Option<Delta<'a>> {
             _ => return s.skip(),
         };
         seen.first(bit)?;
-        *field = s.optional_text()?;
+        *field = s.optional_output()?;
         Some(())
     })?;
     Some(delta)

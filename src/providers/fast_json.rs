@@ -13,17 +13,24 @@
 //! of a type it does not expect, nesting deeper than it tracks. Declining is
 //! always correct, since serde then decides. `providers::tests` checks the
 //! contract against serde on mutated payloads.
+//!
+//! A scanner may also note where the text it delivers and the scalars it
+//! skips lie (a [`Layout`]), so `shape` can read the next payload of the same
+//! layout by comparing bytes.
 
 use std::borrow::Cow;
+
+use super::shape::{Hole, Layout};
 
 /// Nesting a skipped value may have (one bit of the container stack each);
 /// deeper input is left to serde.
 const MAX_DEPTH: u32 = 64;
 
-/// A cursor over one JSON text.
-pub(super) struct Scanner<'a> {
+/// A cursor over one JSON text, noting its layout if given one.
+pub(super) struct Scanner<'a, 'l> {
     text: &'a str,
     at: usize,
+    layout: Option<&'l mut Layout>,
 }
 
 /// Which fields of one object were read: serde refuses a duplicate field.
@@ -42,9 +49,27 @@ impl Seen {
     }
 }
 
-impl<'a> Scanner<'a> {
+impl<'a, 'l> Scanner<'a, 'l> {
+    #[cfg(test)]
     pub(super) fn new(text: &'a str) -> Self {
-        Scanner { text, at: 0 }
+        Scanner { text, at: 0, layout: None }
+    }
+
+    /// A scanner that notes the layout of `text` in `layout` (cleared
+    /// first; marked complete only if the whole text is read).
+    pub(super) fn noting(text: &'a str, layout: &'l mut Layout) -> Self {
+        layout.clear();
+        Scanner { text, at: 0, layout: Some(layout) }
+    }
+
+    /// A scanner placed at byte `at` of `text`.
+    pub(super) fn at(text: &'a str, at: usize) -> Self {
+        Scanner { text, at, layout: None }
+    }
+
+    /// Where the cursor is.
+    pub(super) fn position(&self) -> usize {
+        self.at
     }
 
     /// The next byte after whitespace, not consumed.
@@ -90,7 +115,17 @@ impl<'a> Scanner<'a> {
 
     /// Only whitespace is left (serde refuses trailing characters).
     pub(super) fn end(mut self) -> Option<()> {
-        self.peek().is_none().then_some(())
+        self.peek().is_none().then_some(())?;
+        if let Some(layout) = self.layout {
+            layout.complete();
+        }
+        Some(())
+    }
+
+    fn note(&mut self, hole: Hole) {
+        if let Some(layout) = &mut self.layout {
+            layout.push(hole);
+        }
     }
 
     /// Reads an object, handing each key to `member`, which must consume
@@ -155,9 +190,50 @@ impl<'a> Scanner<'a> {
         self.nullable(Self::text)
     }
 
+    /// A string or `null` that is the output an event carries (content,
+    /// reasoning, tool-call arguments): noted in the layout as its text.
+    pub(super) fn optional_output(&mut self) -> Option<Option<Cow<'a, str>>> {
+        self.nullable(|s| {
+            let start = s.at_value()?;
+            let text = s.text()?;
+            s.note(Hole::text(start, s.at));
+            Some(text)
+        })
+    }
+
     /// Skips one value of any kind, checking it as serde does when it
-    /// ignores a value.
+    /// ignores a value. A skipped string or number is noted in the layout:
+    /// another of its kind may stand there.
     pub(super) fn skip(&mut self) -> Option<()> {
+        let start = self.at_value()?;
+        match self.text.as_bytes()[start] {
+            b'"' => {
+                self.string_token()?;
+                self.note(Hole::string(start, self.at));
+            }
+            b'-' | b'0'..=b'9' => {
+                self.number()?;
+                self.note(Hole::number(start, self.at));
+            }
+            _ => self.skip_value()?,
+        }
+        Some(())
+    }
+
+    /// The position of the next value, past whitespace.
+    fn at_value(&mut self) -> Option<usize> {
+        self.peek()?;
+        Some(self.at)
+    }
+
+    /// A skipped string token from the cursor, opening quote included.
+    pub(super) fn string_token(&mut self) -> Option<()> {
+        self.expect(b'"')?;
+        self.raw_string().map(drop)
+    }
+
+    /// [`Self::skip`] for any value, noting nothing.
+    fn skip_value(&mut self) -> Option<()> {
         // One bit per open container: 1 = object, 0 = list.
         let (mut stack, mut depth) = (0u64, 0u32);
         loop {
@@ -229,7 +305,7 @@ impl<'a> Scanner<'a> {
     /// What may follow (`01` is refused) is the caller's check, as for any
     /// value.
     #[inline]
-    fn number(&mut self) -> Option<()> {
+    pub(super) fn number(&mut self) -> Option<()> {
         let bytes = self.text.as_bytes();
         let digits = |at: usize| bytes[at.min(bytes.len())..].iter().take_while(|b| b.is_ascii_digit()).count();
         let mut at = self.at + usize::from(bytes.get(self.at) == Some(&b'-'));

@@ -68,11 +68,11 @@ const STRING_PIECES: &[&str] = &[
     "response.output_text.delta",
 ];
 
-fn json_string() -> impl Strategy<Value = String> {
+pub(super) fn json_string() -> impl Strategy<Value = String> {
     proptest::collection::vec(proptest::sample::select(STRING_PIECES), 0..4).prop_map(|p| format!("\"{}\"", p.concat()))
 }
 
-fn number() -> impl Strategy<Value = String> {
+pub(super) fn number() -> impl Strategy<Value = String> {
     proptest::sample::select(
         &[
             "0",
@@ -140,7 +140,7 @@ fn keyed(key: &'static str, value: impl Strategy<Value = String>) -> impl Strate
     value.prop_map(move |v| (key, v))
 }
 
-fn chat_chunk() -> impl Strategy<Value = String> {
+pub(super) fn chat_chunk() -> impl Strategy<Value = String> {
     let delta = object(
         prop_oneof![
             keyed("role", json_string()),
@@ -183,7 +183,7 @@ fn chat_chunk() -> impl Strategy<Value = String> {
     )
 }
 
-fn anthropic_event() -> impl Strategy<Value = String> {
+pub(super) fn anthropic_event() -> impl Strategy<Value = String> {
     let delta = object(
         prop_oneof![
             keyed("type", json_string()),
@@ -207,7 +207,7 @@ fn anthropic_event() -> impl Strategy<Value = String> {
     )
 }
 
-fn responses_event() -> impl Strategy<Value = String> {
+pub(super) fn responses_event() -> impl Strategy<Value = String> {
     object(
         prop_oneof![
             2 => keyed("type", json_string()),
@@ -225,12 +225,12 @@ fn responses_event() -> impl Strategy<Value = String> {
 
 /// One edit of a payload, at a char position.
 #[derive(Debug, Clone)]
-enum Edit {
+pub(super) enum Edit {
     Delete(usize, usize),
     Insert(usize, &'static str),
 }
 
-fn edits() -> impl Strategy<Value = Vec<Edit>> {
+pub(super) fn edits() -> impl Strategy<Value = Vec<Edit>> {
     let insert = proptest::sample::select(
         &[
             "\"", "\\", "\\u", "{", "}", "[", "]", ",", ":", " ", "null", "0", "-", "e", ".", "\u{1}", "é", "}}",
@@ -244,7 +244,7 @@ fn edits() -> impl Strategy<Value = Vec<Edit>> {
     proptest::collection::vec(edit, 0..3)
 }
 
-fn mutate(payload: &str, edits: &[Edit]) -> String {
+pub(super) fn mutate(payload: &str, edits: &[Edit]) -> String {
     let mut chars: Vec<char> = payload.chars().collect();
     for edit in edits {
         match *edit {

@@ -11,6 +11,7 @@ pub mod http;
 mod openai_chat;
 mod openai_responses;
 pub mod setup;
+mod shape;
 pub mod sse;
 
 use std::fmt;
@@ -20,6 +21,7 @@ use serde::Deserialize;
 
 use crate::core::event::EventClass;
 use crate::core::upstream::{CallInput, Decoded, Decoder};
+use shape::{Layout, Shape};
 use sse::{SseItem, SseParser};
 
 /// The wire format a provider speaks.
@@ -88,6 +90,7 @@ impl Dialect {
             dialect: self,
             parser: SseParser::new(SseParser::DEFAULT_MAX_LINE),
             state: DialectState::default(),
+            shapes: Shapes::default(),
         }
     }
 }
@@ -165,18 +168,36 @@ pub struct DialectDecoder {
     dialect: Dialect,
     parser: SseParser,
     state: DialectState,
+    shapes: Shapes,
+}
+
+/// The stream's last text delta as a template (see `shape`), and the
+/// layout the fast path notes of each payload it reads.
+#[derive(Debug, Default)]
+struct Shapes {
+    learned: Option<Shape>,
+    layout: Layout,
 }
 
 /// Maps one SSE item with the dialect's rules. Comments are keep-alives in
-/// every dialect.
-fn decode(dialect: Dialect, item: SseItem<'_>, state: &mut DialectState, out: &mut Vec<Decoded>) {
+/// every dialect. A payload laid out like the last text delta is read from
+/// that template; any other text delta read in full becomes the template.
+fn decode(dialect: Dialect, item: SseItem<'_>, state: &mut DialectState, shapes: &mut Shapes, out: &mut Vec<Decoded>) {
     let SseItem::Event { event, data, .. } = item else {
         return out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() });
     };
+    if let Some((class, text)) = shapes.learned.as_ref().and_then(|shape| shape.read(event, data)) {
+        return out.push(Decoded::Event { class, text: text.into_owned() });
+    }
+    let first = out.len();
+    let layout = &mut shapes.layout;
     match dialect {
-        Dialect::OpenAiChat => openai_chat::decode(data, state, out),
-        Dialect::OpenAiResponses => openai_responses::decode(event, data, out),
-        Dialect::AnthropicMessages => anthropic::decode(event, data, out),
+        Dialect::OpenAiChat => openai_chat::decode(data, state, layout, out),
+        Dialect::OpenAiResponses => openai_responses::decode(event, data, layout, out),
+        Dialect::AnthropicMessages => anthropic::decode(event, data, layout, out),
+    }
+    if let Some(shape) = Shape::learn(event, data, layout, &out[first..]) {
+        shapes.learned = Some(shape);
     }
 }
 
@@ -188,15 +209,15 @@ fn payload<'a, T: Deserialize<'a>>(dialect: Dialect, event: &str, data: &'a str)
 
 impl Decoder for DialectDecoder {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<Decoded>) {
-        let DialectDecoder { dialect, parser, state } = self;
-        if let Err(e) = parser.feed(chunk, &mut |item| decode(*dialect, item, state, out)) {
+        let DialectDecoder { dialect, parser, state, shapes } = self;
+        if let Err(e) = parser.feed(chunk, &mut |item| decode(*dialect, item, state, shapes, out)) {
             out.push(Decoded::Malformed(e.to_string()));
         }
     }
 
     fn finish(&mut self, out: &mut Vec<Decoded>) {
-        let DialectDecoder { dialect, parser, state } = self;
-        if let Err(e) = parser.finish(&mut |item| decode(*dialect, item, state, out)) {
+        let DialectDecoder { dialect, parser, state, shapes } = self;
+        if let Err(e) = parser.finish(&mut |item| decode(*dialect, item, state, shapes, out)) {
             out.push(Decoded::Malformed(e.to_string()));
         }
         if *dialect == Dialect::OpenAiChat {

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::fast_json::{Scanner, Seen};
+use super::shape::Layout;
 use super::{Dialect, DialectState, ErrorObject, payload};
 use crate::core::event::EventClass;
 use crate::core::upstream::{CallInput, Decoded};
@@ -87,13 +88,15 @@ struct ToolFunction {
     arguments: Option<String>,
 }
 
-/// Maps one event's data to what it means (chat events carry no name).
-pub(super) fn decode(data: &str, state: &mut DialectState, out: &mut Vec<Decoded>) {
+/// Maps one event's data to what it means (chat events carry no name),
+/// noting the layout of a payload the fast path reads.
+pub(super) fn decode(data: &str, state: &mut DialectState, layout: &mut Layout, out: &mut Vec<Decoded>) {
     if data.trim() == "[DONE]" {
         state.done = true;
         return out.push(Decoded::Done);
     }
-    let chunk = match scan(data).map_or_else(|| payload(Dialect::OpenAiChat, "message", data), Ok) {
+    let fast = scan_from(Scanner::noting(data, layout));
+    let chunk = match fast.map_or_else(|| payload(Dialect::OpenAiChat, "message", data), Ok) {
         Ok(chunk) => chunk,
         Err(malformed) => return out.push(malformed),
     };
@@ -129,10 +132,15 @@ pub(super) fn decode(data: &str, state: &mut DialectState, out: &mut Vec<Decoded
     }
 }
 
+/// [`scan_from`] on a fresh scanner (the fast path alone, for tests).
+#[cfg(test)]
+pub(super) fn scan(data: &str) -> Option<Chunk<'_>> {
+    scan_from(Scanner::new(data))
+}
+
 /// The fast read of a chunk (see `fast_json`): text deltas, role, finish
 /// and usage chunks. Tool calls and error objects are left to serde.
-pub(super) fn scan(data: &str) -> Option<Chunk<'_>> {
-    let mut scanner = Scanner::new(data);
+fn scan_from<'a>(mut scanner: Scanner<'a, '_>) -> Option<Chunk<'a>> {
     let (mut chunk, mut seen) = (Chunk { choices: None, error: None }, Seen::default());
     scanner.object(|s, key| match key {
         "choices" => {
@@ -150,7 +158,7 @@ pub(super) fn scan(data: &str) -> Option<Chunk<'_>> {
     Some(chunk)
 }
 
-fn scan_choice<'a>(scanner: &mut Scanner<'a>) -> Option<Choice<'a>> {
+fn scan_choice<'a>(scanner: &mut Scanner<'a, '_>) -> Option<Choice<'a>> {
     let (mut choice, mut seen) = (Choice { delta: None, finish_reason: None }, Seen::default());
     scanner.object(|s, key| match key {
         "delta" => {
@@ -168,7 +176,7 @@ fn scan_choice<'a>(scanner: &mut Scanner<'a>) -> Option<Choice<'a>> {
     Some(choice)
 }
 
-fn scan_delta<'a>(scanner: &mut Scanner<'a>) -> Option<Delta<'a>> {
+fn scan_delta<'a>(scanner: &mut Scanner<'a, '_>) -> Option<Delta<'a>> {
     let mut delta = Delta { content: None, reasoning_content: None, reasoning: None, tool_calls: None };
     let mut seen = Seen::default();
     scanner.object(|s, key| {
@@ -183,7 +191,7 @@ fn scan_delta<'a>(scanner: &mut Scanner<'a>) -> Option<Delta<'a>> {
             _ => return s.skip(),
         };
         seen.first(field.0)?;
-        *field.1 = s.optional_text()?;
+        *field.1 = s.optional_output()?;
         Some(())
     })?;
     Some(delta)

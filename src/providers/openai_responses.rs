@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::fast_json::{Scanner, Seen};
+use super::shape::Layout;
 use super::{Dialect, ErrorObject, payload};
 use crate::core::event::EventClass;
 use crate::core::upstream::{CallInput, Decoded};
@@ -50,9 +51,11 @@ struct Incomplete {
     reason: Option<String>,
 }
 
-/// Maps one event to what it means.
-pub(super) fn decode(event: &str, data: &str, out: &mut Vec<Decoded>) {
-    let payload = match scan(data).map_or_else(|| payload(Dialect::OpenAiResponses, event, data), Ok) {
+/// Maps one event to what it means, noting the layout of a payload the
+/// fast path reads.
+pub(super) fn decode(event: &str, data: &str, layout: &mut Layout, out: &mut Vec<Decoded>) {
+    let fast = scan_from(Scanner::noting(data, layout));
+    let payload = match fast.map_or_else(|| payload(Dialect::OpenAiResponses, event, data), Ok) {
         Ok(payload) => payload,
         Err(malformed) => return out.push(malformed),
     };
@@ -91,10 +94,15 @@ pub(super) fn decode(event: &str, data: &str, out: &mut Vec<Decoded>) {
     }
 }
 
+/// [`scan_from`] on a fresh scanner (the fast path alone, for tests).
+#[cfg(test)]
+pub(super) fn scan(data: &str) -> Option<Payload<'_>> {
+    scan_from(Scanner::new(data))
+}
+
 /// The fast read of an event (see `fast_json`): deltas and the other events
 /// without a `response` object or nested error, which are left to serde.
-pub(super) fn scan(data: &str) -> Option<Payload<'_>> {
-    let mut scanner = Scanner::new(data);
+fn scan_from<'a>(mut scanner: Scanner<'a, '_>) -> Option<Payload<'a>> {
     let mut payload =
         Payload { kind: Cow::Borrowed(""), delta: None, response: None, code: None, message: None, error: None };
     let mut seen = Seen::default();
@@ -107,7 +115,7 @@ pub(super) fn scan(data: &str) -> Option<Payload<'_>> {
             }
             "delta" => {
                 seen.first(1)?;
-                payload.delta = s.optional_text()?;
+                payload.delta = s.optional_output()?;
                 return Some(());
             }
             "response" | "error" => {
