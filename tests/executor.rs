@@ -3,12 +3,17 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use stallscope::core::category::{Category, TimerKind};
-use stallscope::core::event::{EventKind, Outcome};
+use stallscope::core::event::{Event, EventKind, EventSink, Outcome};
+use stallscope::core::failover::Target;
 use stallscope::core::failure::{Failure, TransportKind};
+use stallscope::core::governor::{AttemptProgress, AttemptScope, run_attempt};
+use stallscope::core::upstream::{AttemptRequest, CallInput};
 use support::{Harness, Script, Scripted, Step, policy};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
@@ -249,6 +254,44 @@ async fn cancellation_stops_an_attempt_in_flight_at_once() {
     });
     let report = h.executor.run(&h.call("m1"), &cancel).await;
     assert_eq!((report.outcome, report.elapsed, report.content.as_str()), (Outcome::Cancelled, S(3), "some"));
+}
+
+/// Cancels a token when it sees the `at`-th chunk.
+struct CancelAtChunk {
+    chunks: AtomicUsize,
+    at: usize,
+    token: CancellationToken,
+}
+
+impl EventSink for CancelAtChunk {
+    fn emit(&self, event: Event) {
+        if matches!(event.kind, EventKind::ChunkReceived { .. })
+            && self.chunks.fetch_add(1, Ordering::SeqCst) + 1 == self.at
+        {
+            self.token.cancel();
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancellation_stops_a_stream_whose_chunks_never_pause() {
+    // One pause (so the body loop has waited once), then chunks that are
+    // always ready: the token must be noticed between them.
+    let mut body = vec![Step::Send("c:a\n"), Step::Wait(MS(1))];
+    body.extend(std::iter::repeat_n(Step::Send("c:a\n"), 10_000));
+    let up = Scripted::new(vec![Script::stream(body)]);
+    let cancel = CancellationToken::new();
+    let sink = CancelAtChunk { chunks: AtomicUsize::new(0), at: 100, token: cancel.clone() };
+    let policy = policy(NO_JITTER);
+    let timers = policy.timers.for_attempt(None, &policy.retry.escalation, 0, 0);
+    let scope =
+        AttemptScope { sink: &sink, epoch: Instant::now(), stream: 1, attempt: 1, deadline: None, cancel: &cancel };
+    let (target, input) = (Target::new("p", "m1"), CallInput::default());
+    let request = AttemptRequest { stream: 1, target: &target, credential: None, input: &input };
+    let mut progress = AttemptProgress::default();
+    let result = run_attempt(&*up, request, &timers, &scope, &mut progress).await;
+    assert!(matches!(result, Err(Failure::Cancelled)), "{result:?}");
+    assert_eq!(progress.events, 100, "the chunk that cancelled is the last one read");
 }
 
 #[tokio::test(start_paused = true)]

@@ -18,6 +18,8 @@
 //! turned into a failure: it never bypasses them.
 
 use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -29,6 +31,7 @@ use super::event::{AttemptPhase, Event, EventClass, EventKind, EventSink, Stream
 use super::failure::{Failure, TransportKind};
 use super::policy::AttemptTimers;
 use super::upstream::{AttemptRequest, Decoded, Upstream};
+use super::wake_flag::WakeFlag;
 
 /// How much of an error body is kept for classification.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
@@ -131,6 +134,16 @@ impl Clocks {
         .filter_map(|(kind, clock)| clock.map(|c| (kind, c)))
         .min_by_key(|(_, c)| c.fires_at)
     }
+}
+
+/// What ended one wait of the body loop.
+enum Wait {
+    /// The body's next chunk, or its end.
+    Chunk(Option<Result<bytes::Bytes, Failure>>),
+    /// The token was cancelled.
+    Cancelled,
+    /// The sleep reached its deadline.
+    Timer,
 }
 
 /// What the body loop is doing with the bytes.
@@ -250,28 +263,54 @@ pub async fn run_attempt(
     let mut decoder = upstream.decoder();
     let mut decoded = Vec::new();
     let mut body = response.body;
+    // The body is the busy source. The sleep and the token are polled with
+    // `quiet`'s waker, and only once they have woken the task or the sleep
+    // has moved, so a flowing stream pays for neither (see `wake_flag`).
+    let quiet = WakeFlag::new();
+    let quiet_waker = Waker::from(Arc::clone(&quiet));
     loop {
-        // The body is polled first so a flowing stream pays for neither the
-        // sleep nor the token; both are checked by hand right after.
-        let chunk = tokio::select! {
-            biased;
-            chunk = body.next() => chunk,
-            () = &mut cancelled => return Err(Failure::Cancelled),
-            () = &mut sleep => match on_wake(&clocks, sleep.as_mut(), Instant::now()) {
+        let next = std::future::poll_fn(|cx| {
+            if let Poll::Ready(chunk) = body.poll_next_unpin(cx) {
+                return Poll::Ready(Wait::Chunk(chunk));
+            }
+            if quiet.take(cx) {
+                let mut quiet_cx = Context::from_waker(&quiet_waker);
+                if cancelled.as_mut().poll(&mut quiet_cx).is_ready() {
+                    return Poll::Ready(Wait::Cancelled);
+                }
+                if sleep.as_mut().poll(&mut quiet_cx).is_ready() {
+                    return Poll::Ready(Wait::Timer);
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        let chunk = match next {
+            Wait::Chunk(chunk) => chunk,
+            Wait::Cancelled => return Err(Failure::Cancelled),
+            // A sleep that moved is only sure to wake the task once polled
+            // again: raising the flag has the next wait poll it.
+            Wait::Timer => match on_wake(&clocks, sleep.as_mut(), Instant::now()) {
                 Some(fired) => return Err(fire(scope, fired).await),
-                None => continue,
+                None => {
+                    quiet.raise();
+                    continue;
+                }
             },
         };
         let now = Instant::now();
-        if scope.cancel.is_cancelled() {
+        // A token cancelled while chunks keep coming has raised the flag
+        // (which starts raised, before the token was first polled with it).
+        if quiet.is_raised() && scope.cancel.is_cancelled() {
             return Err(Failure::Cancelled);
         }
         // The sleep is never later than the earliest clock, so a chunk that
         // comes before it needs no look at the clocks (this runs per chunk).
-        if sleep.deadline() <= now
-            && let Some(fired) = on_wake(&clocks, sleep.as_mut(), now)
-        {
-            return Err(timed_out(scope, fired));
+        if sleep.deadline() <= now {
+            if let Some(fired) = on_wake(&clocks, sleep.as_mut(), now) {
+                return Err(timed_out(scope, fired));
+            }
+            quiet.raise();
         }
         let chunk = match chunk {
             Some(Ok(chunk)) => chunk,

@@ -56,3 +56,4 @@ pub mod redact;
 pub mod retry_after;
 pub mod transport;
 pub mod upstream;
+pub mod wake_flag;
