@@ -36,7 +36,9 @@
 //!    1,000 concurrent tasks started together (the goal's baseline: core p99
 //!    ≤ 1.5 × its p99), the same with the core's exact spread of deadlines,
 //!    and raw reqwest reading the same stalls with the idle rule written by
-//!    hand (same sockets, server and teardown, no core). 3 rounds, pooled.
+//!    hand (same sockets and server, no core; it closes each connection at
+//!    once, where the core closes it 100 ms later off the detection path,
+//!    see `governor::CLOSE_DELAY`). 3 rounds, pooled.
 //! 3. **CPU and peak RSS at load.** 1,000 concurrent streams, each a content
 //!    event every 50 ms for 10 s (the simulator's `{ content = "tok ",
 //!    count = 200, every_ms = 50 }`). The client runs in a child process

@@ -3,16 +3,22 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::stream::{self, StreamExt};
+use http::{HeaderMap, HeaderValue};
+
 use stallscope::core::category::{Category, TimerKind};
-use stallscope::core::event::{Event, EventKind, EventSink, Outcome};
+use stallscope::core::event::{Event, EventKind, EventSink, Outcome, VecSink};
 use stallscope::core::failover::Target;
 use stallscope::core::failure::{Failure, TransportKind};
 use stallscope::core::governor::{AttemptProgress, AttemptScope, run_attempt};
-use stallscope::core::upstream::{AttemptRequest, CallInput};
-use support::{Harness, Script, Scripted, Step, policy};
+use stallscope::core::upstream::{AttemptRequest, CallInput, Decoder, Response, Upstream};
+use support::{Harness, LineDecoder, Script, Scripted, Step, policy};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -273,6 +279,23 @@ impl EventSink for CancelAtChunk {
     }
 }
 
+/// One attempt straight through the governor, with policy `sets`.
+async fn one_attempt(
+    up: &dyn Upstream,
+    sets: &[&str],
+    sink: &dyn EventSink,
+    cancel: &CancellationToken,
+) -> (Result<(), Failure>, AttemptProgress) {
+    let policy = policy(sets);
+    let timers = policy.timers.for_attempt(None, &policy.retry.escalation, 0, 0);
+    let scope = AttemptScope { sink, epoch: Instant::now(), stream: 1, attempt: 1, deadline: None, cancel };
+    let (target, input) = (Target::new("p", "m1"), CallInput::default());
+    let request = AttemptRequest { stream: 1, target: &target, credential: None, input: &input };
+    let mut progress = AttemptProgress::default();
+    let result = run_attempt(up, request, &timers, &scope, &mut progress).await;
+    (result, progress)
+}
+
 #[tokio::test(start_paused = true)]
 async fn cancellation_stops_a_stream_whose_chunks_never_pause() {
     // One pause (so the body loop has waited once), then chunks that are
@@ -282,16 +305,58 @@ async fn cancellation_stops_a_stream_whose_chunks_never_pause() {
     let up = Scripted::new(vec![Script::stream(body)]);
     let cancel = CancellationToken::new();
     let sink = CancelAtChunk { chunks: AtomicUsize::new(0), at: 100, token: cancel.clone() };
-    let policy = policy(NO_JITTER);
-    let timers = policy.timers.for_attempt(None, &policy.retry.escalation, 0, 0);
-    let scope =
-        AttemptScope { sink: &sink, epoch: Instant::now(), stream: 1, attempt: 1, deadline: None, cancel: &cancel };
-    let (target, input) = (Target::new("p", "m1"), CallInput::default());
-    let request = AttemptRequest { stream: 1, target: &target, credential: None, input: &input };
-    let mut progress = AttemptProgress::default();
-    let result = run_attempt(&*up, request, &timers, &scope, &mut progress).await;
+    let (result, progress) = one_attempt(&*up, NO_JITTER, &sink, &cancel).await;
     assert!(matches!(result, Err(Failure::Cancelled)), "{result:?}");
     assert_eq!(progress.events, 100, "the chunk that cancelled is the last one read");
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One content event, then silence; `closed` is set when the body is
+/// dropped (when the connection would close).
+struct StallsAfterOneEvent {
+    closed: Arc<AtomicBool>,
+}
+
+impl Upstream for StallsAfterOneEvent {
+    fn open<'a>(&'a self, _request: AttemptRequest<'a>) -> BoxFuture<'a, Result<Response, Failure>> {
+        let guard = SetOnDrop(Arc::clone(&self.closed));
+        Box::pin(async move {
+            let body =
+                stream::once(async { Ok(Bytes::from_static(b"c:a\n")) }).chain(stream::pending()).map(move |chunk| {
+                    let _owned_by_the_body = &guard;
+                    chunk
+                });
+            let mut headers = HeaderMap::new();
+            headers.insert("content-type", HeaderValue::from_static("text/event-stream"));
+            Ok(Response { status: 200, headers, body: body.boxed() })
+        })
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(LineDecoder::default())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_connection_is_closed_a_moment_after_its_timer_fires() {
+    let up = StallsAfterOneEvent { closed: Arc::default() };
+    let sets = with(&["SSE_IDLE_TIMEOUT_S=2"]);
+    let (result, _) = one_attempt(&up, &sets, &VecSink::default(), &CancellationToken::new()).await;
+    assert!(matches!(result, Err(Failure::Timeout { timer: TimerKind::Idle, .. })), "{result:?}");
+    // Closed off the path where other stalls are noticed, but closed.
+    assert!(!up.closed.load(Ordering::SeqCst));
+    tokio::time::sleep(MS(99)).await;
+    assert!(!up.closed.load(Ordering::SeqCst));
+    tokio::time::sleep(MS(2)).await;
+    assert!(up.closed.load(Ordering::SeqCst), "the stalled body was never dropped");
 }
 
 #[tokio::test(start_paused = true)]

@@ -40,14 +40,17 @@ pub struct AttemptRequest<'a> {
     pub input: &'a CallInput,
 }
 
+/// A response body, chunk by chunk.
+pub type Body = BoxStream<'static, Result<Bytes, Failure>>;
+
 /// A response whose headers have arrived.
 pub struct Response {
     /// HTTP status.
     pub status: u16,
     /// Response headers.
     pub headers: HeaderMap,
-    /// The body, chunk by chunk.
-    pub body: BoxStream<'static, Result<Bytes, Failure>>,
+    /// The body.
+    pub body: Body,
 }
 
 impl std::fmt::Debug for Response {
