@@ -85,7 +85,7 @@ use stallscope::core::event::{Event, EventKind, EventSink, Outcome};
 use stallscope::core::executor::{Call, CallReport, Executor};
 use stallscope::core::failover::Target;
 use stallscope::core::failure::Failure;
-use stallscope::core::governor::{AttemptProgress, AttemptScope, run_attempt};
+use stallscope::core::governor::{AttemptProgress, AttemptScope, CLOSE_DELAY, run_attempt};
 use stallscope::core::transport::{ClientCache, build_client};
 use stallscope::core::upstream::{AttemptRequest, CallInput, Decoder, Response as UpstreamResponse, Upstream};
 use stallscope::providers::Dialect;
@@ -915,6 +915,9 @@ async fn stalled_calls(root: String, sizes: Sizes) -> (Vec<f64>, Vec<u64>, usize
     };
     let cpu = cpu_seconds();
     let reports = run_calls(&executor, &plan, &CancellationToken::new(), |_| {}).await;
+    // The core closes a connection it gave up on a moment later: its CPU
+    // belongs to the calls.
+    tokio::time::sleep(TEARDOWN_WAIT).await;
     let cpu = cpu_seconds() - cpu;
     let threshold_ns = u64::try_from(sizes.stall_threshold.as_nanos()).unwrap_or(u64::MAX);
     let (mut late, mut due, mut missing) = (Vec::new(), Vec::new(), 0);
@@ -933,6 +936,10 @@ async fn stalled_calls(root: String, sizes: Sizes) -> (Vec<f64>, Vec<u64>, usize
     missing += sink.other_timers.load(Ordering::Relaxed) as usize;
     (late, due, missing, cpu)
 }
+
+/// How long after its calls end part 2 keeps counting CPU: past the core's
+/// delayed close of a connection it gave up on.
+const TEARDOWN_WAIT: Duration = Duration::from_millis(2 * CLOSE_DELAY.as_millis() as u64);
 
 /// The same stalls read by raw reqwest, with the idle rule written by hand
 /// (a `sleep_until` re-armed on every chunk, raced against the body): the
@@ -977,6 +984,8 @@ async fn raw_stalls(root: String, sizes: Sizes) -> (Vec<f64>, Duration, usize, f
             _ => missing += 1,
         }
     }
+    // Waited as for the core, so both count the same idle time.
+    tokio::time::sleep(TEARDOWN_WAIT).await;
     let cpu = cpu_seconds() - cpu;
     let spread = match (dues.iter().min(), dues.iter().max()) {
         (Some(first), Some(last)) => last.saturating_duration_since(*first),

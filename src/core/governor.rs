@@ -441,7 +441,7 @@ fn rearm_if_earlier(clocks: &Clocks, sleep: Pin<&mut Sleep>) {
 /// together, the 99th percentile of lateness doubled. Nothing more is read
 /// from a connection given up on, so closing it a moment later only holds a
 /// socket that much longer.
-const CLOSE_DELAY: Duration = Duration::from_millis(100);
+pub const CLOSE_DELAY: Duration = Duration::from_millis(100);
 
 /// Reports a timer that fired while the response body was being read, and
 /// hands the body to a task that closes it [`CLOSE_DELAY`] later.
