@@ -18,8 +18,7 @@
 //! turned into a failure: it never bypasses them.
 
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -266,15 +265,14 @@ pub async fn run_attempt(
     // The body is the busy source. The sleep and the token are polled with
     // `quiet`'s waker, and only once they have woken the task or the sleep
     // has moved, so a flowing stream pays for neither (see `wake_flag`).
-    let quiet = WakeFlag::new();
-    let quiet_waker = Waker::from(Arc::clone(&quiet));
+    let mut quiet = WakeFlag::new();
     loop {
         let next = std::future::poll_fn(|cx| {
             if let Poll::Ready(chunk) = body.poll_next_unpin(cx) {
                 return Poll::Ready(Wait::Chunk(chunk));
             }
             if quiet.take(cx) {
-                let mut quiet_cx = Context::from_waker(&quiet_waker);
+                let mut quiet_cx = Context::from_waker(quiet.waker());
                 if cancelled.as_mut().poll(&mut quiet_cx).is_ready() {
                     return Poll::Ready(Wait::Cancelled);
                 }
