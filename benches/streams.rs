@@ -939,7 +939,7 @@ async fn stalled_calls(root: String, sizes: Sizes) -> (Vec<f64>, Vec<u64>, usize
 
 /// How long after its calls end part 2 keeps counting CPU: past the core's
 /// delayed close of a connection it gave up on.
-const TEARDOWN_WAIT: Duration = Duration::from_millis(2 * CLOSE_DELAY.as_millis() as u64);
+const TEARDOWN_WAIT: Duration = CLOSE_DELAY.saturating_mul(2);
 
 /// The same stalls read by raw reqwest, with the idle rule written by hand
 /// (a `sleep_until` re-armed on every chunk, raced against the body): the

@@ -255,10 +255,7 @@ impl<'a, 'l> Scanner<'a, 'l> {
                         continue;
                     }
                 }
-                b'"' => {
-                    self.at += 1;
-                    self.raw_string()?;
-                }
+                b'"' => self.string_token()?,
                 b'n' => self.literal(b"null")?,
                 b't' => self.literal(b"true")?,
                 b'f' => self.literal(b"false")?,
@@ -292,8 +289,7 @@ impl<'a, 'l> Scanner<'a, 'l> {
 
     /// A key of a skipped object and its colon.
     fn skipped_key(&mut self) -> Option<()> {
-        self.expect(b'"')?;
-        self.raw_string()?;
+        self.string_token()?;
         self.expect(b':')
     }
 

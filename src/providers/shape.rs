@@ -178,6 +178,13 @@ mod tests {
         (out, read)
     }
 
+    /// What a fresh stream learns from its first event.
+    fn learned_from(dialect: Dialect, event: &str, data: &str) -> Option<Shape> {
+        let (mut state, mut shapes, mut out) = (Default::default(), Shapes::default(), Vec::new());
+        decode(dialect, SseItem::Event { event, data, id: None }, &mut state, &mut shapes, &mut out);
+        shapes.learned
+    }
+
     fn chat_with(from: &str, to: &str) -> String {
         assert!(CHAT.contains(from), "{from}");
         CHAT.replacen(from, to, 1)
@@ -246,15 +253,8 @@ mod tests {
         assert_eq!(out, content(" there"));
         // A nameless copy is not the same event (the JSON type wins either
         // way here, but the shape does not know that).
-        let (mut state, mut shapes, mut out) = (Default::default(), Shapes::default(), Vec::new());
-        decode(
-            Dialect::OpenAiResponses,
-            SseItem::Event { event, data: delta, id: None },
-            &mut state,
-            &mut shapes,
-            &mut out,
-        );
-        assert!(shapes.learned.as_ref().is_some_and(|shape| shape.read("", &next).is_none()));
+        let shape = learned_from(Dialect::OpenAiResponses, event, delta).expect("a text delta is learned");
+        assert!(shape.read("", &next).is_none());
     }
 
     #[test]
@@ -271,9 +271,7 @@ mod tests {
             ),
         ];
         for (dialect, payload) in not_learned {
-            let (mut state, mut shapes, mut out) = (Default::default(), Shapes::default(), Vec::new());
-            decode(dialect, SseItem::Event { event: "", data: &payload, id: None }, &mut state, &mut shapes, &mut out);
-            assert!(shapes.learned.is_none(), "learned {payload}");
+            assert!(learned_from(dialect, "", &payload).is_none(), "learned {payload}");
         }
     }
 
