@@ -18,13 +18,14 @@
 //!    the whole core: `HttpUpstream` over reqwest → our SSE parser → the
 //!    chat decoder → the governor → the executor → a counting `EventSink`.
 //!    `vs raw` is events/s over the baseline's events/s (goals: core ≥ 0.8
-//!    at one event per frame; core ≥ 5 M events/s at 64 KiB). Each figure is
-//!    the median of 5 runs after a warm-up run, all paths interleaved. The
-//!    other rows attribute the difference: raw reqwest with the core's own
-//!    client (its transport settings, notably the per-read timeout backstop),
-//!    raw reqwest feeding the decoder in its loop (the best any governor over
-//!    this transport and decoder could do), the core with
-//!    `HTTP_READ_TIMEOUT_S=0`, and in memory (no socket) the governor, the
+//!    at one event per frame; core ≥ 5 M events/s at 64 KiB). Each row is
+//!    the median of 8 runs after a warm-up run; the paths take turns, in
+//!    reverse order every other rep, and the summary's core/raw is the
+//!    median of each rep's own pair, with its range. The other rows
+//!    attribute the difference: raw reqwest with the core's own client (its
+//!    transport settings), raw reqwest feeding the decoder in its loop (the
+//!    best any governor over this transport and decoder could do), and, run
+//!    after the socket paths, in memory (no socket) the governor, the
 //!    decoder, the SSE parser, and serde_json merely skimming each payload
 //!    (`IgnoredAny`, the floor of any full JSON read).
 //! 2. **Stall-detection lateness.** 1,000 concurrent calls through
@@ -134,7 +135,7 @@ struct Sizes {
 
 const FULL: Sizes = Sizes {
     events: 200_000,
-    reps: 5,
+    reps: 8,
     block: 64 * 1024,
     stall_streams: 1_000,
     stall_rounds: 3,
@@ -203,11 +204,6 @@ fn spawned<T: Send + 'static>(rt: &Runtime, future: impl Future<Output = T> + Se
 // ---------------------------------------------------------------------------
 // Shared pieces: settings, executor, counting sink, /proc readers.
 // ---------------------------------------------------------------------------
-
-/// [`settings`] with overrides given as `&str`.
-fn settings_with(extra: &[&str]) -> Settings {
-    settings(&extra.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
-}
 
 /// Effective settings: shipped defaults, no config file, no environment,
 /// proxies off, no retries and no failover, plus `extra`.
@@ -556,7 +552,7 @@ fn block_frames(body: &Body, size: usize) -> Vec<Bytes> {
 // ---------------------------------------------------------------------------
 
 /// One timed read of a whole stream.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Run {
     secs: f64,
     bytes: u64,
@@ -699,13 +695,17 @@ fn decode_only(frames: &[Bytes], expect: u64) -> Run {
     Run { secs, bytes: frames.iter().map(|f| f.len() as u64).sum(), chunks: frames.len() as u64 }
 }
 
-/// The paths of part 1, in table order (the first is the baseline).
-const THROUGHPUT_PATHS: [&str; 9] = [
+/// The paths of part 1 read over the socket, in table order (the first is
+/// the baseline).
+const SOCKET_PATHS: [&str; 4] = [
     "raw reqwest bytes_stream (plain client)",
     "raw reqwest bytes_stream (the core's client)",
     "raw reqwest (plain) + SSE parser + chat decoder",
     "core: executor → counting sink",
-    "core, HTTP_READ_TIMEOUT_S=0",
+];
+
+/// The paths of part 1 run in memory, in table order.
+const MEMORY_PATHS: [&str; 4] = [
     "in memory: governor + decoder + sink",
     "in memory: SSE parser + chat decoder",
     "in memory: serde_json IgnoredAny per payload",
@@ -781,7 +781,6 @@ fn throughput(server_rt: &Runtime, client_rt: &Runtime, sizes: Sizes) {
         "path", "events/s", "MB/s", "chunks", "B/chunk", "run s (min-max)", "vs raw"
     );
     let settings = Arc::new(settings(&[]));
-    let no_read_timeout = settings_with(&["HTTP_READ_TIMEOUT_S=0"]);
     let payloads = json_payloads(&body);
     // A 64 KiB raw run takes about 10 ms: more runs steady its median.
     let chunkings = [
@@ -796,36 +795,53 @@ fn throughput(server_rt: &Runtime, client_rt: &Runtime, sizes: Sizes) {
         let plain = plain_client();
         let core_client = build_client(&settings.policy.transport).expect("core transport client");
         let sink = Arc::new(CountingSink::default());
-        let (executor, target, executor_nrt) = client_rt.block_on(async {
-            let (executor, target) = core_executor(&settings, &server.root(), &ClientCache::new(), sink.clone());
-            let (executor_nrt, _) = core_executor(&no_read_timeout, &server.root(), &ClientCache::new(), sink.clone());
-            (executor, target, executor_nrt)
-        });
-        let mut runs: Vec<Vec<Run>> = vec![Vec::new(); THROUGHPUT_PATHS.len()];
+        let (executor, target) =
+            client_rt.block_on(async { core_executor(&settings, &server.root(), &ClientCache::new(), sink.clone()) });
+        let mut socket_runs: Vec<Vec<Run>> = vec![Vec::new(); SOCKET_PATHS.len()];
+        for rep in 0..=reps {
+            // Every other rep runs the paths in reverse, so drift and the
+            // place in a rep weigh on every path alike: a path run right
+            // after CPU-bound work, or first after a pause, reads slower.
+            let mut order: Vec<usize> = (0..SOCKET_PATHS.len()).collect();
+            if rep % 2 == 1 {
+                order.reverse();
+            }
+            let mut this = [Run::default(); SOCKET_PATHS.len()];
+            for path in order {
+                this[path] = match path {
+                    0 => spawned(client_rt, raw_stream(plain.clone(), url.clone(), 1)).expect("raw stream"),
+                    1 => spawned(client_rt, raw_stream(core_client.clone(), url.clone(), 1)).expect("raw stream"),
+                    2 => spawned(client_rt, raw_decoded(plain.clone(), url.clone(), expect)).expect("raw stream"),
+                    _ => spawned(client_rt, core_stream(executor.clone(), target.clone(), sink.clone(), expect)),
+                };
+                assert_eq!(this[path].bytes, body.bytes.len() as u64, "a stream lost bytes");
+            }
+            // Run 0 warms connections, caches and the allocator.
+            if rep > 0 {
+                for (path, run) in socket_runs.iter_mut().zip(this) {
+                    path.push(run);
+                }
+            }
+        }
+        // In memory, after the socket runs: CPU-bound work on the main
+        // thread slows the socket path run next.
+        let mut memory_runs: Vec<Vec<Run>> = vec![Vec::new(); MEMORY_PATHS.len()];
         for rep in 0..=reps {
             let this = [
-                spawned(client_rt, raw_stream(plain.clone(), url.clone(), 1)).expect("raw stream"),
-                spawned(client_rt, raw_stream(core_client.clone(), url.clone(), 1)).expect("raw stream"),
-                spawned(client_rt, raw_decoded(plain.clone(), url.clone(), expect)).expect("raw stream"),
-                spawned(client_rt, core_stream(executor.clone(), target.clone(), sink.clone(), expect)),
-                spawned(client_rt, core_stream(executor_nrt.clone(), target.clone(), sink.clone(), expect)),
                 spawned(client_rt, governor_in_memory(Arc::clone(&frames), Arc::clone(&settings), expect)),
                 decode_only(&frames, expect),
                 json_floor(&payloads),
                 parse_only(&frames, expect),
             ];
-            for run in &this[..5] {
-                assert_eq!(run.bytes, body.bytes.len() as u64, "a stream lost bytes");
-            }
-            // Run 0 warms connections, caches and the allocator.
             if rep > 0 {
-                for (path, run) in runs.iter_mut().zip(this) {
+                for (path, run) in memory_runs.iter_mut().zip(this) {
                     path.push(run);
                 }
             }
         }
-        let rows: Vec<Figures> =
-            THROUGHPUT_PATHS.iter().zip(&runs).map(|(label, runs)| Figures::of(label, runs)).collect();
+        let paths = SOCKET_PATHS.iter().chain(&MEMORY_PATHS);
+        let runs = socket_runs.iter().chain(&memory_runs);
+        let rows: Vec<Figures> = paths.zip(runs).map(|(label, runs)| Figures::of(label, runs)).collect();
         let raw = &rows[0];
         println!("   {name}:");
         for row in &rows {
@@ -841,14 +857,17 @@ fn throughput(server_rt: &Runtime, client_rt: &Runtime, sizes: Sizes) {
                 raw.secs / row.secs,
             );
         }
-        let core = &rows[3];
-        summary.push((name, core.events_per_sec(events), raw.secs / core.secs, raw.secs / rows[4].secs));
+        // Each rep's core run against the same rep's raw run.
+        let paired: Vec<f64> =
+            socket_runs[0].iter().zip(&socket_runs[3]).map(|(raw, core)| raw.secs / core.secs).collect();
+        let (low, high) = paired.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+        summary.push((name, rows[3].events_per_sec(events), median(paired), (low, high)));
         drop(server);
     }
     println!();
-    for (name, per_sec, ratio, ratio_nrt) in summary {
+    for (name, per_sec, ratio, (low, high)) in summary {
         println!(
-            "   core/raw, {name:<20} {ratio:>5.2} ({ratio_nrt:.2} with HTTP_READ_TIMEOUT_S=0); core {:.2} M events/s",
+            "   core/raw, {name:<20} {ratio:>5.2} (median of each rep's pair; {low:.2}-{high:.2}); core {:.2} M events/s",
             per_sec / 1e6
         );
     }
