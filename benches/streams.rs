@@ -356,6 +356,11 @@ fn median(mut values: Vec<f64>) -> f64 {
     if values.is_empty() { f64::NAN } else { values[values.len() / 2] }
 }
 
+/// The smallest and the largest value.
+fn range(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
+    values.into_iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(low, high), v| (low.min(v), high.max(v)))
+}
+
 /// The `q` quantile (nearest rank) of sorted values.
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
@@ -753,10 +758,14 @@ struct Figures {
 impl Figures {
     fn of(label: &'static str, runs: &[Run]) -> Figures {
         let secs = median(runs.iter().map(|r| r.secs).collect());
-        let min = runs.iter().map(|r| r.secs).fold(f64::INFINITY, f64::min);
-        let max = runs.iter().map(|r| r.secs).fold(0.0, f64::max);
         let chunks = median(runs.iter().map(|r| r.chunks as f64).collect()) as u64;
-        Figures { label, secs, spread: (min, max), bytes: runs.first().map_or(0, |r| r.bytes), chunks }
+        Figures {
+            label,
+            secs,
+            spread: range(runs.iter().map(|r| r.secs)),
+            bytes: runs.first().map_or(0, |r| r.bytes),
+            chunks,
+        }
     }
 
     fn events_per_sec(&self, events: u64) -> f64 {
@@ -860,12 +869,11 @@ fn throughput(server_rt: &Runtime, client_rt: &Runtime, sizes: Sizes) {
         // Each rep's core run against the same rep's raw run.
         let paired: Vec<f64> =
             socket_runs[0].iter().zip(&socket_runs[3]).map(|(raw, core)| raw.secs / core.secs).collect();
-        let (low, high) = paired.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
-        summary.push((name, rows[3].events_per_sec(events), median(paired), (low, high)));
+        summary.push((name, rows[3].events_per_sec(events), range(paired.iter().copied()), median(paired)));
         drop(server);
     }
     println!();
-    for (name, per_sec, ratio, (low, high)) in summary {
+    for (name, per_sec, (low, high), ratio) in summary {
         println!(
             "   core/raw, {name:<20} {ratio:>5.2} (median of each rep's pair; {low:.2}-{high:.2}); core {:.2} M events/s",
             per_sec / 1e6
