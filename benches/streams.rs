@@ -24,8 +24,11 @@
 //!    median of each rep's own pair, with its range. The other rows
 //!    attribute the difference: raw reqwest with the core's own client (its
 //!    transport settings), raw reqwest feeding the decoder in its loop (the
-//!    best any governor over this transport and decoder could do), and, run
-//!    after the socket paths, in memory (no socket) the governor, the
+//!    best any governor over this transport and decoder could do), hyper's
+//!    HTTP/1 connection driven in the reading task, alone and feeding the
+//!    decoder (reqwest runs the connection as a task of its own and hands
+//!    each chunk across: these rows show what that hand-over costs), and,
+//!    run after the socket paths, in memory (no socket) the governor, the
 //!    decoder, the SSE parser, and serde_json merely skimming each payload
 //!    (`IgnoredAny`, the floor of any full JSON read).
 //! 2. **Stall-detection lateness.** 1,000 concurrent calls through
@@ -63,20 +66,23 @@
 //! lateness and CPU, 1 means "costs nothing beyond the baseline".
 
 use std::convert::Infallible;
+use std::future::poll_fn;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::pin::{Pin, pin};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Context;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, StreamExt};
-use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE};
+use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE, HOST};
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Body as _, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -97,7 +103,7 @@ use stallscope::report::RunReport;
 use stallscope::run::{RunPlan, executor, run_calls};
 use stallscope::sim::{STREAM_HEADER, Scenario, SimServer};
 use stallscope::store::runs::RunStart;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -616,6 +622,63 @@ async fn raw_decoded(client: reqwest::Client, url: String, expect: u64) -> Resul
     Ok(Run { secs: start.elapsed().as_secs_f64(), bytes, chunks })
 }
 
+/// hyper's HTTP/1 client connection driven in the task that reads the body,
+/// where reqwest runs it as a task of its own and hands each chunk across:
+/// what the same bytes cost without that hand-over. A fresh connection per
+/// run (not timed); with `decode`, each chunk also goes through the SSE
+/// parser and the chat decoder, as in [`raw_decoded`].
+async fn one_task_stream(addr: SocketAddr, decode: bool, expect: u64) -> Result<Run, String> {
+    let stream = TcpStream::connect(addr).await.map_err(|e| format!("one-task connect: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| format!("one-task nodelay: {e}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| format!("handshake: {e}"))?;
+    let request = Request::post("/v1/chat/completions")
+        .header(HOST, addr.to_string())
+        .header(STREAM_HEADER, 1)
+        .header(ACCEPT, "text/event-stream")
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from_static(REQUEST_JSON.as_bytes())))
+        .map_err(|e| format!("one-task request: {e}"))?;
+    let mut connection = pin!(connection);
+    let mut connection_open = true;
+    // Polls the connection (until it ends) before whatever the task waits on.
+    let mut drive = |cx: &mut Context<'_>| {
+        if connection_open && connection.as_mut().poll(cx).is_ready() {
+            connection_open = false;
+        }
+    };
+    let start = Instant::now();
+    let mut response = pin!(sender.send_request(request));
+    let response = poll_fn(|cx| {
+        drive(cx);
+        response.as_mut().poll(cx)
+    })
+    .await
+    .map_err(|e| format!("one-task response: {e}"))?;
+    let mut body = response.into_body();
+    let (mut decoder, mut out) = (Dialect::OpenAiChat.decoder(), Vec::new());
+    let (mut bytes, mut chunks, mut decoded) = (0, 0, 0);
+    while let Some(frame) = poll_fn(|cx| {
+        drive(cx);
+        Pin::new(&mut body).poll_frame(cx)
+    })
+    .await
+    {
+        let Ok(chunk) = frame.map_err(|e| format!("one-task body: {e}"))?.into_data() else { continue };
+        bytes += chunk.len() as u64;
+        chunks += 1;
+        if decode {
+            decoder.feed(&chunk, &mut out);
+            decoded += out.len() as u64;
+            out.clear();
+        }
+    }
+    if decode {
+        assert_eq!(decoded, expect + 2, "decoded items");
+    }
+    Ok(Run { secs: start.elapsed().as_secs_f64(), bytes, chunks })
+}
+
 /// The whole core: one call through the executor.
 async fn core_stream(executor: Executor, target: Target, sink: Arc<CountingSink>, expect: u64) -> Run {
     let call =
@@ -702,11 +765,13 @@ fn decode_only(frames: &[Bytes], expect: u64) -> Run {
 
 /// The paths of part 1 read over the socket, in table order (the first is
 /// the baseline).
-const SOCKET_PATHS: [&str; 4] = [
+const SOCKET_PATHS: [&str; 6] = [
     "raw reqwest bytes_stream (plain client)",
     "raw reqwest bytes_stream (the core's client)",
     "raw reqwest (plain) + SSE parser + chat decoder",
     "core: executor → counting sink",
+    "hyper, connection driven in the reading task",
+    "hyper in one task + SSE parser + chat decoder",
 ];
 
 /// The paths of part 1 run in memory, in table order.
@@ -821,7 +886,9 @@ fn throughput(server_rt: &Runtime, client_rt: &Runtime, sizes: Sizes) {
                     0 => spawned(client_rt, raw_stream(plain.clone(), url.clone(), 1)).expect("raw stream"),
                     1 => spawned(client_rt, raw_stream(core_client.clone(), url.clone(), 1)).expect("raw stream"),
                     2 => spawned(client_rt, raw_decoded(plain.clone(), url.clone(), expect)).expect("raw stream"),
-                    _ => spawned(client_rt, core_stream(executor.clone(), target.clone(), sink.clone(), expect)),
+                    3 => spawned(client_rt, core_stream(executor.clone(), target.clone(), sink.clone(), expect)),
+                    4 => spawned(client_rt, one_task_stream(server.addr, false, expect)).expect("one-task stream"),
+                    _ => spawned(client_rt, one_task_stream(server.addr, true, expect)).expect("one-task stream"),
                 };
                 assert_eq!(this[path].bytes, body.bytes.len() as u64, "a stream lost bytes");
             }
