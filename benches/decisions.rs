@@ -110,13 +110,15 @@ fn stream_costs(c: &mut Criterion) {
                 let scope = AttemptScope {
                     sink: &NullSink,
                     epoch: tokio::time::Instant::now(),
+                    wall_epoch: std::time::SystemTime::now(),
                     stream: 1,
                     attempt: 1,
                     deadline: None,
                     cancel: &cancel,
                 };
                 let mut progress = AttemptProgress::default();
-                let request = AttemptRequest { stream: 1, target: &target, credential: None, input: &input };
+                let request =
+                    AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
                 run_attempt(&InMemory, request, &timers, &scope, &mut progress).await.unwrap();
                 progress.events
             })

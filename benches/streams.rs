@@ -718,9 +718,16 @@ async fn governor_in_memory(frames: Arc<Vec<Bytes>>, settings: Arc<Settings>, ex
     let timers = policy.timers.for_attempt(Some(3), &policy.retry.escalation, 0, 0);
     let (target, input, cancel) = (Target::new("bench", MODEL), CallInput::default(), CancellationToken::new());
     let sink = CountingSink::default();
-    let scope =
-        AttemptScope { sink: &sink, epoch: Instant::now(), stream: 1, attempt: 1, deadline: None, cancel: &cancel };
-    let request = AttemptRequest { stream: 1, target: &target, credential: None, input: &input };
+    let scope = AttemptScope {
+        sink: &sink,
+        epoch: Instant::now(),
+        stream: 1,
+        attempt: 1,
+        deadline: None,
+        cancel: &cancel,
+        wall_epoch: std::time::SystemTime::now(),
+    };
+    let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
     let mut progress = AttemptProgress::default();
     let upstream = InMemory(frames);
     let start = Instant::now();

@@ -147,5 +147,7 @@ pub fn executor(
         upstreams: Arc::new(upstreams),
         sink,
         epoch: tokio::time::Instant::now(),
+        wall_epoch: std::time::SystemTime::now(),
+        seed: 0,
     })
 }

@@ -288,9 +288,17 @@ async fn one_attempt(
 ) -> (Result<(), Failure>, AttemptProgress) {
     let policy = policy(sets);
     let timers = policy.timers.for_attempt(None, &policy.retry.escalation, 0, 0);
-    let scope = AttemptScope { sink, epoch: Instant::now(), stream: 1, attempt: 1, deadline: None, cancel };
+    let scope = AttemptScope {
+        sink,
+        epoch: Instant::now(),
+        stream: 1,
+        attempt: 1,
+        deadline: None,
+        cancel,
+        wall_epoch: std::time::SystemTime::now(),
+    };
     let (target, input) = (Target::new("p", "m1"), CallInput::default());
-    let request = AttemptRequest { stream: 1, target: &target, credential: None, input: &input };
+    let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
     let mut progress = AttemptProgress::default();
     let result = run_attempt(up, request, &timers, &scope, &mut progress).await;
     (result, progress)

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::category::{Category, TimerKind};
 use super::failure::{Failure, TransportKind};
@@ -17,7 +17,7 @@ use super::ratelimit::RateLimits;
 use super::retry_after::{DelaySource, ServerDelay, server_delay};
 
 /// A user rule: every condition given must hold.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
     /// A name for explanations; defaults to the rule's position.
@@ -35,9 +35,11 @@ pub struct Rule {
     /// The body or in-stream error must contain this (case-insensitive).
     #[serde(default)]
     pub body_contains: Option<String>,
-    /// The failure kind must be this (`connect`, `reset`, `closed`, `read`,
-    /// `transport`, `timeout`, `http`, `content_type`, `in_stream`,
-    /// `malformed`).
+    /// The failure kind must be this: a transport kind (`refused`,
+    /// `unreachable`, `dns`, `tls`, `proxy`, `connect_timed_out`, `connect`
+    /// (any of the ones before it too), `reset`, `closed`, `kernel_timeout`,
+    /// `read`, `transport`), or `timeout`, `http`, `content_type`,
+    /// `in_stream`, `malformed`.
     #[serde(default)]
     pub error_kind: Option<String>,
     /// The category it assigns.
@@ -45,8 +47,25 @@ pub struct Rule {
 }
 
 /// The failure kinds a rule's `error_kind` may name.
-pub const ERROR_KINDS: &[&str] =
-    &["connect", "reset", "closed", "read", "transport", "timeout", "http", "content_type", "in_stream", "malformed"];
+pub const ERROR_KINDS: &[&str] = &[
+    "refused",
+    "unreachable",
+    "dns",
+    "tls",
+    "proxy",
+    "connect_timed_out",
+    "connect",
+    "reset",
+    "closed",
+    "kernel_timeout",
+    "read",
+    "transport",
+    "timeout",
+    "http",
+    "content_type",
+    "in_stream",
+    "malformed",
+];
 
 /// A user rule that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,10 +129,12 @@ impl Rule {
         {
             return false;
         }
-        if let Some(kind) = &self.error_kind
-            && failure.kind_name() != kind
-        {
-            return false;
+        if let Some(kind) = &self.error_kind {
+            let connect_family =
+                kind == "connect" && matches!(failure, Failure::Transport { kind, .. } if kind.is_connect());
+            if failure.kind_name() != kind && !connect_family {
+                return false;
+            }
         }
         true
     }
@@ -239,9 +260,16 @@ pub fn builtin(failure: &Failure) -> (Category, &'static str) {
         Failure::Cancelled => (Category::Cancelled, "cancelled"),
         Failure::Timeout { .. } => (Category::Timeout, "timer fired"),
         Failure::Transport { kind, .. } => match kind {
+            TransportKind::Refused => (Category::Connection, "connection refused"),
+            TransportKind::Unreachable => (Category::Connection, "network unreachable"),
+            TransportKind::Dns => (Category::Connection, "DNS failure"),
+            TransportKind::Tls => (Category::Connection, "TLS failure"),
+            TransportKind::Proxy => (Category::Connection, "proxy failure"),
+            TransportKind::ConnectTimedOut => (Category::Connection, "connect timed out in the kernel"),
             TransportKind::Connect => (Category::Connection, "connect failure"),
             TransportKind::Reset => (Category::Connection, "connection reset"),
             TransportKind::Closed => (Category::Connection, "stream closed before completion"),
+            TransportKind::KernelTimeout => (Category::Connection, "dead connection (kernel keepalive/user timeout)"),
             TransportKind::Read => (Category::Connection, "read failure"),
             TransportKind::Other => (Category::Connection, "transport failure"),
         },

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::category::{Category, TimerKind};
 use super::failover::Target;
+use super::failure::TransportKind;
 
 /// Identifies one call within a run.
 pub type StreamId = u64;
@@ -109,6 +110,76 @@ pub enum AttemptPhase {
     Done,
 }
 
+/// How an attempt ended: the last event of every attempt says which.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub enum AttemptEnd {
+    /// The stream said it was done.
+    Done,
+    /// The transport failed (a clean early EOF is `closed`).
+    Transport {
+        /// What kind of failure.
+        kind: TransportKind,
+    },
+    /// One of our timers fired.
+    Timer {
+        /// Which one.
+        timer: TimerKind,
+    },
+    /// The server answered with an error status, or with a body that is
+    /// not an event stream.
+    Status {
+        /// The status.
+        status: u16,
+    },
+    /// The stream carried an error event.
+    InStream {
+        /// The provider's error type or code, when it gave one.
+        code: Option<String>,
+    },
+    /// The stream's bytes could not be parsed.
+    Malformed,
+    /// The call was cancelled from outside.
+    Cancelled,
+}
+
+impl std::fmt::Display for AttemptEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttemptEnd::Done => f.write_str("done"),
+            AttemptEnd::Transport { kind } => f.write_str(kind.describe()),
+            AttemptEnd::Timer { timer } => write!(f, "{timer} timer fired"),
+            AttemptEnd::Status { status } => write!(f, "HTTP {status}"),
+            AttemptEnd::InStream { code: Some(code) } => write!(f, "in-stream error {code}"),
+            AttemptEnd::InStream { code: None } => f.write_str("in-stream error"),
+            AttemptEnd::Malformed => f.write_str("malformed stream"),
+            AttemptEnd::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
+/// An attempt's response body as recorded (`STALLSCOPE_RECORD_BODIES`).
+/// Chunk boundaries are those of the attempt's `ChunkReceived` events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum RecordedBody {
+    /// Each parsed event's text, one entry per `SseReceived` event in order
+    /// (empty for events that carry none).
+    Text {
+        /// The texts.
+        texts: Vec<String>,
+        /// True when the per-attempt cap cut the recording short.
+        truncated: bool,
+    },
+    /// The exact bytes of the body, as received.
+    Raw {
+        /// The bytes.
+        bytes: Vec<u8>,
+        /// True when the per-attempt cap cut the recording short.
+        truncated: bool,
+    },
+}
+
 /// One event: when, which call and attempt, and what.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -151,6 +222,23 @@ pub enum EventKind {
         status: u16,
         /// The `content-type`, if any.
         content_type: Option<String>,
+    },
+    /// The response headers that decisions and diagnosis read, from an
+    /// allowlist (`retry-after*`, rate-limit buckets, `x-should-retry`,
+    /// `date`, `content-type`, `server`, `via`, `x-cache`, request ids);
+    /// never cookies or anything carrying a credential. Follows
+    /// `HeadersReceived`.
+    ResponseHeaders {
+        /// Lower-case name and value, in the order received.
+        headers: Vec<(String, String)>,
+    },
+    /// The start of an error (or non-event-stream) body, bounded, with
+    /// anything that looks like a key redacted.
+    ErrorBody {
+        /// The text.
+        body: String,
+        /// True when the body was longer than what is kept.
+        truncated: bool,
     },
     /// Bytes arrived (resets the idle timer).
     ChunkReceived {
@@ -195,6 +283,30 @@ pub enum EventKind {
         tokens_remaining: Option<u64>,
         /// Longest reset among exhausted buckets.
         exhausted_reset: Option<Duration>,
+    },
+    /// A rate-limit bucket is running low (at most a tenth of its limit
+    /// left, or none), on any response, successful ones too.
+    RateLimitLow {
+        /// `requests`, `tokens`, `input_tokens` or `output_tokens`.
+        bucket: String,
+        /// What is left.
+        remaining: u64,
+        /// The bucket's size, when reported.
+        limit: Option<u64>,
+        /// When it refills, when reported.
+        reset: Option<Duration>,
+    },
+    /// The attempt ended, and how: its last event.
+    AttemptEnded {
+        /// How.
+        end: AttemptEnd,
+        /// The stop reason the stream reported, if any.
+        stop_reason: Option<String>,
+    },
+    /// The attempt's body, when bodies are recorded.
+    BodyRecorded {
+        /// What was kept.
+        body: RecordedBody,
     },
     /// A failure was classified.
     ErrorClassified {
@@ -352,12 +464,34 @@ mod tests {
             EventKind::AttemptStarted { target: target.clone(), credential: Some(1) },
             EventKind::PhaseChanged { phase: AttemptPhase::Streaming },
             EventKind::HeadersReceived { status: 200, content_type: Some("text/event-stream".into()) },
+            EventKind::ResponseHeaders { headers: vec![("retry-after-ms".into(), "700".into())] },
+            EventKind::ErrorBody { body: "{\"error\":\"slow down\"}".into(), truncated: false },
             EventKind::ChunkReceived { bytes: 42 },
             EventKind::SseReceived { class: EventClass::ToolCall, chars: 3, progress: true },
             EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_millis(1500) },
             EventKind::TimerDisarmed { timer: TimerKind::Ttfb, reason: "large context".into() },
             EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(2) },
             EventKind::RateLimitObserved { requests_remaining: Some(0), tokens_remaining: None, exhausted_reset: None },
+            EventKind::RateLimitLow {
+                bucket: "tokens".into(),
+                remaining: 10,
+                limit: Some(1000),
+                reset: Some(Duration::from_secs(3)),
+            },
+            EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: Some("stop".into()) },
+            EventKind::AttemptEnded {
+                end: AttemptEnd::Transport { kind: TransportKind::KernelTimeout },
+                stop_reason: None,
+            },
+            EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Connect }, stop_reason: None },
+            EventKind::AttemptEnded {
+                end: AttemptEnd::InStream { code: Some("overloaded".into()) },
+                stop_reason: None,
+            },
+            EventKind::BodyRecorded {
+                body: RecordedBody::Text { texts: vec!["Hel".into(), String::new()], truncated: false },
+            },
+            EventKind::BodyRecorded { body: RecordedBody::Raw { bytes: b"data: {}\n\n".to_vec(), truncated: true } },
             EventKind::ErrorClassified {
                 category: Category::RateLimit,
                 timer: None,

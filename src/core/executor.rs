@@ -117,6 +117,13 @@ pub struct Executor {
     pub sink: Arc<dyn EventSink>,
     /// The run's epoch for event timestamps.
     pub epoch: Instant,
+    /// The wall clock at `epoch`. Decisions that read the wall clock
+    /// (HTTP-date Retry-After, rate-limit resets) read `wall_epoch` plus
+    /// the time since `epoch`, so a replay in virtual time reads the same.
+    pub wall_epoch: SystemTime,
+    /// Every call's random numbers (jitter) come from this seed and the
+    /// call's stream id, so a run repeated with its seed sleeps the same.
+    pub seed: u64,
 }
 
 /// What the loop decided after a failure.
@@ -130,6 +137,11 @@ enum Next {
 }
 
 impl Executor {
+    /// The wall clock now, as the run's decisions see it.
+    pub fn wall_now(&self) -> SystemTime {
+        self.wall_epoch + Instant::now().saturating_duration_since(self.epoch)
+    }
+
     /// Runs one call to its end. Never panics on any upstream behaviour;
     /// returns as soon as `cancel` fires.
     pub async fn run(&self, call: &Call, cancel: &CancellationToken) -> CallReport {
@@ -202,9 +214,10 @@ impl<'a> CallState<'a> {
             timeout_retries: 0,
             previous_sleep: None,
             last_credential: None,
-            // Seeded per call and per process so concurrent calls never
-            // retry in lockstep (hermes-agent seeds from time ^ counter).
-            rng: SmallRng::from_rng(&mut rand::rng()),
+            // Seeded per call so concurrent calls never retry in lockstep
+            // (hermes-agent seeds from time ^ counter), and from the run's
+            // seed so a run repeated with it makes the same draws.
+            rng: SmallRng::seed_from_u64(call_seed(exec.seed, call.stream)),
         }
     }
 
@@ -216,6 +229,7 @@ impl<'a> CallState<'a> {
             attempt,
             deadline: self.deadline,
             cancel,
+            wall_epoch: self.exec.wall_epoch,
         }
     }
 
@@ -380,6 +394,7 @@ impl<'a> CallState<'a> {
         );
         let request = AttemptRequest {
             stream: self.call.stream,
+            attempt,
             target,
             credential: credential.as_ref(),
             input: &self.call.input,
@@ -400,7 +415,7 @@ impl<'a> CallState<'a> {
     }
 
     fn classify(&self, failure: &Failure) -> Classification {
-        let c = self.exec.classifier.classify(failure, SystemTime::now());
+        let c = self.exec.classifier.classify(failure, self.exec.wall_now());
         self.emit(EventKind::ErrorClassified {
             category: c.category,
             timer: c.timer,
@@ -617,6 +632,15 @@ impl<'a> CallState<'a> {
         });
         self.report.clone()
     }
+}
+
+/// The seed of one call's random numbers: the run's seed mixed with the
+/// stream id (SplitMix64's finaliser), so neighbouring ids draw apart.
+fn call_seed(run_seed: u64, stream: StreamId) -> u64 {
+    let mut z = run_seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// The header a server-requested wait came from, for events.

@@ -4,18 +4,39 @@ use std::fmt;
 use std::time::Duration;
 
 use http::HeaderMap;
+use serde::{Deserialize, Serialize};
 
 use super::category::TimerKind;
 
-/// A transport-level failure, as far as the HTTP stack lets us tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A transport-level failure, as far as the HTTP stack and the kernel let
+/// us tell. None of these is one of our timers: a kernel timeout is the
+/// kernel's (SYN retries, TCP keepalive, `TCP_USER_TIMEOUT`), and is
+/// reported as such, never as the connect or idle timer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TransportKind {
-    /// The connection could not be made (refused, DNS, unreachable, proxy).
+    /// The peer refused the connection (a RST answered the SYN).
+    Refused,
+    /// No route: the network or host is unreachable (ICMP, or no route).
+    Unreachable,
+    /// The host name could not be resolved.
+    Dns,
+    /// The TLS handshake failed (certificate, protocol, alert).
+    Tls,
+    /// The proxy refused or failed the tunnel (HTTP `CONNECT`, SOCKS).
+    Proxy,
+    /// The kernel gave up connecting (SYNs unanswered): not our connect timer.
+    ConnectTimedOut,
+    /// The connection could not be made for another reason.
     Connect,
     /// The connection was reset.
     Reset,
-    /// The body ended before the stream said it was done.
+    /// The body ended cleanly (EOF) before the stream said it was done.
     Closed,
+    /// The kernel declared an established connection dead: keepalive
+    /// probes went unanswered or sent data stayed unacknowledged past
+    /// `TCP_USER_TIMEOUT`.
+    KernelTimeout,
     /// Reading the body failed otherwise.
     Read,
     /// Anything else the client reported.
@@ -23,15 +44,79 @@ pub enum TransportKind {
 }
 
 impl TransportKind {
-    /// The name user classifier rules match on (`error_kind`).
+    /// Every kind, in a stable order.
+    pub const ALL: [TransportKind; 12] = [
+        TransportKind::Refused,
+        TransportKind::Unreachable,
+        TransportKind::Dns,
+        TransportKind::Tls,
+        TransportKind::Proxy,
+        TransportKind::ConnectTimedOut,
+        TransportKind::Connect,
+        TransportKind::Reset,
+        TransportKind::Closed,
+        TransportKind::KernelTimeout,
+        TransportKind::Read,
+        TransportKind::Other,
+    ];
+
+    /// The name user classifier rules match on (`error_kind`) and reports
+    /// print.
     pub const fn name(self) -> &'static str {
         match self {
+            TransportKind::Refused => "refused",
+            TransportKind::Unreachable => "unreachable",
+            TransportKind::Dns => "dns",
+            TransportKind::Tls => "tls",
+            TransportKind::Proxy => "proxy",
+            TransportKind::ConnectTimedOut => "connect_timed_out",
             TransportKind::Connect => "connect",
             TransportKind::Reset => "reset",
             TransportKind::Closed => "closed",
+            TransportKind::KernelTimeout => "kernel_timeout",
             TransportKind::Read => "read",
             TransportKind::Other => "transport",
         }
+    }
+
+    /// Whether the failure happened before a connection was made: a rule's
+    /// `error_kind = "connect"` matches every such kind, as it did before
+    /// they were told apart.
+    pub const fn is_connect(self) -> bool {
+        matches!(
+            self,
+            TransportKind::Refused
+                | TransportKind::Unreachable
+                | TransportKind::Dns
+                | TransportKind::Tls
+                | TransportKind::Proxy
+                | TransportKind::ConnectTimedOut
+                | TransportKind::Connect
+        )
+    }
+
+    /// What happened, in words, for reports.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            TransportKind::Refused => "connection refused",
+            TransportKind::Unreachable => "network or host unreachable",
+            TransportKind::Dns => "DNS lookup failed",
+            TransportKind::Tls => "TLS handshake failed",
+            TransportKind::Proxy => "the proxy refused or failed the tunnel",
+            TransportKind::ConnectTimedOut => "connect: timed out by the kernel",
+            TransportKind::Connect => "connect failure",
+            TransportKind::Reset => "connection reset",
+            TransportKind::Closed => "closed cleanly before the stream was done",
+            TransportKind::KernelTimeout => "dead connection: keepalive or user timeout (kernel)",
+            TransportKind::Read => "read failure",
+            TransportKind::Other => "transport failure",
+        }
+    }
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -139,7 +224,7 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Transport { kind, message } => write!(f, "{} failure: {message}", kind.name()),
+            Failure::Transport { kind, message } => write!(f, "{}: {message}", kind.describe()),
             Failure::Timeout { timer, after } => {
                 write!(f, "{timer} timer fired after {:.3} s", after.as_secs_f64())
             }

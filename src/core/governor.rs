@@ -19,7 +19,7 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
 use tokio::time::{Instant, Sleep};
@@ -49,6 +49,8 @@ pub struct AttemptScope<'a> {
     pub deadline: Option<(Instant, Duration)>,
     /// Stops the attempt at once.
     pub cancel: &'a CancellationToken,
+    /// The wall clock at `epoch` (see [`super::executor::Executor::wall_epoch`]).
+    pub wall_epoch: SystemTime,
 }
 
 impl AttemptScope<'_> {

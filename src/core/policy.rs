@@ -90,6 +90,9 @@ pub struct RetrySettings {
     pub max_retries: u32,
     /// Each retryable category's own budget.
     pub budgets: BTreeMap<Category, u32>,
+    /// Retries of categories that are not retried, forced by the server
+    /// with `x-should-retry: true`; counted under their own category.
+    pub server_forced_budget: u32,
     /// Computed backoff.
     pub backoff: BackoffPolicy,
     /// Jitter on server-requested waits.
@@ -141,6 +144,28 @@ pub struct FleetBudgetSettings {
     pub min: usize,
 }
 
+/// What of each attempt's response body the governor keeps for the
+/// recording (`STALLSCOPE_RECORD_BODIES`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BodyMode {
+    /// Nothing.
+    #[default]
+    Off,
+    /// Each parsed event's text.
+    Text,
+    /// The exact bytes.
+    Raw,
+}
+
+/// Body recording settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BodySettings {
+    /// What is kept.
+    pub mode: BodyMode,
+    /// The most kept of one attempt's body, in bytes.
+    pub max_bytes: usize,
+}
+
 /// Every core setting.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CorePolicy {
@@ -156,6 +181,8 @@ pub struct CorePolicy {
     pub fleet: FleetBudgetSettings,
     /// Transport.
     pub transport: TransportSettings,
+    /// What of each body the recording keeps.
+    pub bodies: BodySettings,
 }
 
 impl Default for CorePolicy {
@@ -260,6 +287,7 @@ impl CorePolicy {
         let retry = RetrySettings {
             max_retries: count("STALLSCOPE_PROVIDER_STREAM_RETRIES"),
             budgets,
+            server_forced_budget: count("STALLSCOPE_RETRY_BUDGET_SERVER_FORCED"),
             backoff,
             server_jitter: text("STALLSCOPE_RETRY_AFTER_JITTER")
                 .parse::<ServerJitter>()
@@ -310,7 +338,15 @@ impl CorePolicy {
             proxy: ProxySetting::parse(&proxy_text),
             ca_file: None,
         };
-        Ok(CorePolicy { timers, retry, failover, credentials, fleet, transport })
+        let bodies = BodySettings {
+            mode: match text("STALLSCOPE_RECORD_BODIES").as_str() {
+                "text" => BodyMode::Text,
+                "raw" => BodyMode::Raw,
+                _ => BodyMode::Off,
+            },
+            max_bytes: usize::try_from(t.get("STALLSCOPE_RECORD_BODY_MAX_KB").value.as_i64()).unwrap_or(0) * 1024,
+        };
+        Ok(CorePolicy { timers, retry, failover, credentials, fleet, transport, bodies })
     }
 }
 

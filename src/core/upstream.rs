@@ -32,6 +32,8 @@ pub struct AttemptRequest<'a> {
     /// The call it belongs to (sent as `x-stallscope-stream` so a simulator
     /// can tell attempts of one call apart).
     pub stream: StreamId,
+    /// The attempt's number within the call, from 1.
+    pub attempt: u32,
     /// Where it goes.
     pub target: &'a Target,
     /// The key to use, if the provider needs one.

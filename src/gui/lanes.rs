@@ -409,6 +409,13 @@ pub fn describe(kind: &EventKind) -> String {
         EventKind::HeadersReceived { status, content_type } => {
             format!("headers: HTTP {status} {}", content_type.as_deref().unwrap_or("(no content-type)"))
         }
+        EventKind::ResponseHeaders { headers } => {
+            let pairs: Vec<String> = headers.iter().map(|(name, value)| format!("{name}: {value}")).collect();
+            format!("response headers: {}", pairs.join("; "))
+        }
+        EventKind::ErrorBody { body, truncated } => {
+            format!("error body{}: {}", if *truncated { " (cut)" } else { "" }, body.lines().next().unwrap_or(""))
+        }
         EventKind::ChunkReceived { bytes } => format!("{bytes} bytes"),
         EventKind::SseReceived { class, chars, progress } => {
             format!("{} event, {chars} chars{}", class.name(), if *progress { ", progress" } else { "" })
@@ -421,6 +428,23 @@ pub fn describe(kind: &EventKind) -> String {
             let reset = exhausted_reset.as_ref().map(|d| format!(", resets in {}", secs(d))).unwrap_or_default();
             format!("rate limit: {} requests, {} tokens left{reset}", n(requests_remaining), n(tokens_remaining))
         }
+        EventKind::RateLimitLow { bucket, remaining, limit, reset } => {
+            let of = limit.map(|l| format!(" of {l}")).unwrap_or_default();
+            let reset = reset.as_ref().map(|d| format!(", refills in {}", secs(d))).unwrap_or_default();
+            format!("rate limit running low: {remaining}{of} {bucket} left{reset}")
+        }
+        EventKind::AttemptEnded { end, stop_reason } => {
+            let stop = stop_reason.as_deref().map(|s| format!(", stop reason {s}")).unwrap_or_default();
+            format!("attempt ended: {end}{stop}")
+        }
+        EventKind::BodyRecorded { body } => match body {
+            crate::core::event::RecordedBody::Text { texts, truncated } => {
+                format!("body recorded: {} event texts{}", texts.len(), if *truncated { " (cut)" } else { "" })
+            }
+            crate::core::event::RecordedBody::Raw { bytes, truncated } => {
+                format!("body recorded: {} bytes{}", bytes.len(), if *truncated { " (cut)" } else { "" })
+            }
+        },
         EventKind::ErrorClassified { category, timer, status, retryable, rule, message } => {
             let timer = timer.map(|t| format!("/{t}")).unwrap_or_default();
             let status = status.map(|s| format!(" HTTP {s}")).unwrap_or_default();

@@ -231,6 +231,12 @@ fn encode_columns(event: &Event) -> Option<Row> {
     use kind::*;
     let target = |t: &Target| json(&(&t.provider, &t.model));
     let (kind, code, value, aux, detail) = match &event.kind {
+        // Stored whole, as JSON, until they have codes of their own.
+        EventKind::ResponseHeaders { .. }
+        | EventKind::ErrorBody { .. }
+        | EventKind::RateLimitLow { .. }
+        | EventKind::AttemptEnded { .. }
+        | EventKind::BodyRecorded { .. } => return None,
         EventKind::CallStarted { target: t, context_tokens } => {
             (CALL_STARTED, None, opt_int(*context_tokens)?, None, target(t))
         }

@@ -54,6 +54,29 @@ pub struct RunStart {
     pub scenario: Option<String>,
     tunables: Map<String, Value>,
     providers: Value,
+    /// What the core's decisions depended on beyond the tunables; runs
+    /// recorded before it existed have none.
+    pub meta: Option<RunMeta>,
+}
+
+/// What a replay needs to make the same decisions a run made: its shape,
+/// its randomness, its clock and its rules.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RunMeta {
+    /// Calls made.
+    pub requests: u32,
+    /// Calls in flight at once, at most.
+    pub concurrency: u32,
+    /// The seed every call's random numbers (jitter) derive from.
+    pub seed: u64,
+    /// The wall clock at the executor's epoch (`Event::at` = 0), in
+    /// nanoseconds since the Unix epoch: the wall clock of any event is
+    /// this plus its `at`.
+    pub epoch_unix_ns: i64,
+    /// The classifier's user rules, in order, as configured.
+    pub rules: Value,
+    /// Keys per provider pool (never the keys).
+    pub pools: BTreeMap<String, usize>,
 }
 
 impl RunStart {
@@ -70,7 +93,14 @@ impl RunStart {
             scenario,
             tunables: tunables_snapshot(tunables),
             providers: redacted_providers(providers),
+            meta: None,
         }
+    }
+
+    /// The same start, with what replay needs.
+    pub fn with_meta(mut self, meta: RunMeta) -> Self {
+        self.meta = Some(meta);
+        self
     }
 
     /// The tunables snapshot: name → `{"value": …, "source": "…"}`.

@@ -427,6 +427,14 @@ pub static TUNABLES: &[TunableSpec] = &[
         "Retries allowed for other server errors (5xx)."
     ),
     tunable!(
+        "RETRY_BUDGET_SERVER_FORCED",
+        int(0, DAY_INT),
+        "count",
+        "2",
+        Budgets,
+        "Retries a server forces with `x-should-retry: true` on a failure whose category is not retried."
+    ),
+    tunable!(
         "TIMEOUT_ESCALATION",
         Kind::Choice(&["none", "additive", "multiplicative", "linear"]),
         "",
@@ -520,6 +528,30 @@ pub static TUNABLES: &[TunableSpec] = &[
         "200",
         Recorder,
         "How often recorded events are committed to the database; a crash loses at most this much."
+    ),
+    tunable!(
+        "RECORD_BODIES",
+        Kind::Choice(&["off", "text", "raw"]),
+        "",
+        "off",
+        Recorder,
+        "Record response bodies: off; text (each event's text); raw (the exact bytes, compressed). Replay plays raw bodies through the real decoder."
+    ),
+    tunable!(
+        "RECORD_BODY_MAX_KB",
+        int(1, 1_048_576),
+        "KiB",
+        "1024",
+        Recorder,
+        "The most of one attempt's body that is recorded; the rest is cut and the cut is marked."
+    ),
+    tunable!(
+        "RECORDER_BODY_BUDGET_MB",
+        int(1, 65_536),
+        "MiB",
+        "64",
+        Recorder,
+        "Body bytes waiting for the recorder at once, at most; a body over it is dropped and counted, never waited for."
     ),
 ];
 

@@ -193,6 +193,8 @@ impl Harness {
             upstreams: Arc::new(upstreams),
             sink: Arc::clone(&sink) as Arc<dyn EventSink>,
             epoch: tokio::time::Instant::now(),
+            wall_epoch: std::time::SystemTime::now(),
+            seed: 0,
         };
         Harness { executor, sink }
     }
