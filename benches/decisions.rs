@@ -111,6 +111,7 @@ fn stream_costs(c: &mut Criterion) {
                     sink: &NullSink,
                     epoch: tokio::time::Instant::now(),
                     wall_epoch: std::time::SystemTime::now(),
+                    bodies: stallscope::core::policy::BodySettings::default(),
                     stream: 1,
                     attempt: 1,
                     deadline: None,

@@ -89,7 +89,7 @@ use hyper_util::rt::TokioIo;
 use stallscope::config::{ConfigFile, Layers, Settings};
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::{Event, EventKind, EventSink, Outcome};
-use stallscope::core::executor::{Call, CallReport, Executor};
+use stallscope::core::executor::{Call, CallReport, Executor, Origin};
 use stallscope::core::failover::Target;
 use stallscope::core::failure::Failure;
 use stallscope::core::governor::{AttemptProgress, AttemptScope, CLOSE_DELAY, run_attempt};
@@ -229,7 +229,7 @@ fn core_executor(
     sink: Arc<dyn EventSink>,
 ) -> (Executor, Target) {
     let row = ProviderConfig::at_root("bench", Dialect::OpenAiChat, root, MODEL);
-    let executor = executor(settings, &[row], clients, sink, |_| None).expect("bench executor");
+    let executor = executor(settings, &[row], clients, sink, Origin::now(0), |_| None).expect("bench executor");
     (executor, Target::new("bench", MODEL))
 }
 
@@ -726,6 +726,7 @@ async fn governor_in_memory(frames: Arc<Vec<Bytes>>, settings: Arc<Settings>, ex
         deadline: None,
         cancel: &cancel,
         wall_epoch: std::time::SystemTime::now(),
+        bodies: stallscope::core::policy::BodySettings::default(),
     };
     let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
     let mut progress = AttemptProgress::default();

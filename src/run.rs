@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::core::event::EventSink;
-use crate::core::executor::{Call, CallReport, Executor};
+use crate::core::executor::{Call, CallReport, Executor, Origin};
 use crate::core::failover::Target;
 use crate::core::fleet::Fleet;
 use crate::core::transport::ClientCache;
@@ -131,12 +131,14 @@ pub async fn rig(scenario: Scenario, dialect: Dialect) -> Result<ScenarioRig, Ri
 }
 
 /// An executor over `providers` with the effective settings, sending events
-/// to `sink`. `env` looks up key variables.
+/// to `sink`, its clocks and draws starting at `origin`. `env` looks up key
+/// variables.
 pub fn executor(
     settings: &Settings,
     providers: &[ProviderConfig],
     clients: &ClientCache,
     sink: Arc<dyn EventSink>,
+    origin: Origin,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Executor, SetupError> {
     let (upstreams, pools) = connect(providers, &settings.policy, clients, env)?;
@@ -146,8 +148,8 @@ pub fn executor(
         classifier: Arc::new(settings.classifier.clone()),
         upstreams: Arc::new(upstreams),
         sink,
-        epoch: tokio::time::Instant::now(),
-        wall_epoch: std::time::SystemTime::now(),
-        seed: 0,
+        epoch: origin.epoch,
+        wall_epoch: origin.wall_epoch,
+        seed: origin.seed,
     })
 }

@@ -14,17 +14,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, ConfigFile, Layers, Settings};
 use crate::core::event::{Event, EventSink};
-use crate::core::executor::CallReport;
+use crate::core::executor::{CallReport, Origin};
 use crate::core::failover::Target;
 use crate::core::transport::ClientCache;
 use crate::providers::Dialect;
-use crate::providers::setup::{ProviderConfig, SetupError};
+use crate::providers::setup::{ProviderConfig, SetupError, key_counts};
 use crate::recorder::{Recorder, RecorderOptions};
 use crate::report::RunReport;
 use crate::run::{RigError, RunPlan, ScenarioRig, executor, recommended_tunables, rig, run_calls};
 use crate::sim::{SimError, builtin};
 use crate::store::StoreError;
-use crate::store::runs::RunStart;
+use crate::store::runs::{RunMeta, RunStart};
 
 /// Where a run's calls go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +71,9 @@ pub struct SessionPlan {
     pub edits: Vec<String>,
     /// Record the run, or not.
     pub recording: Option<Recording>,
+    /// The seed of every call's random draws; `None` draws one (it is
+    /// recorded either way, so a run can be repeated with `--seed`).
+    pub seed: Option<u64>,
 }
 
 /// A run that could not start or could not be recorded.
@@ -128,10 +131,20 @@ pub async fn run_session(
     on_finish: impl Fn(&CallReport) + Send + Sync + 'static,
 ) -> Result<SessionOutcome, SessionError> {
     let (settings, providers, target, rig) = prepare(plan, env).await?;
+    let origin = Origin::now(plan.seed.unwrap_or_else(rand::random));
     let recorder = match &plan.recording {
         Some(recording) => {
             let scenario = scenario_name(&plan.source);
-            let start = RunStart::new(recording.label.clone(), scenario, &settings.tunables, &providers);
+            let meta = RunMeta {
+                requests: u32::try_from(plan.requests).unwrap_or(u32::MAX),
+                concurrency: u32::try_from(plan.concurrency).unwrap_or(u32::MAX),
+                seed: origin.seed,
+                epoch_unix_ns: origin.epoch_unix_ns(),
+                rules: serde_json::to_value(settings.classifier.rules()).unwrap_or_default(),
+                pools: key_counts(&providers),
+            };
+            let start =
+                RunStart::new(recording.label.clone(), scenario, &settings.tunables, &providers).with_meta(meta);
             let flush = settings.tunables.get("STALLSCOPE_RECORDER_FLUSH_MS").value.as_i64().unsigned_abs();
             let options =
                 RecorderOptions { flush_interval: Duration::from_millis(flush), ..RecorderOptions::default() };
@@ -148,7 +161,7 @@ pub async fn run_session(
     };
     let clients = ClientCache::new();
     let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    let executor = executor(&settings, &providers, &clients, sink, lookup)?;
+    let executor = executor(&settings, &providers, &clients, sink, origin, lookup)?;
     let run_plan =
         RunPlan { requests: plan.requests, concurrency: plan.concurrency, target, prompt: plan.prompt.clone() };
     let started = tokio::time::Instant::now();

@@ -296,6 +296,7 @@ async fn one_attempt(
         deadline: None,
         cancel,
         wall_epoch: std::time::SystemTime::now(),
+        bodies: policy.bodies,
     };
     let (target, input) = (Target::new("p", "m1"), CallInput::default());
     let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
@@ -543,13 +544,15 @@ async fn auth_failures_rotate_to_the_next_key_and_rest_the_refused_one() {
     );
     assert!(kinds.iter().any(|k| matches!(k, EventKind::CredentialRotated { from: 0, to: 1, .. })));
 
-    // Every key refused: the call ends as an auth failure, not a rate limit.
+    // Every key refused: each key is tried once, the rotations are counted
+    // under auth, and the call ends as the auth failure it is.
     let up = Scripted::new(vec![Script::status(401, vec![], "invalid key")]);
     let h = Harness::new(policy(NO_JITTER), vec![("p", vec!["m1"], up.clone(), 2)]);
     let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
     let error = report.error.unwrap();
     assert_eq!((report.outcome, error.category, up.opened()), (Outcome::Failed, Category::Auth, 2));
-    assert_eq!(error.rule, "builtin: every key of the pool is cooling down");
+    assert_eq!(error.rule, "builtin: status 401/403");
+    assert_eq!(report.retry_counts[&Category::Auth], stallscope::core::executor::Used { used: 1, budget: 1 });
 
     // A single key is never rested and an auth failure is final.
     let up = Scripted::new(vec![Script::status(401, vec![], "invalid key")]);

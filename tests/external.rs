@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use stallscope::config::{ConfigFile, Layers, Settings};
 use stallscope::core::category::{Category, TimerKind};
 use stallscope::core::event::{EventClass, EventKind, Outcome, VecSink};
-use stallscope::core::executor::{Call, CallReport};
+use stallscope::core::executor::{Call, CallReport, Origin};
 use stallscope::core::failover::Target;
 use stallscope::core::transport::ClientCache;
 use stallscope::core::upstream::CallInput;
@@ -101,7 +101,7 @@ async fn call(rows: &[ProviderConfig], target: Target, prompt: &str, sets: &[&st
     let layers = Layers { config: ConfigFile::None, scenario: None, overrides: &overrides, edits: &[] };
     let settings = Settings::load(layers, Vec::<(String, String)>::new()).unwrap();
     let sink = Arc::new(VecSink::new());
-    let executor = executor(&settings, rows, &ClientCache::new(), sink.clone(), |_| None).unwrap();
+    let executor = executor(&settings, rows, &ClientCache::new(), sink.clone(), Origin::now(0), |_| None).unwrap();
     let call = Call { stream: 1, target, input: CallInput { prompt: prompt.into(), context_tokens: Some(2) } };
     (executor.run(&call, &CancellationToken::new()).await, sink)
 }

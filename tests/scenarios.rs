@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use stallscope::core::category::{Category, TimerKind};
 use stallscope::core::event::{EventKind, Outcome, VecSink};
-use stallscope::core::executor::{Call, CallReport};
+use stallscope::core::executor::{Call, CallReport, Origin};
 use stallscope::core::transport::ClientCache;
 use stallscope::core::upstream::CallInput;
 use stallscope::providers::Dialect;
@@ -31,7 +31,8 @@ async fn play(name: &str, dialect: Dialect, sets: &[&str]) -> Played {
     let source = RunSource::Scenario { name: name.to_owned(), dialect };
     let settings = settings_for(&source, &overrides, &[], &[]).unwrap();
     let sink = Arc::new(VecSink::new());
-    let executor = executor(&settings, &rig.providers, &ClientCache::new(), sink.clone(), |_| None).unwrap();
+    let executor =
+        executor(&settings, &rig.providers, &ClientCache::new(), sink.clone(), Origin::now(0), |_| None).unwrap();
     let call = Call {
         stream: 7,
         target: rig.target.clone(),

@@ -50,6 +50,10 @@ pub struct Args {
     /// A label for the recorded run.
     #[arg(long)]
     label: Option<String>,
+    /// The seed of every call's random draws (backoff jitter); a run
+    /// repeated with the seed another printed or recorded sleeps the same.
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
@@ -81,6 +85,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         overrides: cli.overrides.clone(),
         edits: Vec::new(),
         recording,
+        seed: args.seed,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let outcome = runtime.block_on(async {

@@ -188,6 +188,11 @@ impl Classifier {
         Ok(Classifier { rules })
     }
 
+    /// The user rules, in the order they are checked.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
     /// Classifies one failure. `now` is the wall clock, for HTTP-date
     /// Retry-After values.
     pub fn classify(&self, failure: &Failure, now: SystemTime) -> Classification {
@@ -442,7 +447,7 @@ mod tests {
     #[test]
     fn invalid_rules_are_refused() {
         assert!(matches!(Classifier::new(vec![Rule::default()]), Err(RuleError::NoCondition(_))));
-        let rule = Rule { error_kind: Some("dns".into()), ..Rule::default() };
+        let rule = Rule { error_kind: Some("dns_failure".into()), ..Rule::default() };
         assert!(matches!(Classifier::new(vec![rule]), Err(RuleError::UnknownKind { .. })));
     }
 

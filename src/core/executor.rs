@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::category::{Category, TimerKind};
 use super::classify::{Classification, Classifier};
-use super::event::{Event, EventKind, EventSink, Outcome, SleepReason, StreamId};
+use super::event::{AttemptEnd, Event, EventKind, EventSink, Outcome, SleepReason, StreamId};
 use super::failover::Target;
 use super::failure::Failure;
 use super::fleet::{Fleet, RetryPermit};
@@ -102,6 +102,34 @@ pub struct CallReport {
     pub retry_counts: BTreeMap<Category, Used>,
 }
 
+/// Where a run's clocks and random numbers start: what a replay must be
+/// given to make the same decisions.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin {
+    /// The monotonic epoch of event timestamps.
+    pub epoch: Instant,
+    /// The wall clock at `epoch`.
+    pub wall_epoch: SystemTime,
+    /// The run's seed.
+    pub seed: u64,
+}
+
+impl Origin {
+    /// An origin at this moment.
+    pub fn now(seed: u64) -> Origin {
+        Origin { epoch: Instant::now(), wall_epoch: SystemTime::now(), seed }
+    }
+
+    /// The wall clock at `epoch` in nanoseconds since the Unix epoch
+    /// (negative before it).
+    pub fn epoch_unix_ns(&self) -> i64 {
+        match self.wall_epoch.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+            Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |ns| -ns),
+        }
+    }
+}
+
 /// Everything a call needs, shared by the calls of a run.
 #[derive(Clone)]
 pub struct Executor {
@@ -130,8 +158,11 @@ pub struct Executor {
 enum Next {
     /// Sleep, then retry the same target.
     Retry { sleep: Duration, requested: Option<Duration>, permit: RetryPermit },
-    /// Move to the next target now.
-    Failover,
+    /// Move to this target of the chain now.
+    Failover {
+        /// Its index in the chain.
+        to: usize,
+    },
     /// End the call with this classification.
     Fail(Box<Classification>),
 }
@@ -230,14 +261,21 @@ impl<'a> CallState<'a> {
             deadline: self.deadline,
             cancel,
             wall_epoch: self.exec.wall_epoch,
+            bodies: self.exec.policy.bodies,
         }
     }
 
+    /// Emits an event about the last attempt made (or the call, before
+    /// any attempt).
     fn emit(&self, kind: EventKind) {
+        self.emit_for(self.report.attempts, kind);
+    }
+
+    fn emit_for(&self, attempt: u32, kind: EventKind) {
         self.exec.sink.emit(Event {
             at: Instant::now().saturating_duration_since(self.exec.epoch),
             stream: self.call.stream,
-            attempt: self.report.attempts,
+            attempt,
             kind,
         });
     }
@@ -256,15 +294,13 @@ impl<'a> CallState<'a> {
         loop {
             let target = self.chain[self.hop].clone();
             self.report.target = target.clone();
-            self.report.attempts += 1;
-            let attempt = self.report.attempts;
             let mut progress = AttemptProgress::default();
-            let (result, credential) = match self.attempt(&target, attempt, cancel, &mut progress).await {
+            let (result, credential) = match self.attempt(&target, cancel, &mut progress).await {
                 Ok(credential) => (Ok(()), credential),
                 Err((failure, credential)) => (Err(failure), credential),
             };
             drop(permit.take());
-            self.absorb(&progress);
+            self.absorb(&mut progress);
             let failure = match result {
                 Ok(()) => {
                     self.report.content = progress.content;
@@ -306,8 +342,8 @@ impl<'a> CallState<'a> {
                     }
                     permit = Some(granted);
                 }
-                Next::Failover => {
-                    let to = self.chain[self.hop + 1].clone();
+                Next::Failover { to: hop } => {
+                    let to = self.chain[hop].clone();
                     self.emit(EventKind::FailedOver {
                         from: target.clone(),
                         to: to.clone(),
@@ -321,7 +357,7 @@ impl<'a> CallState<'a> {
                     if to.provider != target.provider {
                         active = exec.fleet.activate(&to.provider);
                     }
-                    self.hop += 1;
+                    self.hop = hop;
                     self.report.error = Some(classification);
                 }
                 Next::Fail(classification) => {
@@ -332,17 +368,19 @@ impl<'a> CallState<'a> {
         }
     }
 
-    /// Runs one attempt; returns the credential index it used.
+    /// Runs one attempt; returns the credential index it used. When no
+    /// request can be sent (no such provider, every key resting) no attempt
+    /// is counted and the failure is the executor's own, between attempts.
     async fn attempt(
         &mut self,
         target: &Target,
-        attempt: u32,
         cancel: &CancellationToken,
         progress: &mut AttemptProgress,
     ) -> Result<Option<usize>, (Classified, Option<usize>)> {
         let exec = self.exec;
         let Some(upstream) = exec.upstreams.providers.get(&target.provider) else {
             let c = self.builtin(
+                BETWEEN_ATTEMPTS,
                 Category::Permanent,
                 "builtin: unknown provider",
                 format!("no provider named `{}` is configured", target.provider),
@@ -362,7 +400,12 @@ impl<'a> CallState<'a> {
                     resting.cause,
                     resting.ready_in.as_secs_f64()
                 );
-                let mut c = self.builtin(resting.cause, "builtin: every key of the pool is cooling down", message);
+                let mut c = self.builtin(
+                    BETWEEN_ATTEMPTS,
+                    resting.cause,
+                    "builtin: every key of the pool is cooling down",
+                    message,
+                );
                 if resting.cause == Category::RateLimit {
                     c.server_delay = Some(super::retry_after::ServerDelay {
                         delay: resting.ready_in,
@@ -373,6 +416,8 @@ impl<'a> CallState<'a> {
                 return Err((Classified::Done(Box::new(c)), None));
             }
         };
+        self.report.attempts += 1;
+        let attempt = self.report.attempts;
         let index = credential.as_ref().map(|c| c.index);
         if let Some(index) = index {
             if let Some((provider, from)) = &self.last_credential
@@ -399,13 +444,18 @@ impl<'a> CallState<'a> {
             credential: credential.as_ref(),
             input: &self.call.input,
         };
-        run_attempt(upstream.as_ref(), request, &timers, &scope, progress)
-            .await
-            .map(|()| index)
-            .map_err(|failure| (Classified::Raw(failure), index))
+        let result = run_attempt(upstream.as_ref(), request, &timers, &scope, progress).await;
+        scope.emit(EventKind::AttemptEnded {
+            end: result.as_ref().map_or_else(attempt_end, |()| AttemptEnd::Done),
+            stop_reason: progress.stop_reason.clone(),
+        });
+        result.map(|()| index).map_err(|failure| (Classified::Raw(failure), index))
     }
 
-    fn absorb(&mut self, progress: &AttemptProgress) {
+    fn absorb(&mut self, progress: &mut AttemptProgress) {
+        if let Some(body) = progress.body.take() {
+            self.emit(EventKind::BodyRecorded { body });
+        }
         self.report.bytes += progress.bytes;
         self.report.events += progress.events;
         self.report.keepalives += progress.keepalives;
@@ -424,18 +474,12 @@ impl<'a> CallState<'a> {
             rule: c.rule.clone(),
             message: c.message.clone(),
         });
-        if let Some(limits) = &c.rate_limits {
-            self.emit(EventKind::RateLimitObserved {
-                requests_remaining: limits.requests.remaining,
-                tokens_remaining: limits.tokens.remaining,
-                exhausted_reset: limits.exhausted_reset(),
-            });
-        }
         c
     }
 
-    /// A classification the executor makes itself (not from a failure).
-    fn builtin(&self, category: Category, rule: &str, message: String) -> Classification {
+    /// A classification the executor makes itself (not from a failure),
+    /// reported as of `attempt`.
+    fn builtin(&self, attempt: u32, category: Category, rule: &str, message: String) -> Classification {
         let c = Classification {
             category,
             timer: None,
@@ -446,14 +490,17 @@ impl<'a> CallState<'a> {
             server_delay: None,
             rate_limits: None,
         };
-        self.emit(EventKind::ErrorClassified {
-            category,
-            timer: None,
-            status: None,
-            retryable: c.retryable,
-            rule: c.rule.clone(),
-            message: c.message.clone(),
-        });
+        self.emit_for(
+            attempt,
+            EventKind::ErrorClassified {
+                category,
+                timer: None,
+                status: None,
+                retryable: c.retryable,
+                rule: c.rule.clone(),
+                message: c.message.clone(),
+            },
+        );
         c
     }
 
@@ -487,33 +534,49 @@ impl<'a> CallState<'a> {
         if c.timer == Some(TimerKind::Deadline) {
             return Next::Fail(Box::new(c.clone()));
         }
-        let here = self.retry_here(target, credential, c);
-        match here {
-            Ok(next) => next,
-            Err(()) => {
-                let may_hop = policy.failover.on.contains(&c.category) && self.hop + 1 < self.chain.len();
-                if may_hop { Next::Failover } else { Next::Fail(Box::new(c.clone())) }
-            }
+        let refusal = match self.retry_here(target, credential, c) {
+            Ok(next) => return next,
+            Err(refusal) => refusal,
+        };
+        if !policy.failover.on.contains(&c.category) {
+            return Next::Fail(Box::new(c.clone()));
+        }
+        // The fleet budget refuses retries to a provider that is failing for
+        // many calls at once: hopping at once, without a sleep, to another
+        // of its models would multiply the load the budget exists to bound.
+        let leaves_provider = |t: &Target| refusal != Refusal::FleetBudget || t.provider != target.provider;
+        match (self.hop + 1..self.chain.len()).find(|&i| leaves_provider(&self.chain[i])) {
+            Some(to) => Next::Failover { to },
+            None => Next::Fail(Box::new(c.clone())),
         }
     }
 
-    /// A retry on the same target, if every bound allows one.
-    fn retry_here(&mut self, target: &Target, credential: Option<usize>, c: &Classification) -> Result<Next, ()> {
+    /// A retry on the same target, if every bound allows one. Every retry
+    /// is counted under its category and bounded by that category's budget:
+    /// a retryable category's own; for a rotation after an auth refusal,
+    /// one per other key of the pool; for a retry the server forced with
+    /// `x-should-retry: true`, `STALLSCOPE_RETRY_BUDGET_SERVER_FORCED`.
+    fn retry_here(&mut self, target: &Target, credential: Option<usize>, c: &Classification) -> Result<Next, Refusal> {
         let exec = self.exec;
         let retry = &exec.policy.retry;
         if self.total_retries >= retry.max_retries {
-            return Err(());
+            return Err(Refusal::Bound);
         }
-        let rotation = c.category == Category::Auth
-            && credential.is_some()
-            && exec.fleet.pool(&target.provider).is_some_and(|p| p.len() > 1);
+        let other_keys = exec.fleet.pool(&target.provider).map_or(0, |p| p.len().saturating_sub(1));
+        let rotation = c.category == Category::Auth && credential.is_some() && other_keys > 0;
         if !c.retryable && !rotation {
-            return Err(());
+            return Err(Refusal::Bound);
         }
-        if let Some(used) = self.report.retry_counts.get(&c.category)
-            && used.used >= used.budget
-        {
-            return Err(());
+        let budget = if c.category.is_retryable() {
+            retry.budget(c.category)
+        } else if rotation {
+            u32::try_from(other_keys).unwrap_or(u32::MAX)
+        } else {
+            retry.server_forced_budget
+        };
+        let used = self.report.retry_counts.entry(c.category).or_insert(Used { used: 0, budget });
+        if used.used >= used.budget {
+            return Err(Refusal::Bound);
         }
         let requested = c.requested_wait();
         if let Some(wanted) = requested
@@ -521,7 +584,7 @@ impl<'a> CallState<'a> {
         {
             self.emit(EventKind::ServerWaitRefused { requested: wanted, cap: retry.retry_after_max });
             self.report.refused_wait = Some(wanted);
-            return Err(());
+            return Err(Refusal::Bound);
         }
         let permit = match exec.fleet.try_retry(&target.provider) {
             Ok(permit) => permit,
@@ -531,7 +594,7 @@ impl<'a> CallState<'a> {
                     in_flight: refusal.in_flight,
                     limit: refusal.limit,
                 });
-                return Err(());
+                return Err(Refusal::FleetBudget);
             }
         };
         let sleep = if rotation {
@@ -571,7 +634,12 @@ impl<'a> CallState<'a> {
         tokio::select! {
             biased;
             () = cancel.cancelled() => {
-                let c = self.builtin(Category::Cancelled, "builtin: cancelled", "cancelled during backoff".to_owned());
+                let c = self.builtin(
+                    self.report.attempts,
+                    Category::Cancelled,
+                    "builtin: cancelled",
+                    "cancelled during backoff".to_owned(),
+                );
                 self.report.error = Some(c);
                 false
             }
@@ -582,6 +650,7 @@ impl<'a> CallState<'a> {
     fn backoff_crosses_deadline(&self, budget: Duration, sleep: Duration) -> Classification {
         self.emit(EventKind::TimerFired { timer: TimerKind::Deadline, after: budget });
         let mut c = self.builtin(
+            self.report.attempts,
             Category::Timeout,
             "builtin: backoff would cross the deadline",
             format!(
@@ -649,6 +718,33 @@ fn delay_header(source: &DelaySource) -> String {
         DelaySource::RetryAfterMs => "retry-after-ms".to_owned(),
         DelaySource::RetryAfterSeconds | DelaySource::RetryAfterDate => "retry-after".to_owned(),
         DelaySource::ResetHint { header } => header.clone(),
+    }
+}
+
+/// Why a retry on the same target was not made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// A bound of the call: its retries, the category's budget, the cap on
+    /// server waits, or the failure is not retryable.
+    Bound,
+    /// The fleet-wide retry budget of the target's provider.
+    FleetBudget,
+}
+
+/// The attempt number of events about no attempt (`Event::attempt`).
+const BETWEEN_ATTEMPTS: u32 = 0;
+
+/// How an attempt that failed ended, for its `AttemptEnded` event.
+fn attempt_end(failure: &Failure) -> AttemptEnd {
+    match failure {
+        Failure::Transport { kind, .. } => AttemptEnd::Transport { kind: *kind },
+        Failure::Timeout { timer, .. } => AttemptEnd::Timer { timer: *timer },
+        Failure::Http { status, .. } | Failure::UnexpectedContentType { status, .. } => {
+            AttemptEnd::Status { status: *status }
+        }
+        Failure::InStream { code, .. } => AttemptEnd::InStream { code: code.clone() },
+        Failure::Malformed { .. } => AttemptEnd::Malformed,
+        Failure::Cancelled => AttemptEnd::Cancelled,
     }
 }
 

@@ -7,6 +7,7 @@ use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 
 use super::category::TimerKind;
+use super::evidence::redact_secrets;
 
 /// A transport-level failure, as far as the HTTP stack and the kernel let
 /// us tell. None of these is one of our timers: a kernel timeout is the
@@ -235,8 +236,10 @@ impl fmt::Display for Failure {
                 content_type.as_deref().unwrap_or("(none)"),
                 snippet(body)
             ),
-            Failure::InStream { code: Some(code), message } => write!(f, "in-stream error {code}: {message}"),
-            Failure::InStream { code: None, message } => write!(f, "in-stream error: {message}"),
+            Failure::InStream { code: Some(code), message } => {
+                write!(f, "in-stream error {code}: {}", redact_secrets(message))
+            }
+            Failure::InStream { code: None, message } => write!(f, "in-stream error: {}", redact_secrets(message)),
             Failure::Malformed { message } => write!(f, "malformed stream: {message}"),
             Failure::Cancelled => f.write_str("cancelled"),
         }
@@ -244,11 +247,13 @@ impl fmt::Display for Failure {
 }
 
 /// The first line of a body, shortened for messages.
+/// Bodies echo what was sent (a provider's "Incorrect API key provided:
+/// sk-…"), and messages reach events and reports: keys are redacted.
 fn snippet(body: &str) -> String {
     const MAX: usize = 200;
     let line = body.trim().lines().next().unwrap_or("");
     match line.char_indices().nth(MAX) {
-        Some((cut, _)) => format!("{}…", &line[..cut]),
-        None => line.to_owned(),
+        Some((cut, _)) => format!("{}…", redact_secrets(&line[..cut])),
+        None => redact_secrets(line),
     }
 }

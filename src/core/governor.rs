@@ -26,9 +26,11 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use super::category::TimerKind;
-use super::event::{AttemptPhase, Event, EventClass, EventKind, EventSink, StreamId};
+use super::event::{AttemptPhase, Event, EventClass, EventKind, EventSink, RecordedBody, StreamId};
+use super::evidence::{BodyCapture, recorded_error_body, recorded_headers};
 use super::failure::{Failure, TransportKind};
-use super::policy::AttemptTimers;
+use super::policy::{AttemptTimers, BodySettings};
+use super::ratelimit::RateLimits;
 use super::upstream::{AttemptRequest, Body, Decoded, Upstream};
 use super::wake_flag::WakeFlag;
 
@@ -51,12 +53,19 @@ pub struct AttemptScope<'a> {
     pub cancel: &'a CancellationToken,
     /// The wall clock at `epoch` (see [`super::executor::Executor::wall_epoch`]).
     pub wall_epoch: SystemTime,
+    /// What of the body the recording keeps.
+    pub bodies: BodySettings,
 }
 
 impl AttemptScope<'_> {
     /// Emits one event stamped now.
     pub fn emit(&self, kind: EventKind) {
         self.emit_at(Instant::now(), kind);
+    }
+
+    /// The wall clock at `now`, as the run's decisions see it.
+    fn wall_at(&self, now: Instant) -> SystemTime {
+        self.wall_epoch + now.saturating_duration_since(self.epoch)
     }
 
     /// Emits one event stamped `at` (saves a clock read per chunk).
@@ -87,6 +96,8 @@ pub struct AttemptProgress {
     pub events: u64,
     /// Keep-alive events received.
     pub keepalives: u64,
+    /// The body as recorded, when bodies are recorded.
+    pub body: Option<RecordedBody>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -171,8 +182,10 @@ impl ErrorBody {
         self.body.len() >= ERROR_BODY_LIMIT
     }
 
-    /// The failure this response amounts to.
-    fn into_failure(self) -> Failure {
+    /// The failure this response amounts to; records the start of the body.
+    fn into_failure(self, scope: &AttemptScope<'_>) -> Failure {
+        let (recorded, truncated) = recorded_error_body(&self.body);
+        scope.emit(EventKind::ErrorBody { body: recorded, truncated });
         let body = String::from_utf8_lossy(&self.body).into_owned();
         let (status, headers, content_type) = (self.status, self.headers, self.content_type);
         if (200..300).contains(&status) {
@@ -184,13 +197,27 @@ impl ErrorBody {
 }
 
 /// Runs one attempt to completion or failure. `progress` holds what
-/// streamed either way.
+/// streamed either way, and the body when bodies are recorded.
 pub async fn run_attempt(
     upstream: &dyn Upstream,
     request: AttemptRequest<'_>,
     timers: &AttemptTimers,
     scope: &AttemptScope<'_>,
     progress: &mut AttemptProgress,
+) -> Result<(), Failure> {
+    let mut capture = BodyCapture::new(scope.bodies);
+    let result = govern(upstream, request, timers, scope, progress, &mut capture).await;
+    progress.body = capture.map(BodyCapture::finish);
+    result
+}
+
+async fn govern(
+    upstream: &dyn Upstream,
+    request: AttemptRequest<'_>,
+    timers: &AttemptTimers,
+    scope: &AttemptScope<'_>,
+    progress: &mut AttemptProgress,
+    capture: &mut Option<BodyCapture>,
 ) -> Result<(), Failure> {
     let started = Instant::now();
     let mut clocks = Clocks {
@@ -230,7 +257,17 @@ pub async fn run_attempt(
                     return Err(fire(scope, fired).await);
                 }
             }
-            response = &mut open => break response?,
+            response = &mut open => match response {
+                Ok(response) => break response,
+                Err(failure) => {
+                    // The connect timer lives in the HTTP client; when it
+                    // is what fired, the timeline marks it like ours.
+                    if let Failure::Timeout { timer: TimerKind::Connect, after } = failure {
+                        scope.emit(EventKind::TimerFired { timer: TimerKind::Connect, after });
+                    }
+                    return Err(failure);
+                }
+            },
         }
     };
     let now = Instant::now();
@@ -240,6 +277,8 @@ pub async fn run_attempt(
     let content_type =
         response.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     scope.emit(EventKind::HeadersReceived { status: response.status, content_type: content_type.clone() });
+    scope.emit(EventKind::ResponseHeaders { headers: recorded_headers(&response.headers) });
+    observe_rate_limits(scope, &response.headers, now);
     let is_stream = content_type.as_deref().is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
     // The data-stall clock runs for every body. An error or non-stream body
     // has no progress events, so it must arrive whole within that budget: a
@@ -317,10 +356,10 @@ pub async fn run_attempt(
             Some(Err(failure)) => return Err(failure),
             None => {
                 return match reading {
-                    Reading::ErrorBody(collected) => Err(collected.into_failure()),
+                    Reading::ErrorBody(collected) => Err(collected.into_failure(scope)),
                     Reading::Stream => {
                         decoder.finish(&mut decoded);
-                        match absorb(&mut decoded, timers, &mut clocks, scope, progress, now) {
+                        match absorb(&mut decoded, timers, &mut clocks, scope, progress, capture, now) {
                             Some(result) => result,
                             None => Err(Failure::Transport {
                                 kind: TransportKind::Closed,
@@ -340,16 +379,19 @@ pub async fn run_attempt(
             idle.reset(now);
         }
         scope.emit_at(now, EventKind::ChunkReceived { bytes: chunk.len() });
+        if let Some(capture) = capture {
+            capture.chunk(&chunk);
+        }
         reading = match reading {
             Reading::ErrorBody(mut collected) => {
                 if collected.push(&chunk) {
-                    return Err(collected.into_failure());
+                    return Err(collected.into_failure(scope));
                 }
                 Reading::ErrorBody(collected)
             }
             Reading::Stream => {
                 decoder.feed(&chunk, &mut decoded);
-                if let Some(result) = absorb(&mut decoded, timers, &mut clocks, scope, progress, now) {
+                if let Some(result) = absorb(&mut decoded, timers, &mut clocks, scope, progress, capture, now) {
                     return result;
                 }
                 Reading::Stream
@@ -366,11 +408,15 @@ fn absorb(
     clocks: &mut Clocks,
     scope: &AttemptScope<'_>,
     progress: &mut AttemptProgress,
+    capture: &mut Option<BodyCapture>,
     now: Instant,
 ) -> Option<Result<(), Failure>> {
     for item in decoded.drain(..) {
         match item {
             Decoded::Event { class, text } => {
+                if let Some(capture) = capture {
+                    capture.event(&text);
+                }
                 progress.events += 1;
                 if class == EventClass::Keepalive {
                     progress.keepalives += 1;
@@ -399,6 +445,32 @@ fn absorb(
     }
     None
 }
+
+/// Reads the rate-limit headers of any response (a successful one says a
+/// bucket is running low before a 429 does) and reports the low buckets.
+fn observe_rate_limits(scope: &AttemptScope<'_>, headers: &http::HeaderMap, now: Instant) {
+    let Some(limits) = RateLimits::from_headers(headers, scope.wall_at(now)) else { return };
+    scope.emit_at(
+        now,
+        EventKind::RateLimitObserved {
+            requests_remaining: limits.requests.remaining,
+            tokens_remaining: limits.tokens.remaining,
+            exhausted_reset: limits.exhausted_reset(),
+        },
+    );
+    for (bucket, state) in limits.named_buckets() {
+        if let Some(remaining) = state.remaining
+            && state.is_low(LOW_BUCKET_FRACTION)
+        {
+            let bucket = bucket.to_owned();
+            let (limit, reset) = (state.limit, state.reset_after);
+            scope.emit_at(now, EventKind::RateLimitLow { bucket, remaining, limit, reset });
+        }
+    }
+}
+
+/// A bucket with at most this share of its limit left is running low.
+const LOW_BUCKET_FRACTION: f64 = 0.1;
 
 /// A moment no attempt reaches, for a timer with nothing armed.
 fn far_future() -> Instant {

@@ -45,6 +45,7 @@ pub mod classify;
 pub mod credentials;
 pub mod escalation;
 pub mod event;
+pub mod evidence;
 pub mod executor;
 pub mod failover;
 pub mod failure;

@@ -102,12 +102,18 @@ impl RateLimits {
     /// since an empty bucket is at or below any non-negative fraction. Buckets
     /// missing `remaining` are ignored, and a NaN `fraction` never matches.
     pub fn is_low(&self, fraction: f64) -> bool {
-        self.buckets().any(|bucket| match (bucket.remaining, bucket.limit) {
-            (Some(0), _) => fraction >= 0.0,
-            // Multiplying instead of dividing sidesteps a zero limit.
-            (Some(remaining), Some(limit)) => remaining as f64 <= fraction * limit as f64,
-            _ => false,
-        })
+        self.buckets().any(|bucket| bucket.is_low(fraction))
+    }
+
+    /// Each bucket with its name: `requests`, `tokens`, `input_tokens`,
+    /// `output_tokens`.
+    pub fn named_buckets(&self) -> [(&'static str, &Bucket); 4] {
+        [
+            ("requests", &self.requests),
+            ("tokens", &self.tokens),
+            ("input_tokens", &self.input_tokens),
+            ("output_tokens", &self.output_tokens),
+        ]
     }
 
     fn buckets(&self) -> impl Iterator<Item = &Bucket> {
@@ -116,6 +122,17 @@ impl RateLimits {
 }
 
 impl Bucket {
+    /// True when at most `fraction` of the limit is left, or nothing is
+    /// (see [`RateLimits::is_low`]).
+    pub fn is_low(&self, fraction: f64) -> bool {
+        match (self.remaining, self.limit) {
+            (Some(0), _) => fraction >= 0.0,
+            // Multiplying instead of dividing sidesteps a zero limit.
+            (Some(remaining), Some(limit)) => remaining as f64 <= fraction * limit as f64,
+            _ => false,
+        }
+    }
+
     fn from_headers(headers: &HeaderMap, names: &BucketHeaders, now: SystemTime) -> Bucket {
         Bucket {
             limit: first_parsed(headers, names.limit, parse_count),

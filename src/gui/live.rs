@@ -91,6 +91,7 @@ impl RunForm {
             overrides: overrides.clone(),
             edits: edits.clone(),
             recording: recording.clone(),
+            seed: None,
         };
         let scenario =
             |name: &str| (name.to_owned(), plan(RunSource::Scenario { name: name.to_owned(), dialect: self.dialect }));

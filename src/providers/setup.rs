@@ -126,6 +126,16 @@ pub enum SetupError {
     },
 }
 
+/// The number of keys in each provider's pool, by name: the key variables
+/// of its first row, as [`connect`] builds the pools (never the keys).
+pub fn key_counts(rows: &[ProviderConfig]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for row in rows {
+        counts.entry(row.name.clone()).or_insert_with(|| row.api_key_env.iter().chain(&row.api_key_envs).count());
+    }
+    counts
+}
+
 /// Endpoints and credential pools for `rows`. `env` looks up variables.
 pub fn connect(
     rows: &[ProviderConfig],
