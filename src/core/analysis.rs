@@ -5,14 +5,19 @@
 //! caller's 120 s budget. This module computes the same enumeration from
 //! the effective tunables plus any outer layers the operator describes, so
 //! the mismatch is visible before it happens.
+//!
+//! Each attempt is bounded from the timers the governor itself would arm
+//! for it ([`TimerSettings::for_attempt`](super::policy::TimerSettings::for_attempt)):
+//! timeout escalation grows every timer on its own, so the timers are
+//! escalated first and only then combined into the attempt's bound.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 use super::category::Category;
-use super::escalation::Escalation;
-use super::policy::CorePolicy;
+use super::event::EventClass;
+use super::policy::{AttemptTimers, CorePolicy};
 
 /// A retry layer outside the core (a harness retrying the whole call).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -101,44 +106,124 @@ fn secs(d: Duration) -> String {
     format!("{} s", (d.as_secs_f64() * 1000.0).round() / 1000.0)
 }
 
+/// What ends the longest attempt that still fails, as the governor
+/// ([`super::governor::run_attempt`]) runs its clocks.
+///
+/// TTFB and idle both count from the request, so the headers come before
+/// the earlier of the two fires. The data-stall clock starts when the
+/// headers arrive and only progress events reset it, while any body byte
+/// stops TTFB and resets idle. So the longest stall the governor lets run
+/// has its headers and a first keep-alive arrive just before that earlier
+/// timer fires, then keep-alives until data stall fires: the two add up.
+/// The total timer, when set and shorter, ends the attempt first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum AttemptLimit {
+    /// The total timer.
+    Total(Duration),
+    /// A stall covered by keep-alives.
+    Stall {
+        /// The timer the headers must beat: `TTFB` or `idle`.
+        before: &'static str,
+        /// Its budget.
+        until_headers: Duration,
+        /// The data-stall budget, counted from the headers.
+        data_stall: Duration,
+    },
+    /// Keep-alives (or an upstream that never answers) hold the attempt
+    /// open forever.
+    Unbounded,
+}
+
+impl AttemptLimit {
+    fn of(timers: &AttemptTimers) -> AttemptLimit {
+        // `min_by_key` keeps the first of equals, as the governor's
+        // `Clocks::earliest` does: TTFB wins a tie.
+        let until_headers = [("TTFB", timers.ttfb), ("idle", timers.idle)]
+            .into_iter()
+            .filter_map(|(name, budget)| budget.map(|b| (name, b)))
+            .min_by_key(|&(_, budget)| budget);
+        let keepalives_are_progress = timers.progress_classes.contains(&EventClass::Keepalive);
+        let data_stall = timers.data_stall.filter(|_| !keepalives_are_progress);
+        let stall = until_headers.zip(data_stall).map(|((before, until_headers), data_stall)| AttemptLimit::Stall {
+            before,
+            until_headers,
+            data_stall,
+        });
+        match (timers.total, stall) {
+            (Some(total), Some(stall)) if stall.worst().is_some_and(|s| total <= s) => AttemptLimit::Total(total),
+            (_, Some(stall)) => stall,
+            (Some(total), None) => AttemptLimit::Total(total),
+            (None, None) => AttemptLimit::Unbounded,
+        }
+    }
+
+    fn worst(self) -> Option<Duration> {
+        match self {
+            AttemptLimit::Total(total) => Some(total),
+            AttemptLimit::Stall { until_headers, data_stall, .. } => Some(until_headers.saturating_add(data_stall)),
+            AttemptLimit::Unbounded => None,
+        }
+    }
+
+    /// The terms of [`worst`](Self::worst), in words.
+    fn terms(self) -> String {
+        match self {
+            AttemptLimit::Total(total) => format!("total timer {}", secs(total)),
+            AttemptLimit::Stall { before, until_headers, data_stall } => {
+                format!("{before} {} + data stall {}", secs(until_headers), secs(data_stall))
+            }
+            AttemptLimit::Unbounded => "no timer ends a stall (see the notes)".to_owned(),
+        }
+    }
+}
+
+/// Why an attempt with these timers can run forever, and what to set
+/// about it; empty when the total timer caps it.
+fn unbounded_notes(timers: &AttemptTimers) -> Vec<String> {
+    if timers.total.is_some() {
+        return Vec::new();
+    }
+    let mut notes = vec![
+        "a stream that keeps making progress without finishing is unbounded; \
+         set STALLSCOPE_SSE_TOTAL_TIMEOUT_S to cap an attempt"
+            .to_owned(),
+    ];
+    if timers.ttfb.is_none() && timers.idle.is_none() {
+        notes.push(
+            "with no TTFB or idle timer an upstream that never sends headers holds an attempt open forever; \
+             set STALLSCOPE_SSE_TTFB_TIMEOUT_S or STALLSCOPE_SSE_IDLE_TIMEOUT_S (or STALLSCOPE_SSE_TOTAL_TIMEOUT_S)"
+                .to_owned(),
+        );
+    }
+    if timers.data_stall.is_none() {
+        notes.push(
+            "with the data-stall timer off, keep-alives hold a stalled attempt open forever; \
+             set STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S (or STALLSCOPE_SSE_TOTAL_TIMEOUT_S)"
+                .to_owned(),
+        );
+    } else if timers.progress_classes.contains(&EventClass::Keepalive) {
+        notes.push(
+            "STALLSCOPE_PROGRESS_EVENT_CLASSES counts keep-alives as progress, so they hold a stalled attempt \
+             open forever; remove keepalive from it (or set STALLSCOPE_SSE_TOTAL_TIMEOUT_S)"
+                .to_owned(),
+        );
+    }
+    notes
+}
+
 /// Computes the worst case of one call and of each outer layer.
 pub fn analyse(policy: &CorePolicy, input: &BudgetInput) -> BudgetReport {
-    // The timers of a first attempt for this context; escalation is applied
-    // per attempt below.
-    let timers = policy.timers.for_attempt(input.context_tokens, &Escalation::default(), 0, 0);
     let retry = &policy.retry;
-    let mut notes = Vec::new();
-
-    // One failing attempt: the total cap if set; otherwise the longest a
-    // stall can go unnoticed (first byte just before TTFB/idle fires, then
-    // keep-alives until the data-stall timer fires).
-    let before_body = timers.ttfb.or(timers.idle);
-    let after_body = timers.data_stall.or(timers.idle);
-    let stall_bound = before_body.zip(after_body).map(|(a, b)| a.saturating_add(b));
-    let attempt_base = match (timers.total, stall_bound) {
-        (Some(total), Some(stall)) => Some(total.min(stall)),
-        (Some(total), None) => Some(total),
-        (None, stall) => {
-            notes.push(
-                "a stream that keeps making progress without finishing is unbounded; \
-                 set STALLSCOPE_SSE_TOTAL_TIMEOUT_S to cap an attempt"
-                    .to_owned(),
-            );
-            stall
-        }
-    };
     let timeout_budget = retry.budget(Category::Timeout);
-    let attempt_bound = |timeout_retries: u32| {
-        attempt_base.map(|d| retry.escalation.escalate(d, timeout_retries.min(timeout_budget), timeout_budget))
+    // The governor's own timers: escalation grows each timer on its own, so
+    // an attempt's bound is taken from the escalated timers, never by
+    // escalating a bound.
+    let timers_after = |timeout_retries: u32| {
+        policy.timers.for_attempt(input.context_tokens, &retry.escalation, timeout_retries, timeout_budget)
     };
-    let mut layers = vec![LayerBound {
-        name: "attempt".to_owned(),
-        worst: attempt_base,
-        detail: match timers.total {
-            Some(total) => format!("total timer {}", secs(total)),
-            None => "time to first byte (or idle) + data stall".to_owned(),
-        },
-    }];
+    let first_timers = timers_after(0);
+    let first = AttemptLimit::of(&first_timers);
+    let notes = unbounded_notes(&first_timers);
 
     // One call: every retry the budgets allow, each after its longest sleep,
     // then every failover hop (no sleep before a hop).
@@ -146,27 +231,55 @@ pub fn analyse(policy: &CorePolicy, input: &BudgetInput) -> BudgetReport {
     let retries = retry.max_retries.min(category_sum);
     let hops =
         u32::try_from(input.fallbacks.unwrap_or_else(|| policy.failover.fallback.max_fallbacks())).unwrap_or(u32::MAX);
+    // The executor counts timeout retries only while their budget lasts and
+    // never resets the count, not even on a failover hop. Spending that
+    // budget first makes each later attempt as long as it can be: attempt i
+    // runs after min(i, budget) timeout retries, and the rest (other
+    // categories' retries, then the hops) keep the last escalated timers.
+    let timeout_retries = retries.min(timeout_budget);
+    let mut attempts = Some(Duration::ZERO);
+    for n in 0..=timeout_retries {
+        attempts = attempts.zip(AttemptLimit::of(&timers_after(n)).worst()).map(|(sum, a)| sum.saturating_add(a));
+    }
+    let last = AttemptLimit::of(&timers_after(timeout_retries));
+    let repeats = (retries - timeout_retries).saturating_add(hops);
+    attempts = attempts.zip(last.worst()).map(|(sum, a)| sum.saturating_add(a.saturating_mul(repeats)));
+
+    let mut detail = if first == last {
+        first.terms()
+    } else {
+        format!("{} after {timeout_retries} timeout retries, from {} on the first attempt", last.terms(), first.terms())
+    };
+    if let AttemptLimit::Stall { before, .. } = last {
+        detail.push_str(&format!(" (headers just before {before} fires, then keep-alives until data stall fires)"));
+    }
+    let mut layers = vec![LayerBound { name: "attempt".to_owned(), worst: last.worst(), detail }];
+
     let server_wait = if retry.retry_after_max.is_zero() {
         Duration::ZERO
     } else {
         retry.backoff.server_delay_max(retry.retry_after_max, retry.server_jitter)
     };
-    let mut call = Some(Duration::ZERO);
     let mut sleeps = Duration::ZERO;
-    for i in 0..=retries {
-        call = call.zip(attempt_bound(i)).map(|(a, b)| a.saturating_add(b));
-        if i < retries {
-            let sleep = retry.backoff.max_delay(i).max(server_wait);
-            sleeps = sleeps.saturating_add(sleep);
-            call = call.map(|c| c.saturating_add(sleep));
+    for i in 0..retries {
+        sleeps = sleeps.saturating_add(retry.backoff.max_delay(i).max(server_wait));
+    }
+    let mut call = attempts.map(|a| a.saturating_add(sleeps));
+    let each = match (first.worst(), last.worst(), attempts) {
+        (Some(first), Some(last), Some(sum)) if first == last => {
+            format!(" of {} each, {} in all", secs(first), secs(sum))
         }
-    }
-    for _ in 0..hops {
-        call = call.zip(attempt_bound(retries)).map(|(a, b)| a.saturating_add(b));
-    }
+        (Some(first), Some(last), Some(sum)) => format!(
+            " of {} rising to {} over {timeout_retries} timeout retries, {} in all",
+            secs(first),
+            secs(last),
+            secs(sum)
+        ),
+        _ => ", each unbounded".to_owned(),
+    };
     let mut detail = format!(
-        "{} attempts ({retries} retries + {hops} failover hops) + {} of sleeps",
-        1 + retries + hops,
+        "{} attempts (1 + {retries} retries + {hops} failover hops){each}, + {} of sleeps",
+        retries.saturating_add(hops).saturating_add(1),
         secs(sleeps)
     );
     if !server_wait.is_zero() {
@@ -193,7 +306,24 @@ pub fn analyse(policy: &CorePolicy, input: &BudgetInput) -> BudgetReport {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
+    use bytes::Bytes;
+    use futures_util::StreamExt;
+    use futures_util::future::BoxFuture;
+    use futures_util::stream;
+    use http::{HeaderMap, HeaderValue};
+    use tokio::time::Instant;
+    use tokio_util::sync::CancellationToken;
+
     use super::*;
+    use crate::core::category::TimerKind;
+    use crate::core::escalation::Escalation;
+    use crate::core::event::NullSink;
+    use crate::core::failover::Target;
+    use crate::core::failure::Failure;
+    use crate::core::governor::{AttemptProgress, AttemptScope, run_attempt};
+    use crate::core::upstream::{AttemptRequest, CallInput, Decoded, Decoder, Response, Upstream};
     use crate::tunables::Tunables;
 
     fn policy(sets: &[&str]) -> CorePolicy {
@@ -274,5 +404,284 @@ mod tests {
         };
         assert_eq!(analyse(&CorePolicy::default(), &input).total(), Some(Duration::MAX));
         assert_eq!(OuterLayer::parse("x:3").unwrap().runs, 3);
+    }
+
+    fn s(seconds: f64) -> Duration {
+        Duration::from_secs_f64(seconds)
+    }
+
+    /// The defaults' sleeps: three retries, each after a server wait of up
+    /// to 60 s with 25 % positive jitter (longer than any computed backoff).
+    const DEFAULT_SLEEPS: f64 = 3.0 * 75.0;
+
+    /// The defaults' attempts, as timeout retries before each: the three
+    /// retries are all timeouts (the budget is 3), then two failover hops
+    /// keep the count.
+    const DEFAULT_LEVELS: [u32; 6] = [0, 1, 2, 3, 3, 3];
+
+    /// The worst call from the governor's own timers: one attempt per entry
+    /// of `levels` (the timeout retries before it), each lasting TTFB + data
+    /// stall (or the total timer when shorter), plus `sleeps`.
+    fn from_governor_timers(p: &CorePolicy, levels: &[u32], sleeps: f64) -> Duration {
+        let budget = p.retry.budget(Category::Timeout);
+        let attempt = |&n: &u32| {
+            let t = p.timers.for_attempt(None, &p.retry.escalation, n, budget);
+            let stall = t.ttfb.unwrap() + t.data_stall.unwrap();
+            t.total.map_or(stall, |total| total.min(stall))
+        };
+        levels.iter().map(attempt).sum::<Duration>() + s(sleeps)
+    }
+
+    /// The issue's example: additive escalation by 30 s grows TTFB and data
+    /// stall by 30 s each per timeout retry, not their sum by 30 s.
+    #[test]
+    fn additive_escalation_grows_each_timer_before_they_are_summed() {
+        let p = policy(&["TIMEOUT_ESCALATION=additive"]);
+        let report = analyse(&p, &BudgetInput::default());
+        // 6 × 1020 s + 2 timers × 30 s × (0+1+2+3+3+3) + 225 s of sleeps.
+        assert_eq!(report.layers[1].worst, Some(s(7065.0)));
+        assert_eq!(report.layers[1].worst, Some(from_governor_timers(&p, &DEFAULT_LEVELS, DEFAULT_SLEEPS)));
+        // The longest attempt: TTFB 210 s + data stall 990 s.
+        assert_eq!(report.layers[0].worst, Some(s(1200.0)));
+        assert_eq!(
+            report.layers[0].detail,
+            "TTFB 210 s + data stall 990 s after 3 timeout retries, from TTFB 120 s + data stall 900 s \
+             on the first attempt (headers just before TTFB fires, then keep-alives until data stall fires)"
+        );
+        assert_eq!(
+            report.layers[1].detail,
+            "6 attempts (1 + 3 retries + 2 failover hops) of 1020 s rising to 1200 s over 3 timeout retries, \
+             6840 s in all, + 225 s of sleeps (a server may ask for up to 75 s per retry)"
+        );
+    }
+
+    /// Every strategy, with and without a ceiling; a ceiling below the sum
+    /// of the timers (but above one of them) still lets that one grow.
+    #[test]
+    fn each_strategy_escalates_each_timer_up_to_its_ceiling() {
+        let cases: [(&[&str], f64); 6] = [
+            // TTFB 120 → 150 and held there; data stall 900 is above the
+            // ceiling, which never shortens a timer.
+            (&["TIMEOUT_ESCALATION=additive", "TIMEOUT_ESCALATION_MAX_S=150"], 120.0 + 5.0 * 150.0 + 6.0 * 900.0),
+            // × 1, 2, 4, 8, 8, 8 = × 31.
+            (&["TIMEOUT_ESCALATION=multiplicative"], 31.0 * 1020.0),
+            // TTFB 120, 240, 480, 960, 960, 960; data stall 900, then 1000.
+            (
+                &["TIMEOUT_ESCALATION=multiplicative", "TIMEOUT_ESCALATION_MAX_S=1000"],
+                120.0 + 240.0 + 480.0 + 3.0 * 960.0 + 900.0 + 5.0 * 1000.0,
+            ),
+            // Three equal steps to 1200 s: TTFB 120, 480, 840, 1200 × 3;
+            // data stall 900, 1000, 1100, 1200 × 3.
+            (
+                &["TIMEOUT_ESCALATION=linear", "TIMEOUT_ESCALATION_MAX_S=1200"],
+                120.0 + 480.0 + 840.0 + 3.0 * 1200.0 + 900.0 + 1000.0 + 1100.0 + 3.0 * 1200.0,
+            ),
+            // TTFB 120, 280, 440, 600 × 3; data stall 900 throughout.
+            (
+                &["TIMEOUT_ESCALATION=linear", "TIMEOUT_ESCALATION_MAX_S=600"],
+                120.0 + 280.0 + 440.0 + 3.0 * 600.0 + 6.0 * 900.0,
+            ),
+            (&["TIMEOUT_ESCALATION=none", "TIMEOUT_ESCALATION_MAX_S=600"], 6.0 * 1020.0),
+        ];
+        for (sets, attempts) in cases {
+            let p = policy(sets);
+            let call = analyse(&p, &BudgetInput::default()).layers[1].worst;
+            assert_eq!(call, Some(s(attempts + DEFAULT_SLEEPS)), "{sets:?}");
+            assert_eq!(call, Some(from_governor_timers(&p, &DEFAULT_LEVELS, DEFAULT_SLEEPS)), "{sets:?}");
+        }
+        // Linear escalation has no uncapped form: it climbs to the ceiling.
+        let mut t = Tunables::defaults();
+        t.apply_override("TIMEOUT_ESCALATION=linear").unwrap();
+        assert!(CorePolicy::from_tunables(&t).is_err());
+    }
+
+    /// The total timer escalates too, and caps each attempt after
+    /// escalation: 1100 s + 30 s·n against 1020 s + 60 s·n.
+    #[test]
+    fn the_total_timer_escalates_and_caps_each_escalated_attempt() {
+        let p = policy(&["TIMEOUT_ESCALATION=additive", "SSE_TOTAL_TIMEOUT_S=1100"]);
+        let report = analyse(&p, &BudgetInput::default());
+        let attempts = 1020.0 + 1080.0 + 1140.0 + 3.0 * 1190.0;
+        assert_eq!(report.layers[1].worst, Some(s(attempts + DEFAULT_SLEEPS)));
+        assert_eq!(report.layers[1].worst, Some(from_governor_timers(&p, &DEFAULT_LEVELS, DEFAULT_SLEEPS)));
+        assert_eq!(report.layers[0].worst, Some(s(1190.0)));
+        assert!(report.layers[0].detail.starts_with("total timer 1190 s after 3 timeout retries"));
+        assert!(report.notes.is_empty(), "{:?}", report.notes);
+
+        let p = policy(&["TIMEOUT_ESCALATION=additive", "SSE_TOTAL_TIMEOUT_S=90", "FALLBACK_MODELS=off"]);
+        let call = analyse(&p, &BudgetInput::default()).layers[1].worst;
+        assert_eq!(call, Some(s(90.0 + 120.0 + 150.0 + 180.0 + DEFAULT_SLEEPS)));
+    }
+
+    /// Only timeout retries escalate, and only while their budget lasts;
+    /// later retries of other categories keep the last escalated timers.
+    #[test]
+    fn the_timeout_budget_bounds_escalation() {
+        let p = policy(&["TIMEOUT_ESCALATION=additive", "RETRY_BUDGET_TIMEOUT=1"]);
+        let call = analyse(&p, &BudgetInput::default()).layers[1].worst;
+        assert_eq!(call, Some(s(1020.0 + 5.0 * 1080.0 + DEFAULT_SLEEPS)));
+        assert_eq!(call, Some(from_governor_timers(&p, &[0, 1, 1, 1, 1, 1], DEFAULT_SLEEPS)));
+
+        let p = policy(&["TIMEOUT_ESCALATION=additive", "RETRY_BUDGET_TIMEOUT=0"]);
+        assert_eq!(analyse(&p, &BudgetInput::default()).layers[1].worst, Some(s(6.0 * 1020.0 + DEFAULT_SLEEPS)));
+
+        // Five retries, three of them timeouts, then two hops.
+        let p = policy(&["TIMEOUT_ESCALATION=additive", "PROVIDER_STREAM_RETRIES=5"]);
+        let call = analyse(&p, &BudgetInput::default()).layers[1].worst;
+        assert_eq!(call, Some(s(1020.0 + 1080.0 + 1140.0 + 5.0 * 1200.0 + 5.0 * 75.0)));
+        assert_eq!(call, Some(from_governor_timers(&p, &[0, 1, 2, 3, 3, 3, 3, 3], 5.0 * 75.0)));
+    }
+
+    #[test]
+    fn an_idle_timer_shorter_than_ttfb_bounds_the_wait_for_headers() {
+        let report = analyse(&policy(&["SSE_IDLE_TIMEOUT_S=60"]), &BudgetInput::default());
+        assert_eq!(report.layers[0].worst, Some(s(960.0)));
+        assert!(report.layers[0].detail.starts_with("idle 60 s + data stall 900 s"), "{}", report.layers[0].detail);
+    }
+
+    /// Keep-alives reset idle, so when nothing else ends a stall they hold
+    /// an attempt open forever: the analysis must say so, not sum timers.
+    #[test]
+    fn keepalives_that_nothing_stops_make_an_attempt_unbounded() {
+        let cases = [
+            (["SSE_DATA_STALL_TIMEOUT_S=0"], "set STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S"),
+            (["PROGRESS_EVENT_CLASSES=keepalive,content"], "remove keepalive from it"),
+        ];
+        for (sets, remedy) in cases {
+            let report = analyse(
+                &policy(&sets),
+                &BudgetInput { caller_deadline: Some(Duration::from_secs(120)), ..BudgetInput::default() },
+            );
+            assert_eq!(report.layers[0].worst, None, "{sets:?}");
+            assert_eq!(report.layers[1].worst, None, "{sets:?}");
+            assert_eq!(report.fits, Some(false));
+            assert!(report.notes.iter().any(|n| n.contains(remedy)), "{sets:?}: {:?}", report.notes);
+
+            // A total timer caps it again (escalated on timeout retries).
+            let capped = policy(&[sets[0], "SSE_TOTAL_TIMEOUT_S=300"]);
+            let report = analyse(&capped, &BudgetInput::default());
+            assert_eq!(report.layers[0].worst, Some(s(300.0)));
+            assert_eq!(report.layers[1].worst, Some(s(6.0 * 300.0 + DEFAULT_SLEEPS)));
+            assert!(report.notes.is_empty(), "{:?}", report.notes);
+
+            // So does the call deadline, for the call.
+            let report = analyse(&policy(&[sets[0], "CALL_DEADLINE_S=600"]), &BudgetInput::default());
+            assert_eq!((report.layers[0].worst, report.layers[1].worst), (None, Some(s(600.0))));
+        }
+        let report = analyse(&policy(&["SSE_TTFB_TIMEOUT_S=0", "SSE_IDLE_TIMEOUT_S=0"]), &BudgetInput::default());
+        assert_eq!(report.layers[0].worst, None);
+        assert!(report.notes.iter().any(|n| n.contains("never sends headers")), "{:?}", report.notes);
+    }
+
+    /// An upstream at its most stubborn: headers and a first keep-alive
+    /// after `headers_after`, then a keep-alive every 0.7 s, forever.
+    struct KeepAlivesOnly {
+        headers_after: Duration,
+    }
+
+    impl Upstream for KeepAlivesOnly {
+        fn open<'a>(&'a self, _request: AttemptRequest<'a>) -> BoxFuture<'a, Result<Response, Failure>> {
+            let headers_after = self.headers_after;
+            Box::pin(async move {
+                tokio::time::sleep(headers_after).await;
+                let ping = || Ok(Bytes::from_static(b"p"));
+                let later = stream::unfold((), move |()| async move {
+                    tokio::time::sleep(Duration::from_millis(700)).await;
+                    Some((ping(), ()))
+                });
+                let mut headers = HeaderMap::new();
+                headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+                Ok(Response { status: 200, headers, body: stream::once(async move { ping() }).chain(later).boxed() })
+            })
+        }
+
+        fn decoder(&self) -> Box<dyn Decoder> {
+            Box::new(EveryChunkIsAKeepAlive)
+        }
+    }
+
+    struct EveryChunkIsAKeepAlive;
+
+    impl Decoder for EveryChunkIsAKeepAlive {
+        fn feed(&mut self, _chunk: &[u8], out: &mut Vec<Decoded>) {
+            out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() });
+        }
+
+        fn finish(&mut self, _out: &mut Vec<Decoded>) {}
+    }
+
+    /// Runs one attempt through the governor against [`KeepAlivesOnly`]
+    /// for at most `limit`: how it ended (`None` if still running) and when.
+    async fn governed(timers: &AttemptTimers, headers_after: Duration, limit: Duration) -> (Option<Failure>, Duration) {
+        let upstream = KeepAlivesOnly { headers_after };
+        let cancel = CancellationToken::new();
+        let started = Instant::now();
+        let scope = AttemptScope {
+            sink: &NullSink,
+            epoch: started,
+            stream: 1,
+            attempt: 1,
+            deadline: None,
+            cancel: &cancel,
+            wall_epoch: SystemTime::UNIX_EPOCH,
+        };
+        let (target, input) = (Target::new("p", "m"), CallInput::default());
+        let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
+        let mut progress = AttemptProgress::default();
+        let attempt = run_attempt(&upstream, request, timers, &scope, &mut progress);
+        let ended = tokio::time::timeout(limit, attempt).await.ok().map(|r| r.expect_err("keep-alives never finish"));
+        (ended, started.elapsed())
+    }
+
+    /// The bound is the governor's: headers a moment before the earlier of
+    /// TTFB and idle fires, then keep-alives, fail by data stall a moment
+    /// before the bound (or at the total timer); headers any later never
+    /// come. Checked on escalated timers too.
+    #[tokio::test(start_paused = true)]
+    async fn the_governor_runs_a_keepalive_stall_to_the_bound_and_no_further() {
+        let moment = Duration::from_millis(1);
+        let escalating = ["TIMEOUT_ESCALATION=additive", "TIMEOUT_ESCALATION_INCREMENT_S=5"];
+        let setups: [&[&str]; 3] = [
+            &["SSE_TTFB_TIMEOUT_S=10", "SSE_IDLE_TIMEOUT_S=30", "SSE_DATA_STALL_TIMEOUT_S=20"],
+            &["SSE_TTFB_TIMEOUT_S=10", "SSE_IDLE_TIMEOUT_S=8", "SSE_DATA_STALL_TIMEOUT_S=20"],
+            &["SSE_TTFB_TIMEOUT_S=10", "SSE_DATA_STALL_TIMEOUT_S=20", "SSE_TOTAL_TIMEOUT_S=33"],
+        ];
+        for sets in setups {
+            let p = policy(&[sets, &escalating].concat());
+            for level in 0..=3 {
+                let timers = p.timers.for_attempt(None, &p.retry.escalation, level, 3);
+                let limit = AttemptLimit::of(&timers);
+                let worst = limit.worst().unwrap();
+                let (until_headers, expected) = match limit {
+                    AttemptLimit::Stall { until_headers, .. } => (until_headers, TimerKind::DataStall),
+                    AttemptLimit::Total(_) => (timers.ttfb.unwrap(), TimerKind::Total),
+                    AttemptLimit::Unbounded => panic!("{sets:?} is bounded"),
+                };
+                let (ended, elapsed) = governed(&timers, until_headers - moment, worst * 2).await;
+                assert!(
+                    matches!(ended, Some(Failure::Timeout { timer, .. }) if timer == expected),
+                    "{sets:?} at {level}: {ended:?}"
+                );
+                let exact = if expected == TimerKind::Total { worst } else { worst - moment };
+                assert_eq!(elapsed, exact, "{sets:?} at {level}");
+
+                let (ended, elapsed) = governed(&timers, until_headers, worst * 2).await;
+                assert!(matches!(ended, Some(Failure::Timeout { .. })), "{ended:?}");
+                assert_eq!(elapsed, until_headers, "{sets:?} at {level}: the headers came too late");
+            }
+        }
+    }
+
+    /// What the analysis calls unbounded, the governor never ends.
+    #[tokio::test(start_paused = true)]
+    async fn the_governor_never_ends_a_stall_the_analysis_calls_unbounded() {
+        for sets in [["SSE_DATA_STALL_TIMEOUT_S=0"], ["PROGRESS_EVENT_CLASSES=keepalive,content"]] {
+            let timers = policy(&sets).timers.for_attempt(None, &Escalation::default(), 0, 0);
+            assert_eq!(AttemptLimit::of(&timers), AttemptLimit::Unbounded);
+            // Far past every default timer, idle (1800 s) included.
+            let hours = Duration::from_secs(3 * 3600);
+            let (ended, _) = governed(&timers, Duration::from_secs(100), hours).await;
+            assert!(ended.is_none(), "{sets:?}: {ended:?}");
+        }
     }
 }
