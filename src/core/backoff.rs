@@ -112,14 +112,28 @@ named_enum!(Jitter, BackoffError::UnknownJitter, {
 /// How a server-requested wait (`Retry-After`) is jittered by
 /// [`BackoffPolicy::server_delay`].
 ///
-/// | name            | sleep for a requested wait `w`            |
-/// |-----------------|-------------------------------------------|
-/// | `none`          | exactly `w`                               |
-/// | `positive-only` | `w + u(0, r·w)`, `r` the policy's ratio   |
+/// `w` is the requested wait, `r` the policy's ratio and `f` the floor, the
+/// policy's [`base`](BackoffPolicy::base) (its nominal sleep before the first
+/// retry):
+///
+/// | name            | sleep when `w >= f`  | sleep when `w < f` (`0`, a past date) |
+/// |-----------------|----------------------|---------------------------------------|
+/// | `none`          | exactly `w`          | `f + u(0, r·f)`                       |
+/// | `positive-only` | `w + u(0, r·w)`      | `f + u(0, r·f)`                       |
 ///
 /// There is deliberately no kind that can shorten the wait: retrying before
 /// the server said it is ready only earns another refusal. Adding jitter
 /// keeps many clients told the same `Retry-After` from returning in lockstep.
+///
+/// A wait below the floor is jittered even under `none`. A server that says
+/// "retry now" (`retry-after: 0`, `retry-after-ms: 0`, a date already past)
+/// tells every client the same thing at the same moment, so honouring it
+/// literally sends every stream back in lockstep, straight into the overload
+/// that made the server refuse. `none` promises to sleep exactly what the
+/// server asked for; below the floor the server asked for nothing, and the
+/// sleep is our own backoff, which is always spread. The spread is the
+/// ratio's share of the floor, so only a zero base or a zero ratio, which
+/// also take the spread out of computed backoff, leaves it in lockstep.
 ///
 /// Parsed from and printed as the names above (parsing ignores ASCII case
 /// and surrounding whitespace).
@@ -252,10 +266,7 @@ impl BackoffPolicy {
                 let ratio = self.ratio();
                 scale(self.nominal(retry), uniform_f64(1.0 - ratio, 1.0 + ratio, rng))
             }
-            Jitter::PositiveOnly => {
-                let nominal = self.nominal(retry);
-                nominal.saturating_add(scale(nominal, uniform_f64(0.0, self.ratio(), rng)))
-            }
+            Jitter::PositiveOnly => self.stretched(self.nominal(retry), rng),
         }
     }
 
@@ -267,10 +278,7 @@ impl BackoffPolicy {
             Jitter::None | Jitter::Full | Jitter::Equal => self.nominal(retry),
             Jitter::Decorrelated => self.decorrelated_bound(u64::from(retry) + 1),
             Jitter::Symmetric => scale(self.nominal(retry), 1.0 + self.ratio()),
-            Jitter::PositiveOnly => {
-                let nominal = self.nominal(retry);
-                nominal.saturating_add(scale(nominal, self.ratio()))
-            }
+            Jitter::PositiveOnly => self.stretched_max(self.nominal(retry)),
         }
     }
 
@@ -293,25 +301,47 @@ impl BackoffPolicy {
     /// The sleep for a wait the server requested (`Retry-After`), jittered
     /// as described on [`ServerJitter`] with this policy's `jitter_ratio`.
     ///
-    /// Never shorter than `requested` and never longer than
-    /// `requested · (1 + jitter_ratio)`; neither `base` nor `cap` applies,
-    /// because the server knows better than our schedule.
+    /// Never shorter than `requested`, nor than the floor (`base`, or `cap`
+    /// if that is smaller). A wait of at least the floor is honoured as
+    /// asked, at most `requested · (1 + jitter_ratio)`, neither `base` nor
+    /// `cap` capping it, because the server knows better than our schedule.
+    /// A shorter wait is a draw from `floor ..= floor · (1 + jitter_ratio)`.
     pub fn server_delay(&self, requested: Duration, jitter: ServerJitter, rng: &mut impl Rng) -> Duration {
+        let floor = self.server_floor();
         match jitter {
-            ServerJitter::None => requested,
-            ServerJitter::PositiveOnly => {
-                requested.saturating_add(scale(requested, uniform_f64(0.0, self.ratio(), rng)))
-            }
+            ServerJitter::None if requested >= floor => requested,
+            ServerJitter::None | ServerJitter::PositiveOnly => self.stretched(requested.max(floor), rng),
         }
     }
 
-    /// Upper bound of [`Self::server_delay`] for `requested`, whatever the
-    /// random draw (used by worst-case budget analysis).
+    /// Upper bound of [`Self::server_delay`] for `requested` and for every
+    /// shorter wait, whatever the random draw. Worst-case budget analysis
+    /// knows only the longest wait honoured, and under `none` a wait just
+    /// below the floor may sleep longer than one just above it.
     pub fn server_delay_max(&self, requested: Duration, jitter: ServerJitter) -> Duration {
+        let floor = self.server_floor();
         match jitter {
-            ServerJitter::None => requested,
-            ServerJitter::PositiveOnly => requested.saturating_add(scale(requested, self.ratio())),
+            ServerJitter::None => requested.max(self.stretched_max(floor)),
+            ServerJitter::PositiveOnly => self.stretched_max(requested.max(floor)),
         }
+    }
+
+    /// The shortest sleep for a server-requested wait: the nominal sleep
+    /// before the first retry, so "retry now" waits like a first retry.
+    /// Taken exactly rather than through [`Self::nominal`], whose `f64`
+    /// scaling can round a huge base up by a few nanoseconds.
+    fn server_floor(&self) -> Duration {
+        self.base.min(self.cap)
+    }
+
+    /// `duration` stretched by a uniform draw of up to `jitter_ratio` of it.
+    fn stretched(&self, duration: Duration, rng: &mut impl Rng) -> Duration {
+        duration.saturating_add(scale(duration, uniform_f64(0.0, self.ratio(), rng)))
+    }
+
+    /// The longest [`Self::stretched`] can return for `duration`.
+    fn stretched_max(&self, duration: Duration) -> Duration {
+        duration.saturating_add(scale(duration, self.ratio()))
     }
 
     /// The multiplier as used: NaN and shrinking multipliers would make the
@@ -472,7 +502,8 @@ mod tests {
             assert_within(&policy, retry, previous, seed)?;
             let mut rng = StdRng::seed_from_u64(seed);
             for jitter in ServerJitter::ALL {
-                prop_assert!(policy.server_delay(requested, jitter, &mut rng) >= requested);
+                let sleep = policy.server_delay(requested, jitter, &mut rng);
+                prop_assert!(requested <= sleep && sleep <= policy.server_delay_max(requested, jitter));
             }
         }
 
@@ -523,10 +554,55 @@ mod tests {
             seed in any::<u64>(),
         ) {
             let mut rng = StdRng::seed_from_u64(seed);
-            prop_assert_eq!(policy.server_delay(requested, ServerJitter::None, &mut rng), requested);
+            let floor = policy.base;
+            let exact = policy.server_delay(requested, ServerJitter::None, &mut rng);
+            if requested >= floor {
+                prop_assert_eq!(exact, requested);
+            } else {
+                prop_assert!(floor <= exact && exact <= floor.saturating_add(scale(floor, policy.jitter_ratio)));
+            }
+            let at_least = requested.max(floor);
             let jittered = policy.server_delay(requested, ServerJitter::PositiveOnly, &mut rng);
-            prop_assert!(requested <= jittered);
-            prop_assert!(jittered <= requested.saturating_add(scale(requested, policy.jitter_ratio)));
+            prop_assert!(at_least <= jittered);
+            prop_assert!(jittered <= at_least.saturating_add(scale(at_least, policy.jitter_ratio)));
+        }
+
+        /// `retry-after: 0`, `retry-after-ms: 0` or a past date must not send
+        /// every stream back at once: each sleep is a draw from the floor's
+        /// range, and the draws differ.
+        #[test]
+        fn waits_below_the_floor_are_spread_over_the_floor(
+            base_ms in 1u64..=30_000,
+            jitter_ratio in 0.05f64..=1.0,
+            below in 0.0f64..1.0,
+            jitter in prop::sample::select(ServerJitter::ALL.to_vec()),
+            seed in any::<u64>(),
+        ) {
+            let base = Duration::from_millis(base_ms);
+            let policy = BackoffPolicy { base, jitter_ratio, ..BackoffPolicy::DEFAULT };
+            let requested = scale(base, below);
+            let mut rng = StdRng::seed_from_u64(seed);
+            let draws: Vec<Duration> = (0..8).map(|_| policy.server_delay(requested, jitter, &mut rng)).collect();
+            let highest = base.saturating_add(scale(base, jitter_ratio));
+            for &sleep in &draws {
+                prop_assert!(base <= sleep && sleep <= highest, "{sleep:?} outside {base:?}..={highest:?}");
+            }
+            prop_assert!(draws.iter().any(|&sleep| sleep != draws[0]), "eight identical draws {:?}", draws[0]);
+        }
+
+        #[test]
+        fn server_delay_max_bounds_every_shorter_wait(
+            policy in valid_policy(),
+            longest in any_duration(),
+            shorter in 0.0f64..=1.0,
+            seed in any::<u64>(),
+        ) {
+            let requested = scale(longest, shorter);
+            let mut rng = StdRng::seed_from_u64(seed);
+            for jitter in ServerJitter::ALL {
+                let sleep = policy.server_delay(requested, jitter, &mut rng);
+                prop_assert!(sleep <= policy.server_delay_max(longest, jitter), "{jitter}: {sleep:?}");
+            }
         }
 
         #[test]
@@ -597,6 +673,26 @@ mod tests {
             assert_eq!(policy.delay(5, Some(Duration::ZERO), &mut rng), policy.base);
             assert!(policy.delay(5, short, &mut rng) <= Duration::from_secs(3));
         }
+    }
+
+    #[test]
+    fn an_immediate_retry_after_waits_a_spread_first_backoff() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for jitter in ServerJitter::ALL {
+            let draws: Vec<f64> = (0..2000)
+                .map(|_| BackoffPolicy::DEFAULT.server_delay(Duration::ZERO, jitter, &mut rng).as_secs_f64())
+                .collect();
+            let (low, high) = draws.iter().fold((f64::MAX, 0.0f64), |(low, high), &d| (low.min(d), high.max(d)));
+            assert!((1.0..1.02).contains(&low), "{jitter}: shortest sleep {low}");
+            assert!(high > 1.23 && high <= 1.25, "{jitter}: longest sleep {high}");
+        }
+        let secs = Duration::from_secs;
+        assert_eq!(
+            BackoffPolicy::DEFAULT.server_delay_max(Duration::ZERO, ServerJitter::None),
+            Duration::from_millis(1250)
+        );
+        assert_eq!(BackoffPolicy::DEFAULT.server_delay_max(secs(60), ServerJitter::None), secs(60));
+        assert_eq!(BackoffPolicy::DEFAULT.server_delay_max(secs(60), ServerJitter::PositiveOnly), secs(75));
     }
 
     #[test]

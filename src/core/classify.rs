@@ -84,6 +84,18 @@ pub enum RuleError {
     /// `header_contains` without `header`.
     #[error("classifier rule {0} has header_contains without header")]
     HeaderValueWithoutName(String),
+    /// A match string is empty or only whitespace: as a substring it would
+    /// match every failure (cancelled calls too), and as a header name or
+    /// failure kind nothing.
+    #[error("classifier rule {rule} has an empty or blank {field}; give {allowed}, or leave {field} out")]
+    EmptyMatch {
+        /// The rule.
+        rule: String,
+        /// The field, as written in the config file.
+        field: &'static str,
+        /// What the field may hold.
+        allowed: String,
+    },
 }
 
 impl Rule {
@@ -98,6 +110,17 @@ impl Rule {
         let label = self.label(index);
         if self.status.is_none() && self.header.is_none() && self.body_contains.is_none() && self.error_kind.is_none() {
             return Err(RuleError::NoCondition(label));
+        }
+        let match_strings = [
+            ("header", &self.header, "a response header name".to_owned()),
+            ("header_contains", &self.header_contains, "text the header's value must contain".to_owned()),
+            ("body_contains", &self.body_contains, "text the body or in-stream error must contain".to_owned()),
+            ("error_kind", &self.error_kind, format!("one of {}", ERROR_KINDS.join(", "))),
+        ];
+        for (field, value, allowed) in match_strings {
+            if value.as_deref().is_some_and(|value| value.trim().is_empty()) {
+                return Err(RuleError::EmptyMatch { rule: label, field, allowed });
+            }
         }
         if let Some(kind) = &self.error_kind
             && !ERROR_KINDS.contains(&kind.as_str())
@@ -351,6 +374,8 @@ fn by_body(lower: &str) -> Option<(Category, &'static str)> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use http::{HeaderMap, HeaderValue};
     use proptest::prelude::*;
 
@@ -447,8 +472,63 @@ mod tests {
     #[test]
     fn invalid_rules_are_refused() {
         assert!(matches!(Classifier::new(vec![Rule::default()]), Err(RuleError::NoCondition(_))));
-        let rule = Rule { error_kind: Some("dns_failure".into()), ..Rule::default() };
+        let rule = Rule { error_kind: Some("gateway".into()), ..Rule::default() };
         assert!(matches!(Classifier::new(vec![rule]), Err(RuleError::UnknownKind { .. })));
+        let rule = Rule { status: Some(500), header_contains: Some("x".into()), ..Rule::default() };
+        assert!(matches!(Classifier::new(vec![rule]), Err(RuleError::HeaderValueWithoutName(_))));
+    }
+
+    /// An empty substring is in every string, so `body_contains = ""` would
+    /// claim every failure, a cancelled call included; each empty match
+    /// string is refused at load, naming the rule, the field and what it may
+    /// hold.
+    #[test]
+    fn empty_match_strings_are_refused() {
+        let named = |rule: Rule| Rule { name: Some("catch-all".into()), category: Category::RateLimit, ..rule };
+        let some = |text: &str| Some(text.to_owned());
+        let kinds = ERROR_KINDS.join(", ");
+        let cases = [
+            (
+                Rule { header: some(""), ..Rule::default() },
+                "has an empty or blank header; give a response header name, or leave header out".to_owned(),
+            ),
+            (
+                Rule { header: some("x-error"), header_contains: some(""), ..Rule::default() },
+                "has an empty or blank header_contains; give text the header's value must contain, \
+                 or leave header_contains out"
+                    .to_owned(),
+            ),
+            (
+                Rule { body_contains: some(""), ..Rule::default() },
+                "has an empty or blank body_contains; give text the body or in-stream error must contain, \
+                 or leave body_contains out"
+                    .to_owned(),
+            ),
+            (
+                Rule { error_kind: some(""), ..Rule::default() },
+                format!("has an empty or blank error_kind; give one of {kinds}, or leave error_kind out"),
+            ),
+            (
+                Rule { status: Some(503), body_contains: some(" \t "), ..Rule::default() },
+                "has an empty or blank body_contains; give text the body or in-stream error must contain, \
+                 or leave body_contains out"
+                    .to_owned(),
+            ),
+        ];
+        let valid = Rule { status: Some(429), category: Category::RateLimit, ..Rule::default() };
+        for (rule, message) in cases {
+            // Second in the list, so the label must say which rule it is.
+            let err = Classifier::new(vec![valid.clone(), named(rule)]).expect_err(&message);
+            assert_eq!(err.to_string(), format!("classifier rule user rule 2 (catch-all) {message}"));
+        }
+        // The loaded form refuses it too.
+        let rules: Vec<Rule> = toml::from_str::<BTreeMap<String, Vec<Rule>>>(
+            "[[rule]]\nbody_contains = \"\"\ncategory = \"rate_limit\"\n",
+        )
+        .expect("toml")
+        .remove("rule")
+        .expect("rules");
+        assert!(matches!(Classifier::new(rules), Err(RuleError::EmptyMatch { field: "body_contains", .. })));
     }
 
     fn any_failure() -> impl Strategy<Value = Failure> {

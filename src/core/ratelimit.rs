@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use http::HeaderMap;
 
-use super::retry_after::parse_reset_hint;
+use super::retry_after::{parse_reset_hint, server_clock};
 
 /// One quota bucket (requests, tokens, …) as last reported by the server.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -75,9 +75,11 @@ impl RateLimits {
     ///
     /// Returns `None` when no rate-limit header yields a usable value, so a
     /// response whose only rate-limit headers are garbage is treated like one
-    /// without any. `now` (wall clock) turns absolute reset timestamps into
-    /// delays.
+    /// without any. Absolute reset timestamps become delays against the
+    /// response's `Date`, or against `now` (wall clock) without a valid one
+    /// (see [`server_clock`]).
     pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Option<RateLimits> {
+        let now = server_clock(headers, now);
         let limits = RateLimits {
             requests: Bucket::from_headers(headers, &REQUESTS, now),
             tokens: Bucket::from_headers(headers, &TOKENS, now),
@@ -231,6 +233,34 @@ mod tests {
         );
         assert_eq!(limits.exhausted_reset(), Some(Duration::from_millis(40_500)));
         assert!(limits.is_low(0.05));
+    }
+
+    #[test]
+    fn reset_timestamps_are_read_against_the_servers_date() {
+        let reset = |pairs: &[(&'static str, &str)]| {
+            RateLimits::from_headers(&headers(pairs), now()).and_then(|limits| limits.requests.reset_after)
+        };
+        let at = ("anthropic-ratelimit-requests-reset", "2026-11-29T18:13:50Z");
+        // 30 s from `now()` by our clock.
+        assert_eq!(reset(&[at]), Some(Duration::from_secs(30)));
+        // A server 5 minutes ahead means 30 s from its own now…
+        assert_eq!(
+            reset(&[
+                ("date", "Sun, 29 Nov 2026 18:18:20 GMT"),
+                ("anthropic-ratelimit-requests-reset", "2026-11-29T18:18:50Z")
+            ]),
+            Some(Duration::from_secs(30))
+        );
+        // …and one 5 minutes behind too.
+        assert_eq!(
+            reset(&[
+                ("date", "Sun, 29 Nov 2026 18:08:20 GMT"),
+                ("anthropic-ratelimit-requests-reset", "2026-11-29T18:08:50Z")
+            ]),
+            Some(Duration::from_secs(30))
+        );
+        // A `Date` that is not an HTTP-date leaves the wall clock.
+        assert_eq!(reset(&[("date", "2026-11-29T18:08:20Z"), at]), Some(Duration::from_secs(30)));
     }
 
     #[test]

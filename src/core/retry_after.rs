@@ -8,6 +8,10 @@
 //! turns whichever of those is present into one [`Duration`], so the retry
 //! policy can honour the server instead of guessing.
 //!
+//! Absolute times (an HTTP-date `retry-after`, a timestamp reset hint) are
+//! written against the server's clock, so they are read against the
+//! response's own `Date` header when it has one (see [`server_clock`]).
+//!
 //! Header values come from the network and are untrusted: every parser here
 //! returns `None` for garbage or negative values, clamps absurdly large ones to
 //! [`MAX_SERVER_DELAY`], and never panics.
@@ -88,8 +92,10 @@ pub struct ServerDelay {
 /// hint wins, since that is the only wait certain to clear whichever bucket
 /// caused the refusal.
 ///
-/// `now` is injected (wall clock) so tests are deterministic.
+/// `now` is the wall clock (injected so tests are deterministic); absolute
+/// times are read against [`server_clock`], which falls back to it.
 pub fn server_delay(headers: &HeaderMap, now: SystemTime) -> Option<ServerDelay> {
+    let now = server_clock(headers, now);
     if let Some(raw) = header_str(headers, "retry-after-ms")
         && let Some(delay) = parse_retry_after_ms(raw)
     {
@@ -101,6 +107,20 @@ pub fn server_delay(headers: &HeaderMap, now: SystemTime) -> Option<ServerDelay>
         return Some(ServerDelay { delay, source, raw: raw.to_owned() });
     }
     longest_reset_hint(headers, now)
+}
+
+/// The server's clock when it made the response: its `Date` header if that
+/// is a valid HTTP-date, else `now`.
+///
+/// An absolute time in a response is "the server's now plus the wait", so
+/// reading it against our clock adds the clocks' skew to the wait: a server
+/// five minutes ahead that asks for its now + 30 s would cost us 5 min 30 s,
+/// and one five minutes behind would get no wait at all. Against `Date` the
+/// skew cancels out. `Date` carries whole seconds, rounded down, so a wait
+/// read against it is at most a second longer than the server meant, never
+/// shorter.
+pub fn server_clock(headers: &HeaderMap, now: SystemTime) -> SystemTime {
+    header_str(headers, "date").and_then(|value| httpdate::parse_http_date(value.trim()).ok()).unwrap_or(now)
 }
 
 /// Parses a `retry-after-ms` value: non-negative milliseconds, fractions allowed.
@@ -519,6 +539,42 @@ mod tests {
         assert_eq!(server_delay(&headers(&[("retry-after", "-3")]), now()), None);
     }
 
+    /// `now()` moved by `secs`, either way.
+    fn shifted(secs: i64) -> SystemTime {
+        let by = Duration::from_secs(secs.unsigned_abs());
+        if secs < 0 { now() - by } else { now() + by }
+    }
+
+    fn http_date(secs_from_now: i64) -> String {
+        httpdate::fmt_http_date(shifted(secs_from_now))
+    }
+
+    #[test]
+    fn absolute_times_are_read_against_the_servers_date() {
+        let delay = |pairs: &[(&'static str, &str)]| server_delay(&headers(pairs), now()).map(|d| d.delay);
+        let secs = Duration::from_secs;
+        // Five minutes ahead and five minutes behind: the server asks for 30 s
+        // (or 45 s) from its own now either way.
+        for skew in [300, -300] {
+            let date = http_date(skew);
+            assert_eq!(delay(&[("date", &date), ("retry-after", &http_date(skew + 30))]), Some(secs(30)), "{skew}");
+            let reset_at = (NOW_SECS as i64 + skew + 45).to_string();
+            let hint = [("date", date.as_str()), ("x-ratelimit-reset", &reset_at)];
+            assert_eq!(delay(&hint), Some(secs(45)), "{skew}");
+            // Relative waits need no clock.
+            assert_eq!(delay(&[("date", &date), ("retry-after", "30")]), Some(secs(30)), "{skew}");
+        }
+        // No usable `Date`: the wall clock, skew and all.
+        let ahead = http_date(330);
+        assert_eq!(delay(&[("retry-after", &ahead)]), Some(secs(330)));
+        for bad in ["", "yesterday", "Sun, 32 Nov 2026 18:13:20 GMT", "1795976300"] {
+            assert_eq!(delay(&[("date", bad), ("retry-after", &ahead)]), Some(secs(330)), "{bad:?}");
+        }
+        let mut non_ascii = headers(&[("retry-after", &ahead)]);
+        non_ascii.insert("date", HeaderValue::from_bytes(b"Sun, 29 Nov 2026 18:1\xff:20 GMT").expect("obs-text"));
+        assert_eq!(server_delay(&non_ascii, now()).map(|d| d.delay), Some(secs(330)));
+    }
+
     #[test]
     fn longest_hint_wins_when_none_exhausted() {
         let map = headers(&[
@@ -645,6 +701,24 @@ mod tests {
                 .expect("valid date");
             prop_assert!(got <= Duration::from_secs(secs));
             prop_assert!(Duration::from_secs(secs) - got < Duration::from_secs(1));
+        }
+
+        /// Whatever the skew between the clocks, a date read against the
+        /// response's `Date` is the wait the server meant; without `Date`
+        /// the skew lands in the wait.
+        #[test]
+        fn clock_skew_cancels_out_against_date(skew in -100_000_000i64..=100_000_000, wait in 0i64..=1_000_000) {
+            let retry_at = http_date(skew + wait);
+            let with_date = headers(&[("date", &http_date(skew)), ("retry-after", &retry_at)]);
+            prop_assert_eq!(
+                server_delay(&with_date, now()).map(|d| d.delay),
+                Some(Duration::from_secs(wait.unsigned_abs()))
+            );
+            let without = headers(&[("retry-after", &retry_at)]);
+            prop_assert_eq!(
+                server_delay(&without, now()).map(|d| d.delay),
+                Some(Duration::from_secs((skew + wait).max(0).unsigned_abs()).min(MAX_SERVER_DELAY))
+            );
         }
 
         #[test]
