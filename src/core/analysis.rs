@@ -227,7 +227,12 @@ pub fn analyse(policy: &CorePolicy, input: &BudgetInput) -> BudgetReport {
 
     // One call: every retry the budgets allow, each after its longest sleep,
     // then every failover hop (no sleep before a hop).
-    let category_sum: u32 = Category::RETRYABLE.iter().map(|&c| retry.budget(c)).sum();
+    // A server can force retries of the three categories that are not
+    // retried (auth, invalid request, permanent), each up to its own
+    // budget; key rotations after auth refusals are bounded only by the
+    // pool, so the call-wide limit is what bounds them here.
+    let forced = retry.server_forced_budget.saturating_mul(3);
+    let category_sum: u32 = Category::RETRYABLE.iter().map(|&c| retry.budget(c)).fold(forced, u32::saturating_add);
     let retries = retry.max_retries.min(category_sum);
     let hops =
         u32::try_from(input.fallbacks.unwrap_or_else(|| policy.failover.fallback.max_fallbacks())).unwrap_or(u32::MAX);
@@ -532,6 +537,21 @@ mod tests {
         assert_eq!(call, Some(from_governor_timers(&p, &[0, 1, 2, 3, 3, 3, 3, 3], 5.0 * 75.0)));
     }
 
+    /// A retry the server forces with `x-should-retry: true` is a retry
+    /// like any other: with every category budget at 0, it is the only one.
+    #[test]
+    fn retries_the_server_forces_count_toward_the_call() {
+        let none = ["RETRY_BUDGET_CONNECTION=0", "RETRY_BUDGET_TIMEOUT=0", "RETRY_BUDGET_RATE_LIMIT=0"];
+        let none =
+            [&none[..], &["RETRY_BUDGET_OVERLOADED=0", "RETRY_BUDGET_SERVER_ERROR=0", "FALLBACK_MODELS=off"]].concat();
+        let forced_off = [&none[..], &["RETRY_BUDGET_SERVER_FORCED=0"]].concat();
+        assert_eq!(analyse(&policy(&forced_off), &BudgetInput::default()).layers[1].worst, Some(s(1020.0)));
+        let forced_one = [&none[..], &["RETRY_BUDGET_SERVER_FORCED=1"]].concat();
+        // Three categories may be forced once each, within the call's three retries.
+        let call = analyse(&policy(&forced_one), &BudgetInput::default()).layers[1].worst.unwrap();
+        assert!(call >= s(4.0 * 1020.0), "{call:?}");
+    }
+
     #[test]
     fn an_idle_timer_shorter_than_ttfb_bounds_the_wait_for_headers() {
         let report = analyse(&policy(&["SSE_IDLE_TIMEOUT_S=60"]), &BudgetInput::default());
@@ -624,6 +644,7 @@ mod tests {
             deadline: None,
             cancel: &cancel,
             wall_epoch: SystemTime::UNIX_EPOCH,
+            bodies: crate::core::policy::BodySettings::default(),
         };
         let (target, input) = (Target::new("p", "m"), CallInput::default());
         let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
