@@ -16,6 +16,9 @@ pub struct RunReport {
     pub run_id: Option<i64>,
     /// The built-in scenario, when the run used one.
     pub scenario: Option<String>,
+    /// The seed of the run's random draws (`run --seed` repeats them);
+    /// unknown for runs stored before it was recorded.
+    pub seed: Option<u64>,
     /// Effective tunable values.
     pub tunables: serde_json::Map<String, serde_json::Value>,
     /// Counts by outcome.
@@ -76,6 +79,19 @@ pub struct StreamReport {
     pub retry_after_ms: Vec<Option<f64>>,
     /// Retries used and allowed, by category.
     pub retry_counts: BTreeMap<String, Used>,
+    /// Rate-limit buckets that ran low (a tenth of their limit or less).
+    pub rate_limits_low: Vec<LowBucketReport>,
+}
+
+/// A rate-limit bucket that ran low.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct LowBucketReport {
+    /// `requests`, `tokens`, `input_tokens` or `output_tokens`.
+    pub bucket: String,
+    /// What was left.
+    pub remaining: u64,
+    /// The bucket's size, when reported.
+    pub limit: Option<u64>,
 }
 
 /// A classified failure.
@@ -85,6 +101,9 @@ pub struct ErrorReport {
     pub category: String,
     /// The timer, for timeouts.
     pub timer: Option<String>,
+    /// What the transport reported, for transport failures (`refused`,
+    /// `dns`, `kernel_timeout`, …).
+    pub transport: Option<String>,
     /// HTTP status.
     pub status: Option<u16>,
     /// Whether it was retryable.
@@ -128,6 +147,7 @@ impl From<&CallReport> for StreamReport {
             error: call.error.as_ref().map(|c| ErrorReport {
                 category: c.category.name().to_owned(),
                 timer: c.timer.map(|t| t.name().to_owned()),
+                transport: c.transport.map(|k| k.name().to_owned()),
                 status: c.status,
                 retryable: c.retryable,
                 rule: c.rule.clone(),
@@ -145,6 +165,11 @@ impl From<&CallReport> for StreamReport {
             backoff_sleeps_ms: call.backoff_sleeps.iter().copied().map(ms).collect(),
             retry_after_ms: call.retry_after.iter().map(|d| d.map(ms)).collect(),
             retry_counts: call.retry_counts.iter().map(|(c, used)| (c.name().to_owned(), *used)).collect(),
+            rate_limits_low: call
+                .low_buckets
+                .iter()
+                .map(|b| LowBucketReport { bucket: b.bucket.to_owned(), remaining: b.remaining, limit: b.limit })
+                .collect(),
         }
     }
 }
@@ -168,6 +193,6 @@ impl RunReport {
                 Outcome::Cancelled => summary.cancelled += 1,
             }
         }
-        RunReport { run_id: None, scenario, tunables, summary, streams }
+        RunReport { run_id: None, scenario, seed: None, tunables, summary, streams }
     }
 }

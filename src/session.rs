@@ -168,6 +168,7 @@ pub async fn run_session(
     let reports = run_calls(&executor, &run_plan, cancel, on_finish).await;
     let mut report =
         RunReport::new(scenario_name(&plan.source), settings.tunables.snapshot(), &reports, started.elapsed());
+    report.seed = Some(origin.seed);
     if let Some(rig) = rig {
         rig.server.shutdown().await;
     }

@@ -153,6 +153,7 @@ fn run_json_is_exactly_one_object_in_the_documented_shape() {
             "model",
             "outcome",
             "provider",
+            "rate_limits_low",
             "retry_after_ms",
             "retry_counts",
             "stop_reason",
@@ -418,4 +419,23 @@ fn keys_never_reach_the_database_exports_or_output() {
     assert!(!text.contains("RECOGNISABLE"), "a key leaked");
     assert!(text.contains("TEST_KEY"), "the variable's name is recorded");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A run repeated with its seed draws the same jitter: the backoff sleeps
+/// match to the nanosecond, and the report names the seed.
+#[test]
+fn a_run_repeated_with_its_seed_sleeps_the_same() {
+    let sleeps = |seed: &str| {
+        let args = ["run", "--scenario", "server-error-then-ok", "--requests", "3", "--concurrency", "3"];
+        let args = [&args[..], &["--seed", seed, "--no-record", "--json"]].concat();
+        let out = stdout(&stallscope(&args, &[("STALLSCOPE_BACKOFF_JITTER", "full")]));
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(report["seed"].as_u64(), seed.parse().ok());
+        let streams = report["streams"].as_array().unwrap().clone();
+        streams.iter().map(|s| s["backoff_sleeps_ms"].clone()).collect::<Vec<_>>()
+    };
+    let first = sleeps("7");
+    assert!(first.iter().all(|s| s.as_array().is_some_and(|a| a.len() == 1)), "{first:?}");
+    assert_eq!(sleeps("7"), first);
+    assert_ne!(sleeps("8"), first);
 }

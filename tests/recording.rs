@@ -11,6 +11,7 @@ use stallscope::core::category::{Category, TimerKind};
 use stallscope::core::event::{AttemptEnd, Event, EventKind, Outcome, RecordedBody};
 use stallscope::core::executor::Used;
 use stallscope::core::failure::{Failure, TransportKind};
+use stallscope::core::governor::LowBucket;
 use support::{Harness, Script, Scripted, Step, policy};
 use tokio_util::sync::CancellationToken;
 
@@ -89,6 +90,24 @@ async fn a_fleet_budget_refusal_never_hops_to_the_same_provider() {
     let h = Harness::new(policy(&sets), vec![("p", vec!["m1", "m2"], p.clone(), 0)]);
     let report = call(&h).await;
     assert_eq!((report.outcome, p.opened(), report.hops.len()), (Outcome::Failed, 1, 0));
+    assert_eq!(report.error.unwrap().transport, Some(TransportKind::Refused));
+}
+
+/// A `Retry-After: 0` must not send every stream back at once: the sleep
+/// is a jittered draw of at least the backoff base, while the event keeps
+/// what the server asked for.
+#[tokio::test(start_paused = true)]
+async fn an_immediate_retry_after_still_waits_the_jittered_floor() {
+    let up = Scripted::new(vec![Script::status(429, vec![("retry-after", "0")], "busy"), Script::ok("c:ok\n")]);
+    let h = Harness::single(policy(&["FALLBACK_MODELS=off", "PROVIDER_STREAM_BACKOFF_S=1"]), up);
+    assert_eq!(call(&h).await.outcome, Outcome::Ok);
+    let scheduled = h.sink.kinds().into_iter().find_map(|k| match k {
+        EventKind::BackoffScheduled { nominal, sleep, .. } => Some((nominal, sleep)),
+        _ => None,
+    });
+    let (nominal, sleep) = scheduled.unwrap();
+    assert_eq!(nominal, Duration::ZERO);
+    assert!(sleep >= S(1) && sleep <= Duration::from_millis(1250), "{sleep:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -177,7 +196,9 @@ async fn headers_error_bodies_and_low_buckets_are_recorded_without_secrets() {
         },
     ]);
     let h = Harness::new(policy(&["FALLBACK_MODELS=off"]), vec![("p", vec!["m1"], up, 2)]);
-    assert_eq!(call(&h).await.outcome, Outcome::Ok);
+    let report = call(&h).await;
+    assert_eq!(report.outcome, Outcome::Ok);
+    assert_eq!(report.low_buckets, [LowBucket { bucket: "tokens", remaining: 50, limit: Some(1000) }]);
     let events = h.sink.events();
     let first = kinds_of(&events, 1);
     let headers = first

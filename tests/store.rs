@@ -16,7 +16,7 @@ use stallscope::core::failover::Target;
 use stallscope::providers::Dialect;
 use stallscope::providers::setup::ProviderConfig;
 use stallscope::recorder::{Recorder, RecorderOptions};
-use stallscope::report::{ErrorReport, HopReport, RunReport, StreamReport, Summary};
+use stallscope::report::{ErrorReport, HopReport, LowBucketReport, RunReport, StreamReport, Summary};
 use stallscope::store::{RunStart, RunStatus, SCHEMA_VERSION, Store, StoreError};
 use stallscope::tunables::Tunables;
 
@@ -234,6 +234,7 @@ fn stream_report(index: u64, outcome: &'static str, elapsed_ms: f64) -> StreamRe
         error: (outcome == "failed").then(|| ErrorReport {
             category: "timeout".into(),
             timer: Some("data_stall".into()),
+            transport: None,
             status: None,
             retryable: true,
             rule: "builtin: timer".into(),
@@ -243,6 +244,7 @@ fn stream_report(index: u64, outcome: &'static str, elapsed_ms: f64) -> StreamRe
         backoff_sleeps_ms: vec![55794.528960999996, 0.1],
         retry_after_ms: vec![None, Some(94655.19882300001)],
         retry_counts: BTreeMap::from([("timeout".to_owned(), Used { used: 1, budget: 3 })]),
+        rate_limits_low: vec![LowBucketReport { bucket: "tokens".into(), remaining: 12, limit: Some(1000) }],
     }
 }
 
@@ -253,6 +255,7 @@ fn report() -> RunReport {
     RunReport {
         run_id: None,
         scenario: Some("stall_midstream".into()),
+        seed: Some(u64::MAX),
         tunables: tunables.snapshot(),
         summary: Summary { ok: 2, partial: 0, failed: 1, cancelled: 0, elapsed_ms: 49799.393084999996 },
         streams: vec![

@@ -183,6 +183,8 @@ pub struct Classification {
     pub rule: String,
     /// A short description of the failure.
     pub message: String,
+    /// What the transport reported, for transport failures.
+    pub transport: Option<TransportKind>,
     /// A wait the server asked for.
     pub server_delay: Option<ServerDelay>,
     /// Rate-limit state the response reported.
@@ -271,6 +273,10 @@ impl Classifier {
             retryable,
             rule,
             message: failure.to_string(),
+            transport: match failure {
+                Failure::Transport { kind, .. } => Some(*kind),
+                _ => None,
+            },
             server_delay,
             rate_limits,
         }

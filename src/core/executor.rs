@@ -25,7 +25,7 @@ use super::event::{AttemptEnd, Event, EventKind, EventSink, Outcome, SleepReason
 use super::failover::Target;
 use super::failure::Failure;
 use super::fleet::{Fleet, RetryPermit};
-use super::governor::{AttemptProgress, AttemptScope, run_attempt};
+use super::governor::{AttemptProgress, AttemptScope, LowBucket, run_attempt};
 use super::policy::CorePolicy;
 use super::retry_after::DelaySource;
 use super::upstream::{AttemptRequest, CallInput, Upstreams};
@@ -100,6 +100,8 @@ pub struct CallReport {
     pub refused_wait: Option<Duration>,
     /// Retries used and allowed, per category.
     pub retry_counts: BTreeMap<Category, Used>,
+    /// Rate-limit buckets that ran low, in the order seen.
+    pub low_buckets: Vec<LowBucket>,
 }
 
 /// Where a run's clocks and random numbers start: what a replay must be
@@ -236,6 +238,7 @@ impl<'a> CallState<'a> {
                 retry_after: Vec::new(),
                 refused_wait: None,
                 retry_counts,
+                low_buckets: Vec::new(),
             },
             chain,
             hop: 0,
@@ -453,6 +456,7 @@ impl<'a> CallState<'a> {
     }
 
     fn absorb(&mut self, progress: &mut AttemptProgress) {
+        self.report.low_buckets.append(&mut progress.low_buckets);
         if let Some(body) = progress.body.take() {
             self.emit(EventKind::BodyRecorded { body });
         }
@@ -487,6 +491,7 @@ impl<'a> CallState<'a> {
             retryable: category.is_retryable(),
             rule: rule.to_owned(),
             message,
+            transport: None,
             server_delay: None,
             rate_limits: None,
         };

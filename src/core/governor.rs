@@ -98,6 +98,19 @@ pub struct AttemptProgress {
     pub keepalives: u64,
     /// The body as recorded, when bodies are recorded.
     pub body: Option<RecordedBody>,
+    /// Rate-limit buckets the response said were running low.
+    pub low_buckets: Vec<LowBucket>,
+}
+
+/// A rate-limit bucket running low, as one response reported it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LowBucket {
+    /// `requests`, `tokens`, `input_tokens` or `output_tokens`.
+    pub bucket: &'static str,
+    /// What was left.
+    pub remaining: u64,
+    /// The bucket's size, when reported.
+    pub limit: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -278,7 +291,7 @@ async fn govern(
         response.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     scope.emit(EventKind::HeadersReceived { status: response.status, content_type: content_type.clone() });
     scope.emit(EventKind::ResponseHeaders { headers: recorded_headers(&response.headers) });
-    observe_rate_limits(scope, &response.headers, now);
+    observe_rate_limits(scope, &response.headers, now, &mut progress.low_buckets);
     let is_stream = content_type.as_deref().is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
     // The data-stall clock runs for every body. An error or non-stream body
     // has no progress events, so it must arrive whole within that budget: a
@@ -448,7 +461,7 @@ fn absorb(
 
 /// Reads the rate-limit headers of any response (a successful one says a
 /// bucket is running low before a 429 does) and reports the low buckets.
-fn observe_rate_limits(scope: &AttemptScope<'_>, headers: &http::HeaderMap, now: Instant) {
+fn observe_rate_limits(scope: &AttemptScope<'_>, headers: &http::HeaderMap, now: Instant, low: &mut Vec<LowBucket>) {
     let Some(limits) = RateLimits::from_headers(headers, scope.wall_at(now)) else { return };
     scope.emit_at(
         now,
@@ -462,9 +475,9 @@ fn observe_rate_limits(scope: &AttemptScope<'_>, headers: &http::HeaderMap, now:
         if let Some(remaining) = state.remaining
             && state.is_low(LOW_BUCKET_FRACTION)
         {
-            let bucket = bucket.to_owned();
             let (limit, reset) = (state.limit, state.reset_after);
-            scope.emit_at(now, EventKind::RateLimitLow { bucket, remaining, limit, reset });
+            low.push(LowBucket { bucket, remaining, limit });
+            scope.emit_at(now, EventKind::RateLimitLow { bucket: bucket.to_owned(), remaining, limit, reset });
         }
     }
 }

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::core::event::Outcome;
 use crate::core::executor::Used;
-use crate::report::{ErrorReport, HopReport, RunReport, StreamReport, Summary};
+use crate::report::{ErrorReport, HopReport, LowBucketReport, RunReport, StreamReport, Summary};
 
 /// An `f64` read exactly from a quoted fractional number (or from a plain
 /// number or `null`, which serde_json writes for NaN).
@@ -56,6 +56,8 @@ impl<'de> Deserialize<'de> for Exact {
 struct ReportMirror {
     run_id: Option<i64>,
     scenario: Option<String>,
+    #[serde(default)]
+    seed: Option<u64>,
     summary: SummaryMirror,
     streams: Vec<StreamMirror>,
 }
@@ -93,12 +95,16 @@ struct StreamMirror {
     backoff_sleeps_ms: Vec<Exact>,
     retry_after_ms: Vec<Option<Exact>>,
     retry_counts: BTreeMap<String, UsedMirror>,
+    #[serde(default)]
+    rate_limits_low: Vec<LowBucketReport>,
 }
 
 #[derive(Deserialize)]
 struct ErrorMirror {
     category: String,
     timer: Option<String>,
+    #[serde(default)]
+    transport: Option<String>,
     status: Option<u16>,
     retryable: bool,
     rule: String,
@@ -202,6 +208,7 @@ pub(crate) fn decode(text: &str) -> Result<RunReport, String> {
                 error: s.error.map(|e| ErrorReport {
                     category: e.category,
                     timer: e.timer,
+                    transport: e.transport,
                     status: e.status,
                     retryable: e.retryable,
                     rule: e.rule,
@@ -219,6 +226,7 @@ pub(crate) fn decode(text: &str) -> Result<RunReport, String> {
                     .into_iter()
                     .map(|(k, u)| (k, Used { used: u.used, budget: u.budget }))
                     .collect(),
+                rate_limits_low: s.rate_limits_low,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -226,6 +234,7 @@ pub(crate) fn decode(text: &str) -> Result<RunReport, String> {
     Ok(RunReport {
         run_id: mirror.run_id,
         scenario: mirror.scenario,
+        seed: mirror.seed,
         tunables,
         summary: Summary {
             ok: sum.ok,
