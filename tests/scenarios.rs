@@ -229,7 +229,7 @@ async fn a_dead_primary_fails_over_before_any_content() {
         );
         assert_eq!(r.hops[0].reason, Category::Connection);
         assert!(
-            p.classified.iter().all(|(c, _, rule)| *c == Category::Connection && rule == "builtin: connect failure")
+            p.classified.iter().all(|(c, _, rule)| *c == Category::Connection && rule == "builtin: connection refused")
         );
     }
 }

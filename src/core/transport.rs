@@ -4,9 +4,17 @@
 //! attempt failures.
 //!
 //! The transport never retries: every attempt is the executor's decision.
+//! reqwest's own retry policy (HTTP/2 refused streams and graceful
+//! `GOAWAY`s, twice by default) is switched off. hyper-util's retry of
+//! "canceled" requests cannot be reached through reqwest 0.13 and stays on;
+//! it only re-sends a request that never left: one handed to a pooled
+//! connection found closed before the request's first byte was written.
+//!
+//! Failures name what happened, not what `reqwest::Error::is_timeout` says:
+//! that is also true for a kernel `ETIMEDOUT` (SYN retries, keepalive,
+//! `TCP_USER_TIMEOUT`), which is not one of our timers.
 
 use std::collections::HashMap;
-use std::error::Error as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -17,7 +25,8 @@ use super::failure::{Failure, TransportKind};
 use super::redact;
 
 /// TCP keepalive probe timing (seed 001: 30/10/3 → a dead peer is noticed
-/// in about a minute).
+/// in about a minute). The socket's `TCP_USER_TIMEOUT` follows it (see
+/// [`Keepalive::dead_after`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Keepalive {
     /// Idle time before the first probe.
@@ -26,6 +35,21 @@ pub struct Keepalive {
     pub interval: Duration,
     /// Unanswered probes before the connection is dead.
     pub count: u32,
+}
+
+impl Keepalive {
+    /// How long a silent peer takes to be declared dead:
+    /// `idle + interval × count`. It is also the socket's `TCP_USER_TIMEOUT`,
+    /// for two reasons. Linux ignores the probe count once a user timeout
+    /// is set (reqwest sets 30 s unless told otherwise, which made 1/1/2
+    /// take 30 s instead of 3 s); with the user timeout at exactly this
+    /// value the last probe's deadline and the user timeout coincide. And
+    /// data sent but never acknowledged (a request written into a dead
+    /// route) is given up on after the same time, where the kernel's own
+    /// retransmission limit would take about 15 minutes.
+    pub fn dead_after(&self) -> Duration {
+        self.idle.saturating_add(self.interval.saturating_mul(self.count))
+    }
 }
 
 /// Which proxy to use.
@@ -62,7 +86,8 @@ pub struct TransportSettings {
     pub connect_timeout: Duration,
     /// Per-read backstop under the governor.
     pub read_timeout: Option<Duration>,
-    /// Keepalive probes; `None` = off.
+    /// Keepalive probes and the matching user timeout; `None` = neither
+    /// (no `SO_KEEPALIVE`, the kernel's default retransmission limit).
     pub keepalive: Option<Keepalive>,
     /// Bind an IPv4 source address.
     pub force_ipv4: bool,
@@ -91,14 +116,12 @@ pub fn build_client(settings: &TransportSettings) -> Result<reqwest::Client, Tra
         .tcp_nodelay(true)
         // A redirect would carry `x-api-key` and custom key headers to
         // whatever host it names; an LLM endpoint has no reason to redirect.
-        .redirect(reqwest::redirect::Policy::none());
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never());
     if let Some(read) = settings.read_timeout {
         builder = builder.read_timeout(read);
     }
-    builder = match settings.keepalive {
-        Some(k) => builder.tcp_keepalive(k.idle).tcp_keepalive_interval(k.interval).tcp_keepalive_retries(k.count),
-        None => builder.tcp_keepalive(None),
-    };
+    builder = keepalive(builder, settings.keepalive);
     if settings.force_ipv4 {
         builder = builder.local_address(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     }
@@ -126,6 +149,19 @@ pub fn build_client(settings: &TransportSettings) -> Result<reqwest::Client, Tra
         builder = builder.tls_certs_merge(certs);
     }
     builder.build().map_err(|e| TransportError { message: error_chain(&e) })
+}
+
+/// Sets every keepalive option, on or off: reqwest's defaults (15 s, 15 s,
+/// 3 probes, 30 s user timeout) apply to any left unset, and hyper-util
+/// turns `SO_KEEPALIVE` on when any one of the three probe settings is set.
+fn keepalive(builder: reqwest::ClientBuilder, keepalive: Option<Keepalive>) -> reqwest::ClientBuilder {
+    let builder = builder
+        .tcp_keepalive(keepalive.map(|k| k.idle))
+        .tcp_keepalive_interval(keepalive.map(|k| k.interval))
+        .tcp_keepalive_retries(keepalive.map(|k| k.count));
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    let builder = builder.tcp_user_timeout(keepalive.map(|k| k.dead_after()));
+    builder
 }
 
 /// Clients shared by every call of a process, one per settings value.
@@ -167,16 +203,17 @@ impl ClientCache {
 
 /// Maps a client error to an attempt failure. `read_timeout` is the
 /// backstop in force, reported when it is what fired.
+///
+/// Only our own clocks are reported as timers: reqwest's connect timeout
+/// (`connect_timeout`) and its read timeout (the backstop). Everything
+/// else is a [`TransportKind`] read from the error's causes.
 pub fn failure_from_reqwest(
     error: &reqwest::Error,
     connect_timeout: Duration,
     read_timeout: Option<Duration>,
 ) -> Failure {
-    let mut message = error_chain(error);
-    if let Some(url) = error.url() {
-        message = message.replace(url.as_str(), &redact::masked(url));
-    }
-    if error.is_timeout() {
+    let causes = causes(error);
+    if causes.iter().any(|cause| is_our_timer(*cause)) {
         return if error.is_connect() {
             Failure::Timeout { timer: TimerKind::Connect, after: connect_timeout }
         } else {
@@ -184,38 +221,87 @@ pub fn failure_from_reqwest(
             Failure::Timeout { timer: TimerKind::Idle, after: read_timeout.unwrap_or_default() }
         };
     }
-    let kind = if error.is_connect() {
-        TransportKind::Connect
-    } else if io_kind(error).is_some_and(|k| {
-        matches!(
-            k,
-            std::io::ErrorKind::ConnectionReset
-                | std::io::ErrorKind::ConnectionAborted
-                | std::io::ErrorKind::BrokenPipe
-        )
-    }) || message.contains("reset")
-    {
-        TransportKind::Reset
-    } else if io_kind(error) == Some(std::io::ErrorKind::UnexpectedEof) || message.contains("EOF") {
+    let mut message = error_chain(error);
+    if let Some(url) = error.url() {
+        message = message.replace(url.as_str(), &redact::masked(url));
+    }
+    Failure::Transport { kind: transport_kind(error, &causes), message }
+}
+
+/// The error and every cause below it, including the payload of an
+/// `io::Error` (whose `source` skips it: a rustls error or a tokio `Elapsed`
+/// sits there).
+fn causes<'a>(error: &'a (dyn std::error::Error + 'static)) -> Vec<&'a (dyn std::error::Error + 'static)> {
+    let mut causes = Vec::new();
+    let mut next = Some(error);
+    while let Some(cause) = next {
+        causes.push(cause);
+        next = match cause.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
+            Some(payload) => Some(payload as &(dyn std::error::Error + 'static)),
+            None => cause.source(),
+        };
+    }
+    causes
+}
+
+/// Whether `cause` is one of reqwest's own clocks running out: its connect
+/// and read timeouts end with a private `TimedOut` marker (no source, shown
+/// as "operation timed out"), and hyper-util's share of the connect budget
+/// with a tokio `Elapsed` inside an `io::Error`. A kernel `ETIMEDOUT` is an
+/// OS error, neither of these.
+fn is_our_timer(cause: &(dyn std::error::Error + 'static)) -> bool {
+    cause.is::<tokio::time::error::Elapsed>()
+        || (!cause.is::<std::io::Error>() && cause.source().is_none() && cause.to_string() == REQWEST_TIMED_OUT)
+}
+
+/// How reqwest's private `TimedOut` marker displays itself.
+const REQWEST_TIMED_OUT: &str = "operation timed out";
+
+/// How hyper-util's proxy errors display themselves: their types
+/// (`TunnelError`, `SocksError`, reqwest's `SocksProxyError`) are not
+/// exported, so their fixed text is all there is to recognise them by.
+const PROXY_ERROR_PREFIXES: [&str; 4] =
+    ["tunnel error: ", "SOCKS error: ", "error connecting to socks proxy", "error resolving for socks proxy"];
+
+fn transport_kind(error: &reqwest::Error, causes: &[&(dyn std::error::Error + 'static)]) -> TransportKind {
+    use std::io::ErrorKind;
+    // A proxy that refuses or fails is the proxy's failure, whatever the
+    // socket error under it.
+    if causes.iter().any(|c| {
+        let text = c.to_string();
+        PROXY_ERROR_PREFIXES.iter().any(|prefix| text.starts_with(prefix))
+    }) {
+        return TransportKind::Proxy;
+    }
+    if error.is_dns() {
+        return TransportKind::Dns;
+    }
+    if causes.iter().any(|c| c.is::<rustls::Error>()) {
+        return TransportKind::Tls;
+    }
+    let io_kind = causes.iter().find_map(|c| c.downcast_ref::<std::io::Error>()).map(std::io::Error::kind);
+    match io_kind {
+        Some(ErrorKind::ConnectionRefused) => return TransportKind::Refused,
+        Some(ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable) => return TransportKind::Unreachable,
+        Some(ErrorKind::TimedOut) if error.is_connect() => return TransportKind::ConnectTimedOut,
+        Some(ErrorKind::TimedOut) => return TransportKind::KernelTimeout,
+        Some(ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe) => {
+            return TransportKind::Reset;
+        }
         // hyper reports a body cut short as an unexpected end of file.
+        Some(ErrorKind::UnexpectedEof) => return TransportKind::Closed,
+        _ => {}
+    }
+    if error.is_connect() {
+        TransportKind::Connect
+    } else if causes.iter().filter_map(|c| c.downcast_ref::<hyper::Error>()).any(hyper::Error::is_incomplete_message) {
+        // The connection closed cleanly before the response was complete.
         TransportKind::Closed
     } else if error.is_body() || error.is_decode() {
         TransportKind::Read
     } else {
         TransportKind::Other
-    };
-    Failure::Transport { kind, message }
-}
-
-fn io_kind(error: &reqwest::Error) -> Option<std::io::ErrorKind> {
-    let mut source = error.source();
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return Some(io.kind());
-        }
-        source = err.source();
     }
-    None
 }
 
 /// The error and its sources joined with `: `, the way `{:#}` prints them.
@@ -297,6 +383,121 @@ mod tests {
         // Nothing listens on the port any more.
         let err = client.get(format!("http://{addr}/")).send().await.unwrap_err();
         let failure = failure_from_reqwest(&err, s.connect_timeout, s.read_timeout);
-        assert!(matches!(failure, Failure::Transport { kind: TransportKind::Connect, .. }), "{failure}");
+        assert!(matches!(failure, Failure::Transport { kind: TransportKind::Refused, .. }), "{failure}");
+    }
+
+    /// A one-connection server on loopback: reads the request, writes
+    /// `reply`, then does what `then` says with the socket.
+    async fn serve_once<F, Fut>(reply: &'static [u8], then: F) -> std::net::SocketAddr
+    where
+        F: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = socket.read(&mut buf).await.unwrap();
+            socket.write_all(reply).await.unwrap();
+            then(socket).await;
+        });
+        addr
+    }
+
+    fn direct() -> TransportSettings {
+        TransportSettings { proxy: ProxySetting::Off, ..settings() }
+    }
+
+    /// The first body error of a GET to `url` with `s`, as a failure.
+    async fn body_failure(s: &TransportSettings, url: &str) -> Failure {
+        use futures_util::StreamExt;
+        let client = build_client(s).unwrap();
+        let response = client.get(url).send().await.unwrap();
+        let mut body = response.bytes_stream();
+        loop {
+            match body.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return failure_from_reqwest(&e, s.connect_timeout, s.read_timeout),
+                None => panic!("the body ended without an error"),
+            }
+        }
+    }
+
+    const STREAM_HEAD: &[u8] =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 100\r\n\r\ndata: x\n\n";
+
+    /// reqwest marks its own read timeout with a private error shown as
+    /// "operation timed out"; that, and only that, is the read backstop.
+    #[tokio::test]
+    async fn reqwests_own_read_timeout_is_the_read_backstop() {
+        let addr = serve_once(STREAM_HEAD, |socket| async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            drop(socket);
+        })
+        .await;
+        let s = TransportSettings { read_timeout: Some(Duration::from_millis(200)), ..direct() };
+        let failure = body_failure(&s, &format!("http://{addr}/")).await;
+        assert!(
+            matches!(failure, Failure::Timeout { timer: TimerKind::Idle, after } if after == Duration::from_millis(200)),
+            "{failure}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_by_a_clean_close_is_closed() {
+        let addr = serve_once(STREAM_HEAD, |socket| async move { drop(socket) }).await;
+        let failure = body_failure(&direct(), &format!("http://{addr}/")).await;
+        assert!(matches!(failure, Failure::Transport { kind: TransportKind::Closed, .. }), "{failure}");
+    }
+
+    #[tokio::test]
+    async fn a_reset_mid_body_is_reset() {
+        let addr = serve_once(STREAM_HEAD, |socket| async move {
+            // Give the client time to read the head, then close with a RST.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            socket2::SockRef::from(&socket).set_linger(Some(Duration::ZERO)).unwrap();
+            drop(socket);
+        })
+        .await;
+        let failure = body_failure(&direct(), &format!("http://{addr}/")).await;
+        assert!(matches!(failure, Failure::Transport { kind: TransportKind::Reset, .. }), "{failure}");
+    }
+
+    #[tokio::test]
+    async fn an_untrusted_certificate_is_a_tls_failure() {
+        let fixture = |name: &str| {
+            std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls").join(name))
+                .unwrap()
+        };
+        let identity =
+            crate::sim::TlsIdentity { cert_chain_pem: fixture("server.pem"), key_pem: fixture("server.key") };
+        let server =
+            crate::sim::SimServer::start_tls(crate::sim::builtin("healthy").unwrap(), 0, &identity).await.unwrap();
+        let s = direct();
+        let err = build_client(&s).unwrap().get(server.base_url()).send().await.unwrap_err();
+        let failure = failure_from_reqwest(&err, s.connect_timeout, s.read_timeout);
+        assert!(matches!(failure, Failure::Transport { kind: TransportKind::Tls, .. }), "{failure}");
+        server.shutdown().await;
+    }
+
+    /// An HTTP proxy that refuses the tunnel and a SOCKS proxy that hangs
+    /// up are both the proxy's failure.
+    #[tokio::test]
+    async fn a_refused_tunnel_and_a_broken_socks_proxy_are_proxy_failures() {
+        let http_proxy = serve_once(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n", |_| async {}).await;
+        let socks_proxy = serve_once(b"", |socket| async move { drop(socket) }).await;
+        for proxy in [format!("http://{http_proxy}"), format!("socks5://{socks_proxy}")] {
+            let s = TransportSettings { proxy: ProxySetting::Url(proxy.clone()), ..settings() };
+            let err = build_client(&s).unwrap().get("https://127.0.0.1:9/").send().await.unwrap_err();
+            let failure = failure_from_reqwest(&err, s.connect_timeout, s.read_timeout);
+            assert!(matches!(failure, Failure::Transport { kind: TransportKind::Proxy, .. }), "{proxy}: {failure}");
+        }
+    }
+
+    #[test]
+    fn a_dead_peer_is_declared_after_idle_plus_every_probe() {
+        let k = Keepalive { idle: Duration::from_secs(30), interval: Duration::from_secs(10), count: 3 };
+        assert_eq!(k.dead_after(), Duration::from_secs(60));
     }
 }

@@ -212,7 +212,7 @@ pub static TUNABLES: &[TunableSpec] = &[
         "s",
         "120",
         Stream,
-        "No response byte this long after the request was sent ends the attempt; 0 disables."
+        "No response byte this long after the attempt started (connecting and the TLS handshake count) ends the attempt; 0 disables."
     ),
     tunable!(
         "TTFB_DISABLE_ABOVE_TOKENS",
@@ -280,7 +280,7 @@ pub static TUNABLES: &[TunableSpec] = &[
         "",
         "1",
         Http,
-        "Enable TCP keepalive probes (dead-peer detection in about a minute)."
+        "Enable TCP keepalive probes (dead-peer detection in about a minute); the socket's TCP_USER_TIMEOUT is set to KEEPIDLE + KEEPINTVL × KEEPCNT too, so sent data left unacknowledged that long also ends the connection. 0: neither, the kernel's defaults apply."
     ),
     tunable!("TCP_KEEPIDLE_S", float(1.0, 7200.0), "s", "30", Http, "Idle time before the first keepalive probe."),
     tunable!("TCP_KEEPINTVL_S", float(1.0, 600.0), "s", "10", Http, "Interval between keepalive probes."),
