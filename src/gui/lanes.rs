@@ -63,6 +63,8 @@ pub struct Lane {
     pub hops: Vec<Mark>,
     /// Timers that fired.
     pub fired: Vec<Mark>,
+    /// Rate-limit buckets that ran low.
+    pub low_buckets: Vec<Mark>,
     /// Every event other than chunks and parsed stream events, described,
     /// for hovering.
     pub notes: Vec<Mark>,
@@ -305,6 +307,9 @@ impl Lane {
             }
             EventKind::FailedOver { from, to, reason } => {
                 self.hops.push(Mark { at_s: at, text: format!("{from} → {to} ({reason})") });
+            }
+            EventKind::RateLimitLow { bucket, remaining, .. } => {
+                self.low_buckets.push(Mark { at_s: at, text: format!("{remaining} {bucket} left") });
             }
             EventKind::Finished { outcome, .. } => {
                 self.close_all(at);
@@ -554,6 +559,22 @@ mod tests {
         assert_eq!(deadline.progress.len(), 2);
         assert!(!deadline.open && !deadline.fired);
         assert!((deadline.progress[1].x - 1.3).abs() < 1e-9 && (deadline.progress[1].y - 0.13).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_bucket_running_low_is_marked_and_described() {
+        let mut events = stalled_then_ok();
+        let low = EventKind::RateLimitLow {
+            bucket: "tokens".into(),
+            remaining: 40,
+            limit: Some(1000),
+            reset: Some(Duration::from_secs(6)),
+        };
+        events.insert(2, event(50, 0, 1, low));
+        let lane = &Timeline::from_events("x", &events).lanes[0];
+        assert_eq!(lane.low_buckets, [Mark { at_s: 0.05, text: "40 tokens left".into() }]);
+        let hover = lane.describe_near(0.05, 0.001).unwrap();
+        assert!(hover.contains("rate limit running low: 40 of 1000 tokens left, refills in 6.000 s"), "{hover}");
     }
 
     #[test]

@@ -87,6 +87,7 @@ mod colour {
     pub const FIRED: Color32 = Color32::from_rgb(255, 70, 70);
     pub const HOP: Color32 = Color32::from_rgb(200, 110, 255);
     pub const ATTEMPT: Color32 = Color32::from_rgb(170, 170, 170);
+    pub const LOW_BUCKET: Color32 = Color32::from_rgb(255, 220, 0);
 }
 
 fn timer_colour(kind: TimerKind) -> Color32 {
@@ -388,6 +389,7 @@ fn legend(ui: &mut Ui) {
         key(ui, colour::SLEEP_TEXT, "backoff sleep");
         key(ui, colour::HOP, "failover hop");
         key(ui, colour::ATTEMPT, "attempt start");
+        key(ui, colour::LOW_BUCKET, "rate limit running low");
     });
 }
 
@@ -455,6 +457,11 @@ fn draw_lane(plot: &mut egui_plot::PlotUi<'_>, lane: &Lane, x_min: f64, x_max: f
     let fired = marks(&lane.fired, 1.0);
     if !fired.is_empty() {
         plot.points(Points::new("fired", fired).color(colour::FIRED).radius(6.0).shape(MarkerShape::Cross));
+    }
+    let low = marks(&lane.low_buckets, 0.9);
+    if !low.is_empty() {
+        let points = Points::new("rate limit low", low).color(colour::LOW_BUCKET).radius(5.0);
+        plot.points(points.shape(MarkerShape::Down).filled(true));
     }
     for hop in lane.hops.iter().filter(|m| visible(m.at_s, m.at_s)) {
         plot.points(
