@@ -439,3 +439,13 @@ fn a_run_repeated_with_its_seed_sleeps_the_same() {
     assert_eq!(sleeps("7"), first);
     assert_ne!(sleeps("8"), first);
 }
+
+/// The check: with the defaults and additive escalation, the call's
+/// worst case is 7065 s (each timer escalated, then summed).
+#[test]
+fn budget_escalates_each_timer_before_summing() {
+    let out = stdout(&stallscope(&["--set", "TIMEOUT_ESCALATION=additive", "budget", "--json"], &[]));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let call = report["layers"].as_array().unwrap().iter().find(|l| l["name"] == "call").unwrap();
+    assert_eq!(call["worst"].as_f64(), Some(7065.0), "{out}");
+}
