@@ -997,6 +997,52 @@ fn paced(path: &Path, streams: u64, rate: u64, total: u64) -> (Duration, f64, u6
     (started.elapsed(), emitting.as_nanos() as f64 / total as f64, dropped, run)
 }
 
+/// Records `attempts` attempts of `body_len` bytes of SSE text each, as
+/// fast as they can be emitted: per attempt its start, 4 KiB chunks, one SSE
+/// event per event of the text, its end and, when `bodies`, its raw body.
+/// Returns (wall time including finish, events, body bytes, dropped, run).
+fn attempts_with_bodies(path: &Path, attempts: u64, body_len: usize, bodies: bool) -> (Duration, u64, u64, u64, i64) {
+    // Deltas of varied words, as a model writes them.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut body = Vec::with_capacity(body_len + 256);
+    let mut sse = 0;
+    while body.len() < body_len {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let word: String = (0..2 + (seed >> 60)).map(|i| (b'a' + ((seed >> (i * 5)) % 26) as u8) as char).collect();
+        body.extend_from_slice(
+            format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{word} \"}}}}]}}\n\n").as_bytes(),
+        );
+        sse += 1;
+    }
+    body.truncate(body_len);
+    let (sink, handle) = Recorder::start(path, start("bodies")).unwrap();
+    let run = handle.run_id();
+    let target = Target::new("sim", "m");
+    let started = Instant::now();
+    let (mut events, mut body_bytes, mut t) = (0u64, 0u64, 0u64);
+    let mut emit = |stream: u64, kind: EventKind| {
+        t += 1_000;
+        sink.emit(at(t, stream, 1, kind));
+        events += 1;
+    };
+    for stream in 0..attempts {
+        emit(stream, EventKind::AttemptStarted { target: target.clone(), credential: None });
+        for chunk in body.chunks(4096) {
+            emit(stream, EventKind::ChunkReceived { bytes: chunk.len() });
+        }
+        for _ in 0..sse {
+            emit(stream, EventKind::SseReceived { class: EventClass::Content, chars: 6, progress: true });
+        }
+        emit(stream, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: Some("stop".into()) });
+        if bodies {
+            emit(stream, EventKind::BodyRecorded { body: RecordedBody::Raw { bytes: body.clone(), truncated: false } });
+            body_bytes += body.len() as u64;
+        }
+    }
+    let dropped = handle.finish(&report()).unwrap();
+    (started.elapsed(), events, body_bytes, dropped, run)
+}
+
 /// Figures for the measurements (not a pass/fail test): run with
 /// `cargo test --release --test store -- --ignored --nocapture figures`.
 #[test]
@@ -1020,6 +1066,29 @@ fn figures() {
                 }
             }
         }
+    }
+    for bodies in [false, true] {
+        let (took, events, body_bytes, dropped, run) = attempts_with_bodies(&path, 100, 64 << 10, bodies);
+        let secs = took.as_secs_f64();
+        let mode = if bodies { "raw" } else { "off" };
+        let mut line = format!(
+            "RECORD_BODIES={mode}: 100 attempts x 64 KiB of SSE, {events} events in {took:?} ({:.2} M events/s",
+            events as f64 / secs / 1e6
+        );
+        if bodies {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            let (length, stored): (i64, i64) = conn
+                .query_row("SELECT sum(length), sum(length(data)) FROM bodies WHERE run_id = ?1", [run], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .unwrap();
+            line.push_str(&format!(
+                ", bodies {:.1} MB/s, stored {:.1}x smaller",
+                body_bytes as f64 / secs / 1e6,
+                length as f64 / stored as f64
+            ));
+        }
+        println!("{line}), dropped {dropped}");
     }
     let cpu = cpu_time();
     let (took, _, dropped, _) = paced(&path, 1_000, 20_000, 100_000);

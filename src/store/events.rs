@@ -889,9 +889,7 @@ pub(crate) fn write(tx: &Transaction<'_>, run: i64, events: &[Event]) -> rusqlit
     for event in events {
         let (stream, attempt, at) = (event.stream as i64, i64::from(event.attempt), ns(event.at).unwrap_or(i64::MAX));
         // Attempt 0 is between attempts (a decision made before any): it has no row.
-        if attempt == 0 && touches_attempt(&event.kind) {
-            continue;
-        }
+        let has_row = attempt != 0;
         match &event.kind {
             EventKind::CallStarted { target, .. } => {
                 tx.prepare_cached(
@@ -909,26 +907,26 @@ pub(crate) fn write(tx: &Transaction<'_>, run: i64, events: &[Event]) -> rusqlit
                 )?
                 .execute(params![run, stream, at, outcome.name(), attempts])?;
             }
-            EventKind::AttemptStarted { target, credential } => {
+            EventKind::AttemptStarted { target, credential } if has_row => {
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO attempts (run_id, stream, attempt, provider, model, credential, started_ns) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )?
                 .execute(params![run, stream, attempt, target.provider, target.model, opt_int(*credential).flatten(), at])?;
             }
-            EventKind::HeadersReceived { status, .. } => {
+            EventKind::HeadersReceived { status, .. } if has_row => {
                 tx.prepare_cached(
                     "UPDATE attempts SET status = ?4 WHERE run_id = ?1 AND stream = ?2 AND attempt = ?3",
                 )?
                 .execute(params![run, stream, attempt, status])?;
             }
-            EventKind::ErrorClassified { category, .. } => {
+            EventKind::ErrorClassified { category, .. } if has_row => {
                 tx.prepare_cached(
                     "UPDATE attempts SET category = ?4 WHERE run_id = ?1 AND stream = ?2 AND attempt = ?3",
                 )?
                 .execute(params![run, stream, attempt, category_code(*category)])?;
             }
-            EventKind::AttemptEnded { end, .. } => {
+            EventKind::AttemptEnded { end, .. } if has_row => {
                 let (how, value) = end_code(end);
                 tx.prepare_cached(
                     "UPDATE attempts SET ended_ns = ?4, end_code = ?5, end_value = ?6 \
@@ -940,17 +938,6 @@ pub(crate) fn write(tx: &Transaction<'_>, run: i64, events: &[Event]) -> rusqlit
         }
     }
     Ok(())
-}
-
-/// Whether an event opens or updates its attempt's row in `attempts`.
-fn touches_attempt(kind: &EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::AttemptStarted { .. }
-            | EventKind::HeadersReceived { .. }
-            | EventKind::ErrorClassified { .. }
-            | EventKind::AttemptEnded { .. }
-    )
 }
 
 /// A read that failed.
