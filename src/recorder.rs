@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -93,6 +93,7 @@ struct Counters {
 
 impl Counters {
     /// Counts `n` events of `stream` not recorded, `bodies` of them bodies.
+    #[cold]
     fn count_lost(&self, stream: StreamId, n: u64, bodies: u64) {
         *self.dropped_by_stream.lock().unwrap_or_else(PoisonError::into_inner).entry(stream).or_default() += n;
         self.dropped_bodies.fetch_add(bodies, Ordering::Relaxed);
@@ -192,28 +193,30 @@ impl RecorderSink {
     }
 }
 
+impl RecorderSink {
+    /// Queues a body only while the bodies waiting stay within the budget.
+    /// Bodies are rare: this is kept off the path of every other event.
+    #[cold]
+    fn emit_body(&self, event: Event, size: u64) {
+        let stream = event.stream;
+        let waiting = self.counters.body_bytes.fetch_add(size, Ordering::Relaxed);
+        if waiting.saturating_add(size) > self.body_budget || self.tx.try_send(Message::Event(event)).is_err() {
+            self.counters.body_bytes.fetch_sub(size, Ordering::Relaxed);
+            self.counters.count_lost(stream, 1, 1);
+        }
+    }
+}
+
 impl EventSink for RecorderSink {
     fn emit(&self, event: Event) {
-        let stream = event.stream;
-        let body = body_bytes(&event.kind);
-        if let Some(size) = body {
-            let waiting = self.counters.body_bytes.fetch_add(size, Ordering::Relaxed);
-            if waiting.saturating_add(size) > self.body_budget {
-                self.counters.body_bytes.fetch_sub(size, Ordering::Relaxed);
-                self.counters.count_lost(stream, 1, 1);
-                return;
-            }
+        if let Some(size) = body_bytes(&event.kind) {
+            return self.emit_body(event, size);
         }
-        match self.tx.try_send(Message::Event(event)) {
-            Ok(()) => {}
-            // Full: the writer is behind. Disconnected: the run is finished
-            // or the writer died. Either way the stream goes on.
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                if let Some(size) = body {
-                    self.counters.body_bytes.fetch_sub(size, Ordering::Relaxed);
-                }
-                self.counters.count_lost(stream, 1, u64::from(body.is_some()));
-            }
+        let stream = event.stream;
+        // Full: the writer is behind. Disconnected: the run is finished or
+        // the writer died. Either way the stream goes on.
+        if self.tx.try_send(Message::Event(event)).is_err() {
+            self.counters.count_lost(stream, 1, 0);
         }
     }
 }

@@ -998,7 +998,8 @@ fn paced(path: &Path, streams: u64, rate: u64, total: u64) -> (Duration, f64, u6
 }
 
 /// Records `attempts` attempts of `body_len` bytes of SSE text each, as
-/// fast as they can be emitted: per attempt its start, 4 KiB chunks, one SSE
+/// fast as they can be emitted, into a channel that holds them all (so the
+/// time is the writer's): per attempt its start, 4 KiB chunks, one SSE
 /// event per event of the text, its end and, when `bodies`, its raw body.
 /// Returns (wall time including finish, events, body bytes, dropped, run).
 fn attempts_with_bodies(path: &Path, attempts: u64, body_len: usize, bodies: bool) -> (Duration, u64, u64, u64, i64) {
@@ -1015,7 +1016,8 @@ fn attempts_with_bodies(path: &Path, attempts: u64, body_len: usize, bodies: boo
         sse += 1;
     }
     body.truncate(body_len);
-    let (sink, handle) = Recorder::start(path, start("bodies")).unwrap();
+    let options = RecorderOptions { capacity: 1 << 20, ..RecorderOptions::default() };
+    let (sink, handle) = Recorder::start_with(path, start("bodies"), options).unwrap();
     let run = handle.run_id();
     let target = Target::new("sim", "m");
     let started = Instant::now();
