@@ -140,7 +140,15 @@ impl Recorder {
         let (tx, rx) = sync_channel(options.capacity.max(1));
         let counters = Arc::new(Counters::default());
         let body_budget = options.body_budget;
-        let writer = Writer { store, run, rx, counters: Arc::clone(&counters), options, written_drops: 0 };
+        let writer = Writer {
+            store,
+            run,
+            rx,
+            counters: Arc::clone(&counters),
+            options,
+            written_drops: 0,
+            streams_written: Instant::now(),
+        };
         let thread = std::thread::Builder::new()
             .name("stallscope-recorder".to_owned())
             .spawn(move || writer.run())
@@ -288,10 +296,18 @@ struct Writer {
     rx: Receiver<Message>,
     counters: Arc<Counters>,
     options: RecorderOptions,
-    /// The dropped-event count last written, so the per-stream counts are
-    /// written only when they moved.
+    /// The dropped-event count when the per-stream counts were last
+    /// written, so they are written only when they moved...
     written_drops: u64,
+    /// ...and at most every [`STREAM_DROPS_EVERY`] while the run goes on:
+    /// a writer that falls behind drops on every stream, and one row per
+    /// stream with every batch would slow it further.
+    streams_written: Instant,
 }
+
+/// How often the per-stream drop counts are written while a run goes on
+/// (they are always written by a flush and at the end).
+const STREAM_DROPS_EVERY: Duration = Duration::from_secs(1);
 
 /// Events waiting for their commit.
 #[derive(Default)]
@@ -323,7 +339,7 @@ impl Writer {
                     match self.rx.recv_timeout(left) {
                         Ok(message) => message,
                         Err(RecvTimeoutError::Timeout) => {
-                            let _ = self.commit(&mut batch);
+                            let _ = self.commit(&mut batch, false);
                             continue;
                         }
                         Err(RecvTimeoutError::Disconnected) => break,
@@ -341,7 +357,7 @@ impl Writer {
             }
         }
         // Every sender is gone: keep what was queued.
-        let _ = self.commit(&mut batch);
+        let _ = self.commit(&mut batch, true);
     }
 
     fn handle(&mut self, message: Message, batch: &mut Batch) -> Next {
@@ -356,41 +372,48 @@ impl Writer {
                     || batch.body_bytes >= self.options.body_budget / 2
                     || batch.oldest.is_some_and(|since| since.elapsed() >= self.options.flush_interval)
                 {
-                    let _ = self.commit(batch);
+                    let _ = self.commit(batch, false);
                 }
                 Next::Continue
             }
             Message::Flush(reply) => {
-                let result = self.commit(batch);
+                let result = self.commit(batch, true);
                 let _ = reply.send(result);
                 Next::Continue
             }
             Message::Finish(report, reply) => {
-                let _ = self.commit(batch);
+                let _ = self.commit(batch, true);
                 let dropped = self.counters.dropped.load(Ordering::Relaxed);
                 let result = self.store.finish_run(self.run, &report, dropped).map(|()| dropped);
                 let _ = reply.send(result);
                 Next::Stop
             }
             Message::Close => {
-                let _ = self.commit(batch);
+                let _ = self.commit(batch, true);
                 Next::Stop
             }
         }
     }
 
-    /// Commits the batch with the drop counts. A failed commit is logged
-    /// and its events counted as dropped; the writer keeps going.
-    fn commit(&mut self, batch: &mut Batch) -> Result<(), StoreError> {
+    /// Commits the batch with the drop counts, per stream too when they
+    /// moved and are due (`streams_now`: whenever they moved). A failed
+    /// commit is logged and its events counted as dropped; the writer
+    /// keeps going.
+    fn commit(&mut self, batch: &mut Batch, streams_now: bool) -> Result<(), StoreError> {
         batch.oldest = None;
-        let dropped = self.counters.dropped.load(Ordering::Relaxed);
-        if batch.events.is_empty() && dropped == self.written_drops {
+        let moved = self.counters.dropped.load(Ordering::Relaxed) != self.written_drops;
+        let streams = moved && (streams_now || self.streams_written.elapsed() >= STREAM_DROPS_EVERY);
+        if batch.events.is_empty() && !streams {
             return Ok(());
         }
-        let drops = self.counters.drops(dropped != self.written_drops);
+        let drops = self.counters.drops(streams);
         let result = self.store.append(self.run, &batch.events, Some(&drops));
         match &result {
-            Ok(()) => self.written_drops = drops.events,
+            Ok(()) if streams => {
+                self.written_drops = drops.events;
+                self.streams_written = Instant::now();
+            }
+            Ok(()) => {}
             Err(e) => {
                 tracing::warn!(run = self.run, lost = batch.events.len(), error = %e, "recorder: a batch of events was not written");
                 let mut lost: HashMap<StreamId, (u64, u64)> = HashMap::new();
