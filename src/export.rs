@@ -3,17 +3,20 @@
 //! chrome://tracing open.
 //!
 //! In a trace each stream is its own process track: attempts and backoff
-//! sleeps are spans, timers firing and failover hops are instant events,
-//! and the stream's cumulative bytes are a counter.
+//! sleeps are spans, timers firing, attempt ends and failover hops are
+//! instant events, and the stream's cumulative bytes are a counter.
+//!
+//! Recorded bodies are exported only on request: they are large, and a
+//! trace or an event log is usually shared without them.
 
 use serde_json::{Value, json};
 
 use crate::core::event::{Event, EventKind, StreamId};
 
-/// One JSON object per line.
-pub fn jsonl(events: &[Event]) -> Result<String, serde_json::Error> {
+/// One JSON object per line; recorded bodies only when `bodies`.
+pub fn jsonl(events: &[Event], bodies: bool) -> Result<String, serde_json::Error> {
     let mut out = String::new();
-    for event in events {
+    for event in events.iter().filter(|e| bodies || !matches!(e.kind, EventKind::BodyRecorded { .. })) {
         out.push_str(&serde_json::to_string(event)?);
         out.push('\n');
     }
@@ -56,6 +59,15 @@ pub fn chrome_trace(streams: &[(StreamId, Vec<Event>)]) -> Value {
                     close(&mut trace, &mut open_attempt, ts);
                     trace.push(instant(pid, ts, &format!("finished: {}", outcome.name()), json!({})));
                 }
+                EventKind::AttemptEnded { end, stop_reason } => {
+                    close(&mut trace, &mut open_attempt, ts);
+                    // `how` and what goes with it (kind, timer, status, code).
+                    let mut args = serde_json::to_value(end).unwrap_or_else(|_| json!({}));
+                    if let (Some(reason), Some(args)) = (stop_reason, args.as_object_mut()) {
+                        args.insert("stop_reason".to_owned(), json!(reason));
+                    }
+                    trace.push(instant(pid, ts, &format!("attempt {} ended: {end}", event.attempt), args));
+                }
                 EventKind::TimerFired { timer, after } => {
                     let args = json!({"after_ms": after.as_secs_f64() * 1e3});
                     trace.push(instant(pid, ts, &format!("{timer} timer fired"), args));
@@ -91,8 +103,9 @@ mod tests {
 
     use super::*;
     use crate::core::category::{Category, TimerKind};
-    use crate::core::event::{Outcome, SleepReason};
+    use crate::core::event::{AttemptEnd, Outcome, RecordedBody, SleepReason};
     use crate::core::failover::Target;
+    use crate::core::failure::TransportKind;
 
     fn at(ms: u64, attempt: u32, kind: EventKind) -> Event {
         Event { at: Duration::from_millis(ms), stream: 0, attempt, kind }
@@ -137,9 +150,63 @@ mod tests {
         assert!(items.iter().any(|e| e["ph"] == "i" && e["name"] == "idle timer fired"));
         assert!(items.iter().all(|e| e["pid"] == 1));
 
-        let lines = jsonl(&events).unwrap();
+        let lines = jsonl(&events, false).unwrap();
         assert_eq!(lines.lines().count(), events.len());
         let back: Event = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
         assert_eq!(back, events[0]);
+    }
+
+    #[test]
+    fn an_attempt_ends_at_its_attempt_ended_event_with_how_it_ended() {
+        let target = Target::new("p", "m");
+        let events = vec![
+            at(0, 1, EventKind::AttemptStarted { target: target.clone(), credential: None }),
+            at(
+                300,
+                1,
+                EventKind::AttemptEnded {
+                    end: AttemptEnd::Transport { kind: TransportKind::Reset },
+                    stop_reason: None,
+                },
+            ),
+            at(400, 2, EventKind::AttemptStarted { target, credential: None }),
+            at(900, 2, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: Some("stop".into()) }),
+            at(950, 2, EventKind::Finished { outcome: Outcome::Ok, attempts: 2, stop_reason: None }),
+        ];
+        let trace = chrome_trace(&[(0, events)]);
+        let items = trace["traceEvents"].as_array().unwrap();
+        let spans: Vec<(f64, f64)> = items
+            .iter()
+            .filter(|e| e["cat"] == "attempt")
+            .map(|e| (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
+            .collect();
+        assert_eq!(spans, [(0.0, 300_000.0), (400_000.0, 500_000.0)]);
+        let ends: Vec<(&str, &Value)> = items
+            .iter()
+            .filter(|e| e["ph"] == "i" && e["name"].as_str().unwrap().contains("ended"))
+            .map(|e| (e["name"].as_str().unwrap(), &e["args"]))
+            .collect();
+        assert_eq!(
+            ends,
+            [
+                ("attempt 1 ended: connection reset", &json!({"how": "transport", "kind": "reset"})),
+                ("attempt 2 ended: done", &json!({"how": "done", "stop_reason": "stop"})),
+            ]
+        );
+    }
+
+    #[test]
+    fn bodies_are_exported_only_on_request() {
+        let body = RecordedBody::Raw { bytes: b"data: {}\n\n".to_vec(), truncated: false };
+        let events = vec![
+            at(1, 1, EventKind::ChunkReceived { bytes: 10 }),
+            at(2, 1, EventKind::BodyRecorded { body: body.clone() }),
+        ];
+        assert_eq!(jsonl(&events, false).unwrap().lines().count(), 1);
+        let with = jsonl(&events, true).unwrap();
+        let back: Vec<Event> = with.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(back, events);
+        let trace = chrome_trace(&[(0, events)]).to_string();
+        assert!(!trace.contains("body"), "{trace}");
     }
 }

@@ -9,10 +9,19 @@
 //!
 //! **Policy when the writer falls behind: counted drops.** When the channel
 //! is full the event is dropped and counted, never waited for. The count is
-//! written to the run's row (`dropped_events`) with every batch and at the
-//! end, so it is visible even after a crash, and
-//! [`RecorderHandle::finish`] returns it. Events of a batch that fails to
-//! commit are counted the same way (and logged).
+//! written to the run's row (`dropped_events`) and, per stream, to its
+//! stream's row with every batch and at the end, so it is visible even
+//! after a crash, and [`RecorderHandle::finish`] returns it. Events of a
+//! batch that fails to commit are counted the same way (and logged).
+//!
+//! **Bodies have a byte budget.** A recorded body (up to the per-attempt
+//! cap, `STALLSCOPE_RECORD_BODY_MAX_KB`) can be large, so the bytes of the
+//! bodies between the sink and their commit are counted, and a body that
+//! would take them over [`RecorderOptions::body_budget`] is dropped and
+//! counted (`dropped_bodies`, and among the dropped events), never waited
+//! for: bodies can never pin more memory than the budget. The writer
+//! commits early once half the budget is waiting, so the budget is left
+//! for bursts.
 //!
 //! Crash safety: a crash loses at most the events not yet committed (one
 //! flush interval's worth). [`RecorderHandle::finish`] commits everything and
@@ -20,16 +29,17 @@
 //! queued and leaves the run `running`, so the next open of the database,
 //! in another process, marks it `interrupted`.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::core::event::{Event, EventSink};
+use crate::core::event::{Event, EventKind, EventSink, RecordedBody, StreamId};
 use crate::report::RunReport;
-use crate::store::{RunId, RunStart, Store, StoreError};
+use crate::store::{Drops, RunId, RunStart, Store, StoreError};
 
 /// How the recorder buffers and commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,11 +50,71 @@ pub struct RecorderOptions {
     pub flush_interval: Duration,
     /// A batch this large is committed at once.
     pub batch_events: usize,
+    /// Bytes of recorded bodies waiting to be committed, at most; a body
+    /// that would exceed it is dropped and counted.
+    pub body_budget: u64,
 }
 
 impl Default for RecorderOptions {
     fn default() -> Self {
-        RecorderOptions { capacity: 65_536, flush_interval: Duration::from_millis(200), batch_events: 16_384 }
+        RecorderOptions {
+            capacity: 65_536,
+            flush_interval: Duration::from_millis(200),
+            batch_events: 16_384,
+            body_budget: 64 << 20,
+        }
+    }
+}
+
+/// The bytes a recorded body holds in memory, for the body budget.
+fn body_bytes(kind: &EventKind) -> Option<u64> {
+    match kind {
+        EventKind::BodyRecorded { body: RecordedBody::Raw { bytes, .. } } => Some(bytes.len() as u64),
+        EventKind::BodyRecorded { body: RecordedBody::Text { texts, .. } } => {
+            Some(texts.iter().map(|t| (t.len() + std::mem::size_of::<String>()) as u64).sum())
+        }
+        _ => None,
+    }
+}
+
+/// What the sink and the writer count together.
+#[derive(Debug, Default)]
+struct Counters {
+    /// Events not recorded, bodies included.
+    dropped: AtomicU64,
+    /// Bodies not recorded.
+    dropped_bodies: AtomicU64,
+    /// Events not recorded per stream. Only the drop path and the writer
+    /// (when `dropped` moved) take the lock: emitting never does.
+    dropped_by_stream: Mutex<HashMap<StreamId, u64>>,
+    /// Bytes of bodies between the sink and their commit.
+    body_bytes: AtomicU64,
+}
+
+impl Counters {
+    /// Counts `n` events of `stream` not recorded, `bodies` of them bodies.
+    #[cold]
+    fn count_lost(&self, stream: StreamId, n: u64, bodies: u64) {
+        *self.dropped_by_stream.lock().unwrap_or_else(PoisonError::into_inner).entry(stream).or_default() += n;
+        self.dropped_bodies.fetch_add(bodies, Ordering::Relaxed);
+        self.dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The drop counts as they are now; per stream only when `with_streams`.
+    fn drops(&self, with_streams: bool) -> Drops {
+        // Totals before streams: `count_lost` counts the stream first, so the
+        // streams read after the totals hold every drop the totals do, and
+        // the writer, which writes the streams only when the total moved,
+        // never leaves a counted drop unwritten.
+        let events = self.dropped.load(Ordering::Relaxed);
+        let bodies = self.dropped_bodies.load(Ordering::Relaxed);
+        let by_stream = if with_streams {
+            let map = self.dropped_by_stream.lock().unwrap_or_else(PoisonError::into_inner);
+            map.iter().map(|(s, n)| (*s, *n)).collect()
+        } else {
+            Vec::new()
+        };
+        Drops { events, bodies, by_stream }
     }
 }
 
@@ -68,14 +138,23 @@ impl Recorder {
         let mut store = Store::open(store_path)?;
         let run = store.begin_run(&start)?;
         let (tx, rx) = sync_channel(options.capacity.max(1));
-        let dropped = Arc::new(AtomicU64::new(0));
-        let writer = Writer { store, run, rx, dropped: Arc::clone(&dropped), options };
+        let counters = Arc::new(Counters::default());
+        let body_budget = options.body_budget;
+        let writer = Writer {
+            store,
+            run,
+            rx,
+            counters: Arc::clone(&counters),
+            options,
+            written_drops: 0,
+            streams_written: Instant::now(),
+        };
         let thread = std::thread::Builder::new()
             .name("stallscope-recorder".to_owned())
             .spawn(move || writer.run())
             .map_err(|source| StoreError::Thread { path: store_path.to_path_buf(), source })?;
-        let sink = RecorderSink { tx: tx.clone(), dropped: Arc::clone(&dropped) };
-        let handle = RecorderHandle { run, tx, dropped, thread: Some(thread), path: store_path.to_path_buf() };
+        let sink = RecorderSink { tx: tx.clone(), counters: Arc::clone(&counters), body_budget };
+        let handle = RecorderHandle { run, tx, counters, thread: Some(thread), path: store_path.to_path_buf() };
         Ok((sink, handle))
     }
 }
@@ -95,7 +174,8 @@ enum Message {
 #[derive(Debug, Clone)]
 pub struct RecorderSink {
     tx: SyncSender<Message>,
-    dropped: Arc<AtomicU64>,
+    counters: Arc<Counters>,
+    body_budget: u64,
 }
 
 impl std::fmt::Debug for Message {
@@ -112,19 +192,39 @@ impl std::fmt::Debug for Message {
 impl RecorderSink {
     /// Events dropped so far.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.counters.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Bodies dropped so far.
+    pub fn dropped_bodies(&self) -> u64 {
+        self.counters.dropped_bodies.load(Ordering::Relaxed)
+    }
+}
+
+impl RecorderSink {
+    /// Queues a body only while the bodies waiting stay within the budget.
+    /// Bodies are rare: this is kept off the path of every other event.
+    #[cold]
+    fn emit_body(&self, event: Event, size: u64) {
+        let stream = event.stream;
+        let waiting = self.counters.body_bytes.fetch_add(size, Ordering::Relaxed);
+        if waiting.saturating_add(size) > self.body_budget || self.tx.try_send(Message::Event(event)).is_err() {
+            self.counters.body_bytes.fetch_sub(size, Ordering::Relaxed);
+            self.counters.count_lost(stream, 1, 1);
+        }
     }
 }
 
 impl EventSink for RecorderSink {
     fn emit(&self, event: Event) {
-        match self.tx.try_send(Message::Event(event)) {
-            Ok(()) => {}
-            // Full: the writer is behind. Disconnected: the run is finished
-            // or the writer died. Either way the stream goes on.
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        if let Some(size) = body_bytes(&event.kind) {
+            return self.emit_body(event, size);
+        }
+        let stream = event.stream;
+        // Full: the writer is behind. Disconnected: the run is finished or
+        // the writer died. Either way the stream goes on.
+        if self.tx.try_send(Message::Event(event)).is_err() {
+            self.counters.count_lost(stream, 1, 0);
         }
     }
 }
@@ -134,7 +234,7 @@ impl EventSink for RecorderSink {
 pub struct RecorderHandle {
     run: RunId,
     tx: SyncSender<Message>,
-    dropped: Arc<AtomicU64>,
+    counters: Arc<Counters>,
     thread: Option<JoinHandle<()>>,
     path: std::path::PathBuf,
 }
@@ -147,7 +247,7 @@ impl RecorderHandle {
 
     /// Events dropped so far.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.counters.dropped.load(Ordering::Relaxed)
     }
 
     fn gone(&self) -> StoreError {
@@ -194,8 +294,29 @@ struct Writer {
     store: Store,
     run: RunId,
     rx: Receiver<Message>,
-    dropped: Arc<AtomicU64>,
+    counters: Arc<Counters>,
     options: RecorderOptions,
+    /// The dropped-event count when the per-stream counts were last
+    /// written, so they are written only when they moved...
+    written_drops: u64,
+    /// ...and at most every [`STREAM_DROPS_EVERY`] while the run goes on:
+    /// a writer that falls behind drops on every stream, and one row per
+    /// stream with every batch would slow it further.
+    streams_written: Instant,
+}
+
+/// How often the per-stream drop counts are written while a run goes on
+/// (they are always written by a flush and at the end).
+const STREAM_DROPS_EVERY: Duration = Duration::from_secs(1);
+
+/// Events waiting for their commit.
+#[derive(Default)]
+struct Batch {
+    events: Vec<Event>,
+    /// When the oldest of them arrived.
+    oldest: Option<Instant>,
+    /// Bytes of the bodies among them, counted in the body budget until committed.
+    body_bytes: u64,
 }
 
 /// What the writer does after a message.
@@ -206,10 +327,9 @@ enum Next {
 
 impl Writer {
     fn run(mut self) {
-        let mut batch: Vec<Event> = Vec::with_capacity(self.options.batch_events.min(65_536));
-        let mut oldest: Option<Instant> = None;
+        let mut batch = Batch { events: Vec::with_capacity(self.options.batch_events.min(65_536)), ..Batch::default() };
         loop {
-            let message = match oldest {
+            let message = match batch.oldest {
                 None => match self.rx.recv() {
                     Ok(message) => message,
                     Err(_) => break,
@@ -219,74 +339,97 @@ impl Writer {
                     match self.rx.recv_timeout(left) {
                         Ok(message) => message,
                         Err(RecvTimeoutError::Timeout) => {
-                            let _ = self.commit(&mut batch, &mut oldest);
+                            let _ = self.commit(&mut batch, false);
                             continue;
                         }
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
             };
-            if let Next::Stop = self.handle(message, &mut batch, &mut oldest) {
+            if let Next::Stop = self.handle(message, &mut batch) {
                 return;
             }
             // Take whatever else is already queued without waiting.
             while let Ok(message) = self.rx.try_recv() {
-                if let Next::Stop = self.handle(message, &mut batch, &mut oldest) {
+                if let Next::Stop = self.handle(message, &mut batch) {
                     return;
                 }
             }
         }
         // Every sender is gone: keep what was queued.
-        let _ = self.commit(&mut batch, &mut oldest);
+        let _ = self.commit(&mut batch, true);
     }
 
-    fn handle(&mut self, message: Message, batch: &mut Vec<Event>, oldest: &mut Option<Instant>) -> Next {
+    fn handle(&mut self, message: Message, batch: &mut Batch) -> Next {
         match message {
             Message::Event(event) => {
-                if batch.is_empty() {
-                    *oldest = Some(Instant::now());
+                if batch.events.is_empty() {
+                    batch.oldest = Some(Instant::now());
                 }
-                batch.push(event);
-                if batch.len() >= self.options.batch_events
-                    || oldest.is_some_and(|since| since.elapsed() >= self.options.flush_interval)
+                batch.body_bytes += body_bytes(&event.kind).unwrap_or(0);
+                batch.events.push(event);
+                if batch.events.len() >= self.options.batch_events
+                    || batch.body_bytes >= self.options.body_budget / 2
+                    || batch.oldest.is_some_and(|since| since.elapsed() >= self.options.flush_interval)
                 {
-                    let _ = self.commit(batch, oldest);
+                    let _ = self.commit(batch, false);
                 }
                 Next::Continue
             }
             Message::Flush(reply) => {
-                let result = self.commit(batch, oldest);
+                let result = self.commit(batch, true);
                 let _ = reply.send(result);
                 Next::Continue
             }
             Message::Finish(report, reply) => {
-                let _ = self.commit(batch, oldest);
-                let dropped = self.dropped.load(Ordering::Relaxed);
+                let _ = self.commit(batch, true);
+                let dropped = self.counters.dropped.load(Ordering::Relaxed);
                 let result = self.store.finish_run(self.run, &report, dropped).map(|()| dropped);
                 let _ = reply.send(result);
                 Next::Stop
             }
             Message::Close => {
-                let _ = self.commit(batch, oldest);
+                let _ = self.commit(batch, true);
                 Next::Stop
             }
         }
     }
 
-    /// Commits the batch. A failed commit is logged and its events counted
-    /// as dropped; the writer keeps going.
-    fn commit(&mut self, batch: &mut Vec<Event>, oldest: &mut Option<Instant>) -> Result<(), StoreError> {
-        *oldest = None;
-        if batch.is_empty() {
+    /// Commits the batch with the drop counts, per stream too when they
+    /// moved and are due (`streams_now`: whenever they moved). A failed
+    /// commit is logged and its events counted as dropped; the writer
+    /// keeps going.
+    fn commit(&mut self, batch: &mut Batch, streams_now: bool) -> Result<(), StoreError> {
+        batch.oldest = None;
+        let moved = self.counters.dropped.load(Ordering::Relaxed) != self.written_drops;
+        let streams = moved && (streams_now || self.streams_written.elapsed() >= STREAM_DROPS_EVERY);
+        if batch.events.is_empty() && !streams {
             return Ok(());
         }
-        let dropped = self.dropped.load(Ordering::Relaxed);
-        let result = self.store.append(self.run, batch, Some(dropped));
-        if let Err(e) = &result {
-            tracing::warn!(run = self.run, lost = batch.len(), error = %e, "recorder: a batch of events was not written");
-            self.dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let drops = self.counters.drops(streams);
+        let result = self.store.append(self.run, &batch.events, Some(&drops));
+        match &result {
+            Ok(()) if streams => {
+                self.written_drops = drops.events;
+                self.streams_written = Instant::now();
+            }
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(run = self.run, lost = batch.events.len(), error = %e, "recorder: a batch of events was not written");
+                let mut lost: HashMap<StreamId, (u64, u64)> = HashMap::new();
+                for event in &batch.events {
+                    let entry = lost.entry(event.stream).or_default();
+                    entry.0 += 1;
+                    entry.1 += u64::from(body_bytes(&event.kind).is_some());
+                }
+                for (stream, (events, bodies)) in lost {
+                    self.counters.count_lost(stream, events, bodies);
+                }
+            }
         }
-        batch.clear();
+        self.counters.body_bytes.fetch_sub(batch.body_bytes, Ordering::Relaxed);
+        batch.body_bytes = 0;
+        batch.events.clear();
         result
     }
 }

@@ -146,8 +146,12 @@ pub async fn run_session(
             let start =
                 RunStart::new(recording.label.clone(), scenario, &settings.tunables, &providers).with_meta(meta);
             let flush = settings.tunables.get("STALLSCOPE_RECORDER_FLUSH_MS").value.as_i64().unsigned_abs();
-            let options =
-                RecorderOptions { flush_interval: Duration::from_millis(flush), ..RecorderOptions::default() };
+            let body_mb = settings.tunables.get("STALLSCOPE_RECORDER_BODY_BUDGET_MB").value.as_i64().unsigned_abs();
+            let options = RecorderOptions {
+                flush_interval: Duration::from_millis(flush),
+                body_budget: body_mb << 20,
+                ..RecorderOptions::default()
+            };
             let db = recording.db.clone();
             Some(blocking(move || Recorder::start_with(&db, start, options)).await?)
         }

@@ -10,14 +10,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use stallscope::core::category::{Category, TimerKind};
-use stallscope::core::event::{AttemptPhase, Event, EventClass, EventKind, EventSink, Outcome, SleepReason};
+use stallscope::core::event::{
+    AttemptEnd, AttemptPhase, Event, EventClass, EventKind, EventSink, Outcome, RecordedBody, SleepReason,
+};
 use stallscope::core::executor::Used;
 use stallscope::core::failover::Target;
+use stallscope::core::failure::TransportKind;
 use stallscope::providers::Dialect;
 use stallscope::providers::setup::ProviderConfig;
 use stallscope::recorder::{Recorder, RecorderOptions};
 use stallscope::report::{ErrorReport, HopReport, LowBucketReport, RunReport, StreamReport, Summary};
-use stallscope::store::{RunStart, RunStatus, SCHEMA_VERSION, Store, StoreError};
+use stallscope::store::{RunMeta, RunStart, RunStatus, SCHEMA_VERSION, Store, StoreError};
 use stallscope::tunables::Tunables;
 
 /// A directory removed when the test ends.
@@ -112,7 +115,68 @@ fn every_kind() -> Vec<EventKind> {
         EventKind::Finished { outcome: Outcome::Partial, attempts: 2, stop_reason: Some("length".into()) },
         // Larger than a column holds: stored as JSON.
         EventKind::TimerArmed { timer: TimerKind::Total, after: Duration::MAX },
+        EventKind::ResponseHeaders {
+            headers: vec![
+                ("retry-after-ms".into(), "700".into()),
+                ("x-ratelimit-remaining-requests".into(), "0".into()),
+                ("server".into(), "\"odd\" ✓ \u{0}".into()),
+                ("via".into(), String::new()),
+            ],
+        },
+        EventKind::ResponseHeaders { headers: vec![] },
+        EventKind::ErrorBody { body: "{\"error\":{\"message\":\"slow down\"}}".into(), truncated: false },
+        EventKind::ErrorBody { body: "ü".repeat(3000), truncated: true },
+        EventKind::ErrorBody { body: String::new(), truncated: false },
+        EventKind::RateLimitLow {
+            bucket: "tokens".into(),
+            remaining: 10,
+            limit: Some(1000),
+            reset: Some(Duration::new(3, 7)),
+        },
+        EventKind::RateLimitLow { bucket: "requests".into(), remaining: 0, limit: None, reset: None },
+        EventKind::RateLimitLow { bucket: "daily_widgets".into(), remaining: 1, limit: Some(9), reset: None },
+        EventKind::RateLimitLow {
+            bucket: "output_tokens".into(),
+            remaining: i64::MAX as u64,
+            limit: Some(0),
+            reset: Some(Duration::from_nanos(u64::MAX)),
+        },
+        // Larger than a column holds: stored as JSON.
+        EventKind::RateLimitLow { bucket: "input_tokens".into(), remaining: u64::MAX, limit: None, reset: None },
+        EventKind::RateLimitLow {
+            bucket: "tokens".into(),
+            remaining: 1,
+            limit: Some(u64::MAX),
+            reset: Some(Duration::MAX),
+        },
+        EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: Some("end_turn".into()) },
+        EventKind::AttemptEnded { end: AttemptEnd::Status { status: 429 }, stop_reason: None },
+        EventKind::AttemptEnded { end: AttemptEnd::Status { status: u16::MAX }, stop_reason: None },
+        EventKind::AttemptEnded {
+            end: AttemptEnd::InStream { code: Some("overloaded_error".into()) },
+            stop_reason: None,
+        },
+        EventKind::AttemptEnded { end: AttemptEnd::InStream { code: None }, stop_reason: Some(String::new()) },
+        EventKind::AttemptEnded { end: AttemptEnd::Malformed, stop_reason: None },
+        EventKind::AttemptEnded { end: AttemptEnd::Cancelled, stop_reason: Some("length".into()) },
+        EventKind::BodyRecorded {
+            body: RecordedBody::Text {
+                texts: vec!["Hel".into(), String::new(), "lo \"✓\"".into()], truncated: false
+            },
+        },
+        EventKind::BodyRecorded { body: RecordedBody::Text { texts: vec![], truncated: true } },
+        EventKind::BodyRecorded { body: RecordedBody::Raw { bytes: b"data: {}\n\n".to_vec(), truncated: true } },
+        EventKind::BodyRecorded { body: RecordedBody::Raw { bytes: vec![], truncated: false } },
+        EventKind::BodyRecorded {
+            body: RecordedBody::Raw { bytes: (0..=255u8).cycle().take(70_000).collect(), truncated: false },
+        },
     ];
+    for kind in TransportKind::ALL {
+        kinds.push(EventKind::AttemptEnded { end: AttemptEnd::Transport { kind }, stop_reason: None });
+    }
+    for timer in TimerKind::ALL {
+        kinds.push(EventKind::AttemptEnded { end: AttemptEnd::Timer { timer }, stop_reason: None });
+    }
     let phases = [
         AttemptPhase::Connecting,
         AttemptPhase::AwaitingHeaders,
@@ -467,7 +531,12 @@ fn dropping_the_handle_keeps_queued_events_and_the_run_running() {
 fn a_flood_is_counted_as_drops_and_never_blocks_the_stream() {
     let dir = TempDir::new("flood");
     let path = dir.join("runs.db");
-    let options = RecorderOptions { capacity: 4, flush_interval: Duration::from_millis(10), batch_events: 8 };
+    let options = RecorderOptions {
+        capacity: 4,
+        flush_interval: Duration::from_millis(10),
+        batch_events: 8,
+        ..RecorderOptions::default()
+    };
     let (sink, handle) = Recorder::start_with(&path, start("flood"), options).unwrap();
     let run = handle.run_id();
     // Another connection holds the write lock: the writer stalls on its
@@ -489,6 +558,375 @@ fn a_flood_is_counted_as_drops_and_never_blocks_the_stream() {
     assert_eq!(stored as u64 + dropped, emitted, "every event is either stored or counted");
     let summary = &store.list_runs().unwrap()[0];
     assert_eq!((summary.dropped_events, summary.events), (dropped, stored as u64));
+    // Counted per stream too, and the streams add up to the run.
+    let record = store.run(run).unwrap().unwrap();
+    for (stream, lost) in &record.dropped_by_stream {
+        let kept = store.events(run, *stream).unwrap().len() as u64;
+        assert_eq!(kept + lost, emitted / 4, "stream {stream}");
+    }
+    assert_eq!(record.dropped_by_stream.values().sum::<u64>(), dropped);
+}
+
+fn raw_body(len: usize) -> EventKind {
+    let bytes = b"data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"abc\"}}\n\n".iter().copied().cycle();
+    EventKind::BodyRecorded { body: RecordedBody::Raw { bytes: bytes.take(len).collect(), truncated: false } }
+}
+
+/// Bodies can never pin more memory than the budget: one that would take
+/// the bytes waiting over it is dropped and counted, never waited for.
+#[test]
+fn bodies_over_the_budget_are_dropped_and_counted_never_waited_for() {
+    let dir = TempDir::new("body-budget");
+    let path = dir.join("runs.db");
+    let options = RecorderOptions { body_budget: 100_000, ..RecorderOptions::default() };
+    let (sink, handle) = Recorder::start_with(&path, start("bodies"), options).unwrap();
+    let run = handle.run_id();
+    // The writer cannot commit, so no body's bytes are released meanwhile.
+    let blocker = rusqlite::Connection::open(&path).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    for stream in 0..10u64 {
+        sink.emit(at(stream, stream, 1, EventKind::ChunkReceived { bytes: 30_000 }));
+        sink.emit(at(stream + 1, stream, 1, raw_body(30_000)));
+    }
+    let took = started.elapsed();
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert!(took < Duration::from_secs(1), "emitting took {took:?}: the sink waited");
+    assert_eq!((sink.dropped(), sink.dropped_bodies()), (7, 7), "three bodies of 30 kB fit 100 kB");
+    // A flush writes the counts, per stream too: a crash after it keeps them.
+    handle.flush().unwrap();
+    let store = Store::open(&path).unwrap();
+    let lost: BTreeMap<u64, u64> = (3..10).map(|s| (s, 1)).collect();
+    assert_eq!(store.run(run).unwrap().unwrap().dropped_by_stream, lost);
+    assert_eq!(handle.finish(&report()).unwrap(), 7);
+    let record = store.run(run).unwrap().unwrap();
+    assert_eq!((record.summary.dropped_events, record.summary.dropped_bodies), (7, 7));
+    assert_eq!(record.dropped_by_stream, lost);
+    for stream in 0..3 {
+        assert_eq!(store.events(run, stream).unwrap()[1].kind, raw_body(30_000));
+    }
+    // Once committed, bodies no longer count against the budget.
+    let options = RecorderOptions { body_budget: 100_000, ..RecorderOptions::default() };
+    let (sink, handle) = Recorder::start_with(&path, start("bodies"), options).unwrap();
+    for stream in 0..10u64 {
+        sink.emit(at(1, stream, 1, raw_body(30_000)));
+        handle.flush().unwrap();
+    }
+    assert_eq!(handle.finish(&report()).unwrap(), 0);
+}
+
+/// Bodies waiting use up the budget, so the writer commits them once half
+/// of it is used rather than at the next flush.
+#[test]
+fn bodies_are_committed_early_once_half_the_budget_waits() {
+    let dir = TempDir::new("body-early");
+    let path = dir.join("runs.db");
+    let options =
+        RecorderOptions { body_budget: 100_000, flush_interval: Duration::from_secs(60), ..RecorderOptions::default() };
+    let (sink, handle) = Recorder::start_with(&path, start("early"), options).unwrap();
+    let run = handle.run_id();
+    let reader = Store::open(&path).unwrap();
+    for pair in 0..5u64 {
+        // Two bodies of 30 kB: 60 kB waiting, over half the budget.
+        sink.emit(at(1, pair, 1, raw_body(30_000)));
+        sink.emit(at(2, pair, 1, raw_body(30_000)));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while reader.events(run, pair).unwrap().len() < 2 {
+            assert!(Instant::now() < deadline, "pair {pair} was not committed before the flush interval");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert_eq!(handle.finish(&report()).unwrap(), 0);
+}
+
+#[test]
+fn bodies_are_stored_apart_compressed_and_read_back_in_their_place() {
+    let dir = TempDir::new("bodies");
+    let path = dir.join("runs.db");
+    let mut store = Store::open(&path).unwrap();
+    let run = store.begin_run(&start("bodies")).unwrap();
+    let t = Target::new("sim", "m");
+    let text = EventKind::BodyRecorded {
+        body: RecordedBody::Text { texts: vec!["Hello".into(), String::new(), " world".into()], truncated: true },
+    };
+    let events = vec![
+        at(1, 0, 1, EventKind::AttemptStarted { target: t.clone(), credential: None }),
+        at(2, 0, 1, EventKind::ChunkReceived { bytes: 65_536 }),
+        at(
+            3,
+            0,
+            1,
+            EventKind::AttemptEnded { end: AttemptEnd::Transport { kind: TransportKind::Reset }, stop_reason: None },
+        ),
+        // Same instant: the order written is the order read.
+        at(3, 0, 1, raw_body(65_536)),
+        at(3, 0, 1, EventKind::ChunkReceived { bytes: 1 }),
+        at(4, 0, 2, EventKind::AttemptStarted { target: t, credential: None }),
+        at(5, 0, 2, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: Some("stop".into()) }),
+        at(5, 0, 2, text),
+    ];
+    store.append_events(run, &events).unwrap();
+    assert_eq!(store.events(run, 0).unwrap(), events);
+    assert_eq!(store.run_events(run).unwrap(), events);
+    assert_eq!(store.list_runs().unwrap()[0].events, events.len() as u64);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let rows: Vec<(i64, String, i64, i64, i64)> = conn
+        .prepare("SELECT attempt, mode, truncated, length, length(data) FROM bodies ORDER BY attempt")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!((rows[0].0, rows[0].1.as_str(), rows[0].2, rows[0].3), (1, "raw", 0, 65_536));
+    assert!(rows[0].4 < 65_536 / 10, "raw body stored in {} bytes", rows[0].4);
+    assert_eq!((rows[1].0, rows[1].1.as_str(), rows[1].2), (2, "text", 1));
+    let in_events: i64 = conn.query_row("SELECT max(length(detail)) FROM events", [], |r| r.get(0)).unwrap();
+    assert!(in_events < 100, "a body leaked into the events table ({in_events} bytes)");
+    assert!(store.delete_run(run).unwrap());
+    let left: i64 = conn.query_row("SELECT count(*) FROM bodies", [], |r| r.get(0)).unwrap();
+    assert_eq!(left, 0, "deleting the run deletes its bodies");
+}
+
+/// The `attempts` table says how and when each attempt ended; events
+/// between attempts (attempt 0) never make a row.
+#[test]
+fn attempt_rows_say_how_attempts_ended_and_attempt_zero_has_none() {
+    let dir = TempDir::new("attempt-ends");
+    let path = dir.join("runs.db");
+    let mut store = Store::open(&path).unwrap();
+    let run = store.begin_run(&start("ends")).unwrap();
+    let t = Target::new("sim", "m");
+    let classified = EventKind::ErrorClassified {
+        category: Category::RateLimit,
+        timer: None,
+        status: None,
+        retryable: true,
+        rule: "every key rests".into(),
+        message: "no key".into(),
+    };
+    let events = [
+        at(1, 0, 1, EventKind::AttemptStarted { target: t.clone(), credential: Some(0) }),
+        at(2, 0, 1, EventKind::HeadersReceived { status: 429, content_type: None }),
+        at(3, 0, 1, EventKind::AttemptEnded { end: AttemptEnd::Status { status: 429 }, stop_reason: None }),
+        at(4, 1, 0, EventKind::AttemptStarted { target: t, credential: None }),
+        at(5, 1, 0, classified),
+        at(6, 1, 0, EventKind::AttemptEnded { end: AttemptEnd::Cancelled, stop_reason: None }),
+    ];
+    store.append_events(run, &events).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    /// stream, attempt, ended_ns, end_code, end_value
+    type Ended = (i64, i64, Option<i64>, Option<i64>, Option<i64>);
+    let rows: Vec<Ended> = conn
+        .prepare("SELECT stream, attempt, ended_ns, end_code, end_value FROM attempts ORDER BY stream")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows, [(0, 1, Some(3), Some(3), Some(429))], "end code 3 is `status`");
+    assert_eq!(store.events(run, 1).unwrap(), events[3..], "attempt-0 events are still recorded");
+}
+
+fn meta() -> RunMeta {
+    RunMeta {
+        requests: 40,
+        concurrency: 8,
+        seed: u64::MAX - 5,
+        epoch_unix_ns: 1_795_982_918_799_123_456,
+        rules: serde_json::json!([{"match": {"status": 529}, "category": "overloaded"}]),
+        pools: BTreeMap::from([("anthropic".to_owned(), 3)]),
+    }
+}
+
+#[test]
+fn run_meta_is_stored_and_a_run_without_it_says_what_replay_lacks() {
+    let mut store = Store::open_in_memory().unwrap();
+    let full = store.begin_run(&start("full").with_meta(meta())).unwrap();
+    let bare = store.begin_run(&start("bare")).unwrap();
+    let record = store.run(full).unwrap().unwrap();
+    assert_eq!(record.meta, Some(meta()));
+    assert_eq!(record.recorded_schema, SCHEMA_VERSION);
+    assert!(record.lacks().is_empty() && record.replay_note().is_none(), "{:?}", record.lacks());
+    let record = store.run(bare).unwrap().unwrap();
+    assert_eq!(record.meta, None);
+    assert_eq!(
+        record.replay_note().unwrap(),
+        format!(
+            "run {bare} was recorded without its seed, its wall clock, its rules or its key pools: \
+             replay cannot reproduce its decisions"
+        )
+    );
+}
+
+/// A stored snapshot rebuilds the tunables the run had: the same values,
+/// exactly, and the same sources.
+#[test]
+fn a_stored_tunables_snapshot_rebuilds_the_run_tunables() {
+    let mut tunables = Tunables::defaults();
+    // serde_json's default parser reads this value one ulp off.
+    tunables.apply_override("SSE_IDLE_TIMEOUT_S=1000.1407407394599").unwrap();
+    tunables.apply_override("TCP_KEEPCNT=3").unwrap();
+    assert_eq!(tunables.get("STALLSCOPE_TCP_KEEPCNT").value, Tunables::defaults().get("STALLSCOPE_TCP_KEEPCNT").value);
+    let mut store = Store::open_in_memory().unwrap();
+    let run = store.begin_run(&RunStart::new(None, None, &tunables, &[])).unwrap();
+    let record = store.run(run).unwrap().unwrap();
+    assert_eq!(Tunables::from_snapshot(&record.tunables).unwrap(), tunables);
+}
+
+/// The issue's check, at the store: a recorded `retry-after-ms` header
+/// shows in `export --format jsonl`; bodies only with `--bodies`.
+#[test]
+fn export_shows_response_headers_and_bodies_only_on_request() {
+    let dir = TempDir::new("export-headers");
+    let path = dir.join("runs.db");
+    let mut store = Store::open(&path).unwrap();
+    let run = store.begin_run(&start("headers").with_meta(meta())).unwrap();
+    let headers =
+        vec![("retry-after-ms".to_owned(), "700".to_owned()), ("x-should-retry".to_owned(), "true".to_owned())];
+    let events = [
+        at(1, 0, 1, EventKind::HeadersReceived { status: 429, content_type: Some("application/json".into()) }),
+        at(1, 0, 1, EventKind::ResponseHeaders { headers: headers.clone() }),
+        at(2, 0, 1, EventKind::AttemptEnded { end: AttemptEnd::Status { status: 429 }, stop_reason: None }),
+        at(2, 0, 1, raw_body(1000)),
+    ];
+    store.append_events(run, &events).unwrap();
+    drop(store);
+    let export = |extra: &[&str]| {
+        let mut args = vec!["export", "--format", "jsonl", "--db", path.to_str().unwrap()];
+        let id = run.to_string();
+        args.push(&id);
+        args.extend(extra);
+        cli(&args)
+    };
+    let (lines, note) = export(&[]);
+    assert!(note.is_empty(), "a full recording needs no note: {note}");
+    let exported: Vec<Event> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(exported, events[..3]);
+    assert!(lines.contains(r#"["retry-after-ms","700"]"#), "{lines}");
+    let (lines, _) = export(&["--bodies"]);
+    let exported: Vec<Event> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(exported, events);
+}
+
+/// Runs the real binary with no inherited configuration; returns stdout
+/// and stderr, failing the test when it fails.
+fn cli(args: &[&str]) -> (String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .env_clear()
+        .env("HOME", "/nonexistent")
+        .env("XDG_CONFIG_HOME", "/nonexistent")
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "stallscope {args:?}: {stderr}");
+    (String::from_utf8(output.stdout).unwrap(), stderr)
+}
+
+/// A database as stallscope wrote it before schema 2: only the first
+/// migration, and a run with its events and report written as that
+/// version wrote them.
+fn schema_1_database(path: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(include_str!("../src/store/sql/0001_init.sql")).unwrap();
+    conn.pragma_update(None, "user_version", 1).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    let tunables = serde_json::Value::Object(stallscope::store::tunables_snapshot(&Tunables::defaults()));
+    let mut old_report = report();
+    old_report.run_id = Some(1);
+    conn.execute(
+        "INSERT INTO runs (id, started_at, ended_at, status, label, scenario, pid, pid_start, tunables, providers, \
+         report, events, ok, partial, failed, cancelled, p50_ms, p99_ms, retries, elapsed_ms) \
+         VALUES (1, 1795982918799, 1795982920000, 'completed', 'old', 'stall_midstream', 1, NULL, ?1, \
+         '[{\"name\":\"sim\"}]', ?2, 4, 2, 0, 1, 0, 3000.5, 55794.5, 3, 49799.4)",
+        [tunables.to_string(), serde_json::to_string(&old_report).unwrap()],
+    )
+    .unwrap();
+    conn.execute_batch(
+        "INSERT INTO events (run_id, stream, attempt, at_ns, kind, n, code, value, aux, detail, packed) VALUES
+           (1, 0, 1, 1000, 1, 1, NULL, NULL, NULL, '[\"sim\",\"sim-model-a\"]', NULL),
+           (1, 0, 1, 2000, 2, 1, NULL, 0, NULL, '[\"sim\",\"sim-model-a\"]', NULL),
+           (1, 0, 1, 3000, 4, 1, NULL, 200, NULL, '\"text/event-stream\"', NULL),
+           (1, 0, 1, 9000, 19, 1, 0, 1, NULL, '\"stop\"', NULL);
+         INSERT INTO streams (run_id, stream, provider, model, started_ns, ended_ns, outcome, attempts)
+           VALUES (1, 0, 'sim', 'sim-model-a', 1000, 9000, 'ok', 1);
+         INSERT INTO attempts (run_id, stream, attempt, provider, model, credential, started_ns, status)
+           VALUES (1, 0, 1, 'sim', 'sim-model-a', 0, 2000, 200);",
+    )
+    .unwrap();
+    1
+}
+
+/// Old databases open and migrate; their runs still list, show and
+/// export, and say what they lack.
+#[test]
+fn a_schema_1_database_migrates_and_its_runs_list_show_export_and_say_what_they_lack() {
+    let dir = TempDir::new("schema-1");
+    let path = dir.join("old.db");
+    let run = schema_1_database(&path);
+    let store = Store::open(&path).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let runs = store.list_runs().unwrap();
+    assert_eq!((runs.len(), runs[0].status, runs[0].dropped_bodies), (1, RunStatus::Completed, 0));
+    let record = store.run(run).unwrap().unwrap();
+    assert_eq!((record.meta.as_ref(), record.recorded_schema), (None, 1));
+    assert!(record.lacks().contains(&"response headers") && record.lacks().contains(&"its seed"));
+    let events = store.events(run, 0).unwrap();
+    assert_eq!(events.len(), 4);
+    assert_eq!(
+        events[3].kind,
+        EventKind::Finished { outcome: Outcome::Ok, attempts: 1, stop_reason: Some("stop".into()) }
+    );
+    drop(store);
+
+    let db = path.to_str().unwrap();
+    let note = "run 1 was recorded by an older stallscope without its seed, its wall clock, its rules, its key pools, \
+                response headers, how attempts ended or dropped events per stream: replay cannot reproduce its decisions";
+    let (listed, _) = cli(&["runs", "--db", db, "list"]);
+    assert!(listed.contains("stall_midstream") && listed.contains("old"), "{listed}");
+    let (shown, _) = cli(&["runs", "--db", db, "show", "1"]);
+    assert!(shown.contains("sim/sim-model-a"), "{shown}");
+    assert!(shown.contains("dropped: 0 events"), "{shown}");
+    assert!(shown.contains(note), "{shown}");
+    let (lines, stderr) = cli(&["export", "--db", db, "1", "--format", "jsonl"]);
+    let exported: Vec<Event> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(exported, events);
+    assert!(stderr.contains(note), "{stderr}");
+    let (trace, _) = cli(&["export", "--db", db, "1", "--format", "chrome-trace"]);
+    let trace: serde_json::Value = serde_json::from_str(&trace).unwrap();
+    assert!(trace["traceEvents"].as_array().unwrap().iter().any(|e| e["name"] == "finished: ok"));
+}
+
+/// `runs show` prints what the run was recorded with and what it lost.
+#[test]
+fn runs_show_prints_the_run_meta_and_its_drops() {
+    let dir = TempDir::new("show-meta");
+    let path = dir.join("runs.db");
+    let (sink, handle) = Recorder::start(&path, start("meta").with_meta(meta())).unwrap();
+    let run = handle.run_id();
+    sink.emit(at(1, 0, 1, EventKind::ChunkReceived { bytes: 1 }));
+    handle.finish(&report()).unwrap();
+    // As a recorder that fell behind would have left it.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "UPDATE runs SET dropped_events = 5, dropped_bodies = 1;
+         INSERT INTO streams (run_id, stream, dropped_events) VALUES (1, 2, 4), (1, 7, 1)
+           ON CONFLICT DO UPDATE SET dropped_events = excluded.dropped_events;",
+    )
+    .unwrap();
+    let (shown, _) = cli(&["runs", "--db", path.to_str().unwrap(), "show", &run.to_string()]);
+    assert!(
+        shown.contains(&format!(
+            "recorded: 40 calls, concurrency 8, seed {}, clock at start 2026-11-29 20:08:38.799 UTC, keys per pool: anthropic 3\n",
+            u64::MAX - 5
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("dropped: 5 events (1 of them bodies); by stream 2: 4, 7: 1\n"), "{shown}");
+    assert!(!shown.contains("replay cannot"), "{shown}");
 }
 
 #[test]
@@ -566,6 +1004,54 @@ fn paced(path: &Path, streams: u64, rate: u64, total: u64) -> (Duration, f64, u6
     (started.elapsed(), emitting.as_nanos() as f64 / total as f64, dropped, run)
 }
 
+/// Records `attempts` attempts of `body_len` bytes of SSE text each, as
+/// fast as they can be emitted, into a channel that holds them all (so the
+/// time is the writer's): per attempt its start, 4 KiB chunks, one SSE
+/// event per event of the text, its end and, when `bodies`, its raw body.
+/// Returns (wall time including finish, events, body bytes, dropped, run).
+fn attempts_with_bodies(path: &Path, attempts: u64, body_len: usize, bodies: bool) -> (Duration, u64, u64, u64, i64) {
+    // Deltas of varied words, as a model writes them.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut body = Vec::with_capacity(body_len + 256);
+    let mut sse = 0;
+    while body.len() < body_len {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let word: String = (0..2 + (seed >> 60)).map(|i| (b'a' + ((seed >> (i * 5)) % 26) as u8) as char).collect();
+        body.extend_from_slice(
+            format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{word} \"}}}}]}}\n\n").as_bytes(),
+        );
+        sse += 1;
+    }
+    body.truncate(body_len);
+    let options = RecorderOptions { capacity: 1 << 20, ..RecorderOptions::default() };
+    let (sink, handle) = Recorder::start_with(path, start("bodies"), options).unwrap();
+    let run = handle.run_id();
+    let target = Target::new("sim", "m");
+    let started = Instant::now();
+    let (mut events, mut body_bytes, mut t) = (0u64, 0u64, 0u64);
+    let mut emit = |stream: u64, kind: EventKind| {
+        t += 1_000;
+        sink.emit(at(t, stream, 1, kind));
+        events += 1;
+    };
+    for stream in 0..attempts {
+        emit(stream, EventKind::AttemptStarted { target: target.clone(), credential: None });
+        for chunk in body.chunks(4096) {
+            emit(stream, EventKind::ChunkReceived { bytes: chunk.len() });
+        }
+        for _ in 0..sse {
+            emit(stream, EventKind::SseReceived { class: EventClass::Content, chars: 6, progress: true });
+        }
+        emit(stream, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: Some("stop".into()) });
+        if bodies {
+            emit(stream, EventKind::BodyRecorded { body: RecordedBody::Raw { bytes: body.clone(), truncated: false } });
+            body_bytes += body.len() as u64;
+        }
+    }
+    let dropped = handle.finish(&report()).unwrap();
+    (started.elapsed(), events, body_bytes, dropped, run)
+}
+
 /// Figures for the issue's measurements (not a pass/fail test): run with
 /// `cargo test --release --test store -- --ignored --nocapture figures`.
 #[test]
@@ -589,6 +1075,29 @@ fn figures() {
                 }
             }
         }
+    }
+    for bodies in [false, true] {
+        let (took, events, body_bytes, dropped, run) = attempts_with_bodies(&path, 100, 64 << 10, bodies);
+        let secs = took.as_secs_f64();
+        let mode = if bodies { "raw" } else { "off" };
+        let mut line = format!(
+            "RECORD_BODIES={mode}: 100 attempts x 64 KiB of SSE, {events} events in {took:?} ({:.2} M events/s",
+            events as f64 / secs / 1e6
+        );
+        if bodies {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            let (length, stored): (i64, i64) = conn
+                .query_row("SELECT sum(length), sum(length(data)) FROM bodies WHERE run_id = ?1", [run], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .unwrap();
+            line.push_str(&format!(
+                ", bodies {:.1} MB/s, stored {:.1}x smaller",
+                body_bytes as f64 / secs / 1e6,
+                length as f64 / stored as f64
+            ));
+        }
+        println!("{line}), dropped {dropped}");
     }
     let cpu = cpu_time();
     let (took, _, dropped, _) = paced(&path, 1_000, 20_000, 100_000);

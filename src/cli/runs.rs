@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 
 use crate::export;
-use crate::store::runs::{RunSummary, tunables_diff, utc_minute};
-use crate::store::{RunId, Store};
+use crate::store::runs::{RunSummary, tunables_diff, utc_millis, utc_minute};
+use crate::store::{RunId, RunRecord, Store};
 
 /// Where the history lives.
 #[derive(Debug, clap::Args)]
@@ -84,6 +84,9 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
             (Some(_), false) => {
                 let report = store.run_report(*id)?.context("the run's report cannot be read")?;
                 super::run::print_report(&report, out)?;
+                if let Some(record) = store.run(*id)? {
+                    print_recording(&record, out)?;
+                }
             }
             (None, _) => match store.run(*id)? {
                 Some(record) => {
@@ -133,6 +136,38 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// What `runs show` adds to the report: what the run was recorded with,
+/// what was lost, and what replay would lack.
+fn print_recording(record: &RunRecord, out: &mut dyn Write) -> Result<()> {
+    if let Some(meta) = &record.meta {
+        let pools: Vec<String> = meta.pools.iter().map(|(provider, keys)| format!("{provider} {keys}")).collect();
+        writeln!(
+            out,
+            "recorded: {} calls, concurrency {}, seed {}, clock at start {}{}",
+            meta.requests,
+            meta.concurrency,
+            meta.seed,
+            utc_millis(meta.epoch_unix_ns),
+            if pools.is_empty() { String::new() } else { format!(", keys per pool: {}", pools.join(", ")) }
+        )?;
+    }
+    let s = &record.summary;
+    let mut dropped = format!("dropped: {} events", s.dropped_events);
+    if s.dropped_bodies > 0 {
+        dropped.push_str(&format!(" ({} of them bodies)", s.dropped_bodies));
+    }
+    if !record.dropped_by_stream.is_empty() {
+        let streams: Vec<String> =
+            record.dropped_by_stream.iter().map(|(stream, n)| format!("{stream}: {n}")).collect();
+        dropped.push_str(&format!("; by stream {}", streams.join(", ")));
+    }
+    writeln!(out, "{dropped}")?;
+    if let Some(note) = record.replay_note() {
+        writeln!(out, "{note}")?;
+    }
+    Ok(())
+}
+
 fn print_list(runs: &[RunSummary], out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
@@ -173,16 +208,25 @@ pub struct ExportArgs {
     /// Write here instead of standard output.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Include recorded response bodies (jsonl only; they can be large).
+    #[arg(long)]
+    bodies: bool,
 }
 
 pub(super) fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     let store = args.db.open()?;
-    if store.run(args.id)?.is_none() {
+    let Some(record) = store.run(args.id)? else {
         bail!("no run {} in {}", args.id, store.path().display());
+    };
+    if let Some(note) = record.replay_note() {
+        eprintln!("note: {note}");
     }
     let text = if args.format == "jsonl" {
-        export::jsonl(&store.run_events(args.id)?)?
+        export::jsonl(&store.run_events(args.id)?, args.bodies)?
     } else {
+        if args.bodies {
+            bail!("--bodies is for --format jsonl: a chrome-trace never holds bodies");
+        }
         let streams = store
             .streams(args.id)?
             .into_iter()

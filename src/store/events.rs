@@ -21,18 +21,29 @@
 //! An event whose numbers do not fit SQLite's 64-bit integers is stored as
 //! [`kind::GENERIC`]: its whole serde JSON in `detail`.
 //!
+//! A recorded body ([`EventKind::BodyRecorded`]) keeps its place in the
+//! stream as an events row of kind [`kind::BODY_RECORDED`] (mode, length,
+//! truncation), while the body itself, zlib-compressed on the writer
+//! thread, is a row of the `bodies` table with that row's id: bodies are
+//! large and read rarely, and a stream's events read without them stay a
+//! range scan of small rows. Reading a stream gives the event back whole,
+//! in its place.
+//!
 //! The codes are part of the file format: a code never changes meaning;
 //! new kinds get new codes.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rusqlite::{Connection, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
 use crate::core::category::{Category, TimerKind};
-use crate::core::event::{AttemptPhase, Event, EventClass, EventKind, Outcome, SleepReason, StreamId};
+use crate::core::event::{
+    AttemptEnd, AttemptPhase, Event, EventClass, EventKind, Outcome, RecordedBody, SleepReason, StreamId,
+};
 use crate::core::failover::Target;
+use crate::core::failure::TransportKind;
 
 /// The `events.kind` codes.
 pub mod kind {
@@ -76,6 +87,25 @@ pub mod kind {
     pub const PARTIAL_RECOVERED: i64 = 18;
     /// `Finished`: `code` outcome, `value` attempts; detail stop reason.
     pub const FINISHED: i64 = 19;
+    /// `ResponseHeaders`: detail `[[name, value], …]` in the order received.
+    pub const RESPONSE_HEADERS: i64 = 20;
+    /// `ErrorBody`: `value` the body's length in bytes, `aux` 1 when it was
+    /// truncated; detail the body.
+    pub const ERROR_BODY: i64 = 21;
+    /// `RateLimitLow`: `code` bucket (`super::bucket_code`; NULL for a bucket
+    /// without a code, named in detail), `value` remaining, `aux` limit;
+    /// detail `{"bucket"?, "reset_ns"?}` when either applies.
+    pub const RATE_LIMIT_LOW: i64 = 22;
+    /// `AttemptEnded`: `code` how it ended (the [`super::end`] codes),
+    /// `value` the status (`status`), timer code (`timer`) or transport-kind
+    /// code (`transport`); detail `{"stop_reason"?, "code"?}` (`code`: the
+    /// in-stream error's).
+    pub const ATTEMPT_ENDED: i64 = 23;
+    /// `BodyRecorded`: `code` mode (0 text, 1 raw), `value` the body's
+    /// length before compression (raw: its bytes; text: the JSON array of
+    /// its texts), `aux` 1 when the per-attempt cap cut it; the body is the
+    /// `bodies` row whose `event_id` is this row's id.
+    pub const BODY_RECORDED: i64 = 24;
     /// `n` consecutive chunk and SSE events of one stream and attempt.
     pub const PACKED: i64 = 100;
 }
@@ -132,6 +162,80 @@ codes!(
     }
 );
 
+codes!(
+    /// The code of a transport failure kind (`value` of `AttemptEnded` rows).
+    transport_code, transport_from, TransportKind {
+        Refused = 0, Unreachable = 1, Dns = 2, Tls = 3, Proxy = 4, ConnectTimedOut = 5,
+        Connect = 6, Reset = 7, Closed = 8, KernelTimeout = 9, Read = 10, Other = 11,
+    }
+);
+
+/// The codes of how an attempt ended (`code` of `AttemptEnded` rows and
+/// `attempts.end_code`).
+pub mod end {
+    /// The stream said it was done.
+    pub const DONE: i64 = 0;
+    /// The transport failed; `value` is the transport-kind code.
+    pub const TRANSPORT: i64 = 1;
+    /// A timer fired; `value` is the timer code.
+    pub const TIMER: i64 = 2;
+    /// An error status or a body that is not an event stream; `value` is the status.
+    pub const STATUS: i64 = 3;
+    /// An error event in the stream; its code, if any, is in the detail.
+    pub const IN_STREAM: i64 = 4;
+    /// The stream could not be parsed.
+    pub const MALFORMED: i64 = 5;
+    /// Cancelled from outside.
+    pub const CANCELLED: i64 = 6;
+}
+
+/// How an attempt ended as its `end` code and the number that goes with it.
+pub fn end_code(end: &AttemptEnd) -> (i64, Option<i64>) {
+    match end {
+        AttemptEnd::Done => (end::DONE, None),
+        AttemptEnd::Transport { kind } => (end::TRANSPORT, Some(transport_code(*kind))),
+        AttemptEnd::Timer { timer } => (end::TIMER, Some(timer_code(*timer))),
+        AttemptEnd::Status { status } => (end::STATUS, Some(i64::from(*status))),
+        AttemptEnd::InStream { .. } => (end::IN_STREAM, None),
+        AttemptEnd::Malformed => (end::MALFORMED, None),
+        AttemptEnd::Cancelled => (end::CANCELLED, None),
+    }
+}
+
+/// The attempt end an `end` code, its number and the in-stream code stand for.
+fn end_from(code: i64, value: Option<i64>, in_stream: Option<String>) -> Option<AttemptEnd> {
+    Some(match code {
+        end::DONE => AttemptEnd::Done,
+        end::TRANSPORT => AttemptEnd::Transport { kind: transport_from(value?)? },
+        end::TIMER => AttemptEnd::Timer { timer: timer_from(value?)? },
+        end::STATUS => AttemptEnd::Status { status: u16::try_from(value?).ok()? },
+        end::IN_STREAM => AttemptEnd::InStream { code: in_stream },
+        end::MALFORMED => AttemptEnd::Malformed,
+        end::CANCELLED => AttemptEnd::Cancelled,
+        _ => return None,
+    })
+}
+
+/// The rate-limit buckets with a code (`code` of `RateLimitLow` rows): the
+/// code is the index.
+const BUCKETS: [&str; 4] = ["requests", "tokens", "input_tokens", "output_tokens"];
+
+/// The code of a rate-limit bucket, when it has one.
+pub fn bucket_code(bucket: &str) -> Option<i64> {
+    BUCKETS.iter().position(|b| *b == bucket).map(|i| i as i64)
+}
+
+/// The modes of recorded bodies (`bodies.mode`): the code (`code` of
+/// `BodyRecorded` rows) is the index.
+const BODY_MODES: [&str; 2] = ["text", "raw"];
+
+fn body_mode(body: &RecordedBody) -> i64 {
+    match body {
+        RecordedBody::Text { .. } => 0,
+        RecordedBody::Raw { .. } => 1,
+    }
+}
+
 /// At most this many events share one packed row (keeps rows within a page).
 const MAX_PACK: usize = 256;
 
@@ -148,6 +252,8 @@ pub(crate) struct Row {
     pub(crate) aux: Option<i64>,
     pub(crate) detail: Option<String>,
     pub(crate) packed: Option<Vec<u8>>,
+    /// The compressed body of a `BodyRecorded` row (for the `bodies` table).
+    pub(crate) body: Option<Vec<u8>>,
 }
 
 fn ns(d: Duration) -> Option<i64> {
@@ -192,6 +298,58 @@ struct ResetDetail {
     reset_ns: u64,
 }
 
+/// The detail of a `RateLimitLow` row: the bucket when it has no code, the reset when given.
+#[derive(Serialize, Deserialize)]
+struct LowDetail {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bucket: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reset_ns: Option<u64>,
+}
+
+/// The detail of an `AttemptEnded` row: the stop reason and the in-stream error code, when given.
+#[derive(Serialize, Deserialize)]
+struct EndDetail {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stop_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    code: Option<String>,
+}
+
+/// The JSON of a detail, or no detail when `empty`.
+fn detail_unless(empty: bool, value: &impl Serialize) -> Option<Option<String>> {
+    if empty { Some(None) } else { json(value).map(Some) }
+}
+
+/// A recorded body as stored: what it holds before compression (raw: its
+/// bytes; text: the JSON array of its texts) and whether it was cut.
+fn body_payload(body: &RecordedBody) -> Option<(std::borrow::Cow<'_, [u8]>, bool)> {
+    match body {
+        RecordedBody::Raw { bytes, truncated } => Some((std::borrow::Cow::Borrowed(bytes.as_slice()), *truncated)),
+        RecordedBody::Text { texts, truncated } => Some((serde_json::to_vec(texts).ok()?.into(), *truncated)),
+    }
+}
+
+/// zlib at its fastest level: SSE text still shrinks several times, and the
+/// writer thread must keep up with the run.
+fn compress(data: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Write;
+    let mut encoder =
+        flate2::write::ZlibEncoder::new(Vec::with_capacity(data.len() / 4 + 64), flate2::Compression::fast());
+    encoder.write_all(data).ok()?;
+    encoder.finish().ok()
+}
+
+/// The body a `bodies` row holds, checked against the length it was stored with.
+fn decompress(data: &[u8], length: i64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let length = u64::try_from(length).ok()?;
+    let mut out = Vec::with_capacity(usize::try_from(length).ok()?);
+    // One byte more than expected tells a longer body from an exact one.
+    flate2::read::ZlibDecoder::new(data).take(length + 1).read_to_end(&mut out).ok()?;
+    (out.len() as u64 == length).then_some(out)
+}
+
 /// A chunk or SSE event as its pack tag and size; `None` for other kinds.
 fn hot(kind: &EventKind) -> Option<(u8, u64)> {
     match *kind {
@@ -230,13 +388,37 @@ pub(crate) fn encode(event: &Event) -> Row {
 fn encode_columns(event: &Event) -> Option<Row> {
     use kind::*;
     let target = |t: &Target| json(&(&t.provider, &t.model));
+    let mut body = None;
     let (kind, code, value, aux, detail) = match &event.kind {
-        // Stored whole, as JSON, until they have codes of their own.
-        EventKind::ResponseHeaders { .. }
-        | EventKind::ErrorBody { .. }
-        | EventKind::RateLimitLow { .. }
-        | EventKind::AttemptEnded { .. }
-        | EventKind::BodyRecorded { .. } => return None,
+        EventKind::ResponseHeaders { headers } => (RESPONSE_HEADERS, None, None, None, json(headers)),
+        EventKind::ErrorBody { body, truncated } => {
+            (ERROR_BODY, None, Some(int(body.len())?), Some(i64::from(*truncated)), json(body))
+        }
+        EventKind::RateLimitLow { bucket, remaining, limit, reset } => {
+            let code = bucket_code(bucket);
+            let reset_ns = match reset {
+                Some(d) => Some(u64::try_from(d.as_nanos()).ok()?),
+                None => None,
+            };
+            let detail = LowDetail { bucket: code.is_none().then(|| bucket.clone()), reset_ns };
+            let empty = detail.bucket.is_none() && detail.reset_ns.is_none();
+            (RATE_LIMIT_LOW, code, Some(int(*remaining)?), opt_int(*limit)?, detail_unless(empty, &detail)?)
+        }
+        EventKind::AttemptEnded { end, stop_reason } => {
+            let (how, value) = end_code(end);
+            let in_stream = match end {
+                AttemptEnd::InStream { code } => code.clone(),
+                _ => None,
+            };
+            let detail = EndDetail { stop_reason: stop_reason.clone(), code: in_stream };
+            let empty = detail.stop_reason.is_none() && detail.code.is_none();
+            (ATTEMPT_ENDED, Some(how), value, None, detail_unless(empty, &detail)?)
+        }
+        EventKind::BodyRecorded { body: recorded } => {
+            let (payload, truncated) = body_payload(recorded)?;
+            body = Some(compress(&payload)?);
+            (BODY_RECORDED, Some(body_mode(recorded)), Some(int(payload.len())?), Some(i64::from(truncated)), None)
+        }
         EventKind::CallStarted { target: t, context_tokens } => {
             (CALL_STARTED, None, opt_int(*context_tokens)?, None, target(t))
         }
@@ -323,6 +505,7 @@ fn encode_columns(event: &Event) -> Option<Row> {
         aux,
         detail,
         packed: None,
+        body,
     })
 }
 
@@ -393,6 +576,7 @@ impl Pack {
             aux: Some(int(self.chars).unwrap_or(i64::MAX)),
             detail: None,
             packed: Some(self.buf),
+            body: None,
         }
     }
 }
@@ -468,6 +652,8 @@ pub(crate) struct Columns<'a> {
     pub(crate) aux: Option<i64>,
     pub(crate) detail: Option<&'a str>,
     pub(crate) packed: Option<&'a [u8]>,
+    /// The compressed body of a `BodyRecorded` row, from the `bodies` table.
+    pub(crate) body: Option<Vec<u8>>,
 }
 
 fn duration(ns: i64) -> Option<Duration> {
@@ -622,6 +808,44 @@ fn decode_kind(row: &Columns<'_>) -> Option<EventKind> {
         PARTIAL_RECOVERED => {
             EventKind::PartialRecovered { chars: usize_of(value())?, category: category_from(code()?)? }
         }
+        RESPONSE_HEADERS => EventKind::ResponseHeaders { headers: parse(row.detail)? },
+        ERROR_BODY => EventKind::ErrorBody { body: text()?, truncated: aux()? != 0 },
+        RATE_LIMIT_LOW => {
+            let detail = match row.detail {
+                Some(_) => parse(row.detail)?,
+                None => LowDetail { bucket: None, reset_ns: None },
+            };
+            let bucket = match code() {
+                Some(code) => (*BUCKETS.get(usize::try_from(code).ok()?)?).to_owned(),
+                None => detail.bucket?,
+            };
+            EventKind::RateLimitLow {
+                bucket,
+                remaining: u64::try_from(value()?).ok()?,
+                limit: match aux() {
+                    Some(v) => Some(u64::try_from(v).ok()?),
+                    None => None,
+                },
+                reset: detail.reset_ns.map(Duration::from_nanos),
+            }
+        }
+        ATTEMPT_ENDED => {
+            let detail = match row.detail {
+                Some(_) => parse(row.detail)?,
+                None => EndDetail { stop_reason: None, code: None },
+            };
+            EventKind::AttemptEnded { end: end_from(code()?, value(), detail.code)?, stop_reason: detail.stop_reason }
+        }
+        BODY_RECORDED => {
+            let payload = decompress(row.body.as_deref()?, value()?)?;
+            let truncated = aux()? != 0;
+            let body = match code()? {
+                0 => RecordedBody::Text { texts: serde_json::from_slice(&payload).ok()?, truncated },
+                1 => RecordedBody::Raw { bytes: payload, truncated },
+                _ => return None,
+            };
+            EventKind::BodyRecorded { body }
+        }
         FINISHED => EventKind::Finished {
             outcome: outcome_from(code()?)?,
             attempts: u32::try_from(value()?).ok()?,
@@ -634,6 +858,9 @@ fn decode_kind(row: &Columns<'_>) -> Option<EventKind> {
     })
 }
 
+const INSERT_BODY: &str = "INSERT INTO bodies (event_id, run_id, stream, attempt, mode, truncated, length, data) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
 const INSERT_EVENT: &str = "INSERT INTO events (run_id, stream, attempt, at_ns, kind, n, code, value, aux, detail, packed) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 
@@ -645,9 +872,24 @@ pub(crate) fn write(tx: &Transaction<'_>, run: i64, events: &[Event]) -> rusqlit
         insert.execute(params![
             run, r.stream, r.attempt, r.at_ns, r.kind, r.n, r.code, r.value, r.aux, r.detail, r.packed
         ])?;
+        if let Some(data) = &r.body {
+            let mode = r.code.and_then(|c| BODY_MODES.get(usize::try_from(c).ok()?));
+            tx.prepare_cached(INSERT_BODY)?.execute(params![
+                tx.last_insert_rowid(),
+                run,
+                r.stream,
+                r.attempt,
+                mode,
+                r.aux,
+                r.value,
+                data
+            ])?;
+        }
     }
     for event in events {
         let (stream, attempt, at) = (event.stream as i64, i64::from(event.attempt), ns(event.at).unwrap_or(i64::MAX));
+        // Attempt 0 is between attempts (a decision made before any): it has no row.
+        let has_row = attempt != 0;
         match &event.kind {
             EventKind::CallStarted { target, .. } => {
                 tx.prepare_cached(
@@ -665,24 +907,32 @@ pub(crate) fn write(tx: &Transaction<'_>, run: i64, events: &[Event]) -> rusqlit
                 )?
                 .execute(params![run, stream, at, outcome.name(), attempts])?;
             }
-            EventKind::AttemptStarted { target, credential } => {
+            EventKind::AttemptStarted { target, credential } if has_row => {
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO attempts (run_id, stream, attempt, provider, model, credential, started_ns) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )?
                 .execute(params![run, stream, attempt, target.provider, target.model, opt_int(*credential).flatten(), at])?;
             }
-            EventKind::HeadersReceived { status, .. } => {
+            EventKind::HeadersReceived { status, .. } if has_row => {
                 tx.prepare_cached(
                     "UPDATE attempts SET status = ?4 WHERE run_id = ?1 AND stream = ?2 AND attempt = ?3",
                 )?
                 .execute(params![run, stream, attempt, status])?;
             }
-            EventKind::ErrorClassified { category, .. } => {
+            EventKind::ErrorClassified { category, .. } if has_row => {
                 tx.prepare_cached(
                     "UPDATE attempts SET category = ?4 WHERE run_id = ?1 AND stream = ?2 AND attempt = ?3",
                 )?
                 .execute(params![run, stream, attempt, category_code(*category)])?;
+            }
+            EventKind::AttemptEnded { end, .. } if has_row => {
+                let (how, value) = end_code(end);
+                tx.prepare_cached(
+                    "UPDATE attempts SET ended_ns = ?4, end_code = ?5, end_value = ?6 \
+                     WHERE run_id = ?1 AND stream = ?2 AND attempt = ?3",
+                )?
+                .execute(params![run, stream, attempt, at, how, value])?;
             }
             _ => {}
         }
@@ -721,6 +971,17 @@ fn read(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<V
             aux: row.get(7)?,
             detail: row.get_ref(8)?.as_str_or_null().map_err(|e| ReadError::Format(e.to_string()))?,
             packed: row.get_ref(9)?.as_blob_or_null().map_err(|e| ReadError::Format(e.to_string()))?,
+            body: None,
+        };
+        let columns = if columns.kind == kind::BODY_RECORDED {
+            let id: i64 = row.get(10)?;
+            let body = conn
+                .prepare_cached("SELECT data FROM bodies WHERE event_id = ?1")?
+                .query_row([id], |r| r.get(0))
+                .optional()?;
+            Columns { body, ..columns }
+        } else {
+            columns
         };
         decode(&columns, &mut out).map_err(ReadError::Format)?;
     }
@@ -730,7 +991,7 @@ fn read(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<V
     Ok(out)
 }
 
-const COLUMNS: &str = "SELECT stream, attempt, at_ns, kind, n, code, value, aux, detail, packed FROM events";
+const COLUMNS: &str = "SELECT stream, attempt, at_ns, kind, n, code, value, aux, detail, packed, id FROM events";
 
 /// One stream's events in time order.
 pub(crate) fn read_stream(conn: &Connection, run: i64, stream: StreamId) -> Result<Vec<Event>, ReadError> {
@@ -825,11 +1086,89 @@ mod tests {
                 aux: r.aux,
                 detail: r.detail.as_deref(),
                 packed: r.packed.as_deref(),
+                body: None,
             };
             decode(&columns, &mut out).unwrap();
         }
         out.sort_by_key(|e| e.at);
         assert_eq!(out, events);
+    }
+
+    fn row_of(kind: EventKind) -> Row {
+        encode(&Event { at: Duration::from_millis(3), stream: 1, attempt: 2, kind })
+    }
+
+    /// What plots and queries read without parsing: (kind, code, value, aux).
+    fn numbers(row: &Row) -> (i64, Option<i64>, Option<i64>, Option<i64>) {
+        (row.kind, row.code, row.value, row.aux)
+    }
+
+    #[test]
+    fn new_kinds_have_their_own_codes_and_numbers() {
+        let ended = |end| EventKind::AttemptEnded { end, stop_reason: None };
+        let cases = [
+            (ended(AttemptEnd::Status { status: 503 }), (kind::ATTEMPT_ENDED, Some(end::STATUS), Some(503), None)),
+            (
+                ended(AttemptEnd::Transport { kind: TransportKind::KernelTimeout }),
+                (kind::ATTEMPT_ENDED, Some(end::TRANSPORT), Some(9), None),
+            ),
+            (
+                ended(AttemptEnd::Timer { timer: TimerKind::DataStall }),
+                (kind::ATTEMPT_ENDED, Some(end::TIMER), Some(timer_code(TimerKind::DataStall)), None),
+            ),
+            (ended(AttemptEnd::Done), (kind::ATTEMPT_ENDED, Some(end::DONE), None, None)),
+            (
+                EventKind::RateLimitLow { bucket: "tokens".into(), remaining: 5, limit: Some(100), reset: None },
+                (kind::RATE_LIMIT_LOW, Some(1), Some(5), Some(100)),
+            ),
+            (
+                EventKind::RateLimitLow { bucket: "widgets".into(), remaining: 5, limit: None, reset: None },
+                (kind::RATE_LIMIT_LOW, None, Some(5), None),
+            ),
+            (EventKind::ErrorBody { body: "né".into(), truncated: true }, (kind::ERROR_BODY, None, Some(3), Some(1))),
+            (EventKind::ResponseHeaders { headers: vec![] }, (kind::RESPONSE_HEADERS, None, None, None)),
+            (
+                EventKind::BodyRecorded { body: RecordedBody::Raw { bytes: vec![7; 1000], truncated: false } },
+                (kind::BODY_RECORDED, Some(1), Some(1000), Some(0)),
+            ),
+            (
+                EventKind::BodyRecorded { body: RecordedBody::Text { texts: vec!["a".into()], truncated: true } },
+                (kind::BODY_RECORDED, Some(0), Some(5), Some(1)),
+            ),
+        ];
+        for (event, expected) in cases {
+            assert_eq!(numbers(&row_of(event.clone())), expected, "{event:?}");
+        }
+        let headers = row_of(EventKind::ResponseHeaders { headers: vec![("retry-after-ms".into(), "700".into())] });
+        assert_eq!(headers.detail.as_deref(), Some(r#"[["retry-after-ms","700"]]"#));
+        let ended = row_of(EventKind::AttemptEnded {
+            end: AttemptEnd::InStream { code: Some("overloaded".into()) },
+            stop_reason: Some("stop".into()),
+        });
+        assert_eq!(ended.detail.as_deref(), Some(r#"{"stop_reason":"stop","code":"overloaded"}"#));
+    }
+
+    #[test]
+    fn codes_of_transport_kinds_and_attempt_ends_round_trip() {
+        for k in TransportKind::ALL {
+            assert_eq!(transport_from(transport_code(k)), Some(k));
+        }
+        assert_eq!(transport_from(12), None);
+        assert_eq!(end_from(7, None, None), None);
+        assert_eq!(end_from(end::STATUS, Some(70_000), None), None, "not a status");
+    }
+
+    #[test]
+    fn a_raw_body_is_stored_compressed_and_checked_on_the_way_back() {
+        let text: Vec<u8> = b"data: {\"choices\":[{\"delta\":{\"content\":\"hello\"}}]}\n\n".repeat(1000);
+        let row = row_of(EventKind::BodyRecorded { body: RecordedBody::Raw { bytes: text.clone(), truncated: false } });
+        let data = row.body.unwrap();
+        assert!(data.len() * 10 < text.len(), "{} bytes compressed to {}", text.len(), data.len());
+        assert_eq!(decompress(&data, text.len() as i64), Some(text.clone()));
+        // A length that does not match is a damaged row, not a shorter body.
+        assert_eq!(decompress(&data, text.len() as i64 - 1), None);
+        assert_eq!(decompress(&data, text.len() as i64 + 1), None);
+        assert_eq!(decompress(&data[..data.len() / 2], text.len() as i64), None);
     }
 
     #[test]
@@ -853,6 +1192,7 @@ mod tests {
             aux: None,
             detail: row.detail.as_deref(),
             packed: None,
+            body: None,
         };
         let mut out = Vec::new();
         decode(&columns, &mut out).unwrap();

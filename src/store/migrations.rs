@@ -4,6 +4,10 @@
 //! Database version changelog:
 //! - 0: empty file, nothing created yet.
 //! - 1: runs, streams, attempts and compact events (`sql/0001_init.sql`).
+//! - 2: what replay needs (`sql/0002_replay.sql`): run meta (seed, wall
+//!   clock, rules, pools) as JSON, the schema a run was recorded with,
+//!   dropped bodies per run and dropped events per stream, how and when
+//!   each attempt ended, and the `bodies` table.
 //!
 //! Migrations only ever move forward. A database whose version is newer
 //! than [`SCHEMA_VERSION`] was written by a newer stallscope and is refused
@@ -12,7 +16,7 @@
 use rusqlite_migration::{M, Migrations};
 
 /// Every migration, in order: migration `i` takes the schema to version `i + 1`.
-const STEPS: &[M<'static>] = &[M::up(include_str!("sql/0001_init.sql"))];
+const STEPS: &[M<'static>] = &[M::up(include_str!("sql/0001_init.sql")), M::up(include_str!("sql/0002_replay.sql"))];
 
 /// The migrations, applied by [`super::Store::open`].
 pub(crate) const MIGRATIONS: Migrations<'static> = Migrations::from_slice(STEPS);

@@ -1,7 +1,9 @@
 //! The run database: SQLite in WAL mode, with versioned migrations.
 //!
 //! One file holds every recorded run: its tunables and providers (secrets
-//! removed), its events in compact form ([`events`]), and its report once it
+//! removed), what replay needs beyond them ([`RunMeta`]), its events in
+//! compact form ([`events`]) with any recorded bodies compressed beside
+//! them, what the recorder could not keep, and its report once it
 //! completes. The default file is in the platform data directory
 //! ([`Store::default_path`]).
 //!
@@ -31,7 +33,9 @@ use crate::core::event::{Event, StreamId};
 use crate::report::RunReport;
 
 pub use migrations::SCHEMA_VERSION;
-pub use runs::{Outcomes, RunId, RunRecord, RunStart, RunStatus, RunSummary, redacted_providers, tunables_snapshot};
+pub use runs::{
+    Outcomes, RunId, RunMeta, RunRecord, RunStart, RunStatus, RunSummary, redacted_providers, tunables_snapshot,
+};
 
 /// Why the run database cannot be used. Every message names the file.
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +168,18 @@ impl StoreError {
             _ => StoreError::Sqlite { path, source: e },
         }
     }
+}
+
+/// What the recorder could not keep, counted since the run began.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Drops {
+    /// Events not recorded, bodies included.
+    pub(crate) events: u64,
+    /// Bodies not recorded.
+    pub(crate) bodies: u64,
+    /// Events not recorded per stream (may list only the streams whose
+    /// count changed since the last write).
+    pub(crate) by_stream: Vec<(StreamId, u64)>,
 }
 
 /// The run database.
@@ -318,10 +334,11 @@ impl Store {
         self.append(run, events, None)
     }
 
-    /// Appends a batch and, when given, sets the run's dropped-event count
-    /// in the same transaction (the recorder keeps it current so a crash
-    /// still shows how many events were lost).
-    pub(crate) fn append(&mut self, run: RunId, events: &[Event], dropped: Option<u64>) -> Result<(), StoreError> {
+    /// Appends a batch and, when given, sets the run's drop counts in the
+    /// same transaction (the recorder keeps them current so a crash still
+    /// shows how many events were lost).
+    pub(crate) fn append(&mut self, run: RunId, events: &[Event], drops: Option<&Drops>) -> Result<(), StoreError> {
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let result = (|| {
             let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let exists = tx.query_row("SELECT 1 FROM runs WHERE id = ?1", [run], |_| Ok(())).optional()?;
@@ -329,11 +346,25 @@ impl Store {
                 return Ok(0);
             }
             events::write(&tx, run, events)?;
-            let dropped = dropped.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
             let changed = tx.execute(
-                "UPDATE runs SET events = events + ?2, dropped_events = max(dropped_events, coalesce(?3, 0)) WHERE id = ?1",
-                rusqlite::params![run, events.len() as i64, dropped],
+                "UPDATE runs SET events = events + ?2, dropped_events = max(dropped_events, coalesce(?3, 0)), \
+                 dropped_bodies = max(dropped_bodies, coalesce(?4, 0)) WHERE id = ?1",
+                rusqlite::params![
+                    run,
+                    events.len() as i64,
+                    drops.map(|d| count(d.events)),
+                    drops.map(|d| count(d.bodies))
+                ],
             )?;
+            let mut per_stream = tx.prepare_cached(
+                "INSERT INTO streams (run_id, stream, dropped_events) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (run_id, stream) DO UPDATE SET \
+                 dropped_events = max(streams.dropped_events, excluded.dropped_events)",
+            )?;
+            for (stream, dropped) in drops.map_or(&[][..], |d| &d.by_stream) {
+                per_stream.execute(rusqlite::params![run, *stream as i64, count(*dropped)])?;
+            }
+            drop(per_stream);
             tx.commit()?;
             Ok(changed)
         })();
@@ -395,7 +426,8 @@ impl Store {
         runs::summaries(&self.conn, None).map_err(|e| self.err(e))
     }
 
-    /// One run's summary, tunables and providers (for `runs compare`).
+    /// One run's summary, tunables, providers, meta and drops per stream
+    /// (for `runs show`, `runs compare` and replay).
     pub fn run(&self, id: RunId) -> Result<Option<RunRecord>, StoreError> {
         runs::record(&self.conn, id).map_err(|e| self.err(e))
     }

@@ -160,6 +160,34 @@ fn quote_fractions(json: &str) -> String {
     out
 }
 
+/// JSON text as a value whose fractional numbers are exactly the ones
+/// written (serde_json's default parser may be one ulp off).
+pub(crate) fn exact_json(text: &str) -> Result<Value, String> {
+    fn restore(value: &mut Value, exact: Value) {
+        match (value, exact) {
+            (value @ Value::Number(_), Value::String(s)) => {
+                if let Some(n) = s.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
+                    *value = Value::Number(n);
+                }
+            }
+            (Value::Array(items), Value::Array(exact)) => {
+                items.iter_mut().zip(exact).for_each(|(v, e)| restore(v, e));
+            }
+            (Value::Object(map), Value::Object(exact)) => {
+                for (key, e) in exact {
+                    if let Some(v) = map.get_mut(&key) {
+                        restore(v, e);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut value: Value = parse(text)?;
+    restore(&mut value, parse(&quote_fractions(text))?);
+    Ok(value)
+}
+
 fn parse<T: DeserializeOwned>(text: &str) -> Result<T, String> {
     serde_json::from_str(text).map_err(|e| format!("stored report: {e}"))
 }
@@ -176,18 +204,9 @@ fn outcome(name: &str) -> Result<&'static str, String> {
 pub(crate) fn decode(text: &str) -> Result<RunReport, String> {
     let quoted = quote_fractions(text);
     let mirror: ReportMirror = parse(&quoted)?;
-    // Tunables keep their JSON types, so they are read from the original
-    // text; their fractional values are then replaced by exact ones.
-    let mut tunables = parse::<TunablesOnly>(text)?.tunables;
-    let exact = parse::<TunablesOnly>(&quoted)?.tunables;
-    for (name, value) in tunables.iter_mut() {
-        if value.is_f64()
-            && let Some(Value::String(s)) = exact.get(name)
-            && let Some(n) = s.parse::<f64>().ok().and_then(serde_json::Number::from_f64)
-        {
-            *value = Value::Number(n);
-        }
-    }
+    // Tunables keep their JSON types, with exact fractional values.
+    let TunablesOnly { tunables } =
+        serde_json::from_value(exact_json(text)?).map_err(|e| format!("stored report: {e}"))?;
     let streams = mirror
         .streams
         .into_iter()
@@ -255,6 +274,19 @@ mod tests {
     fn fractions_are_quoted_outside_strings_only() {
         let text = r#"{"a":1.5,"b":-2e3,"c":7,"d":"x\"1.5","e":[0.25,null]}"#;
         assert_eq!(quote_fractions(text), r#"{"a":"1.5","b":"-2e3","c":7,"d":"x\"1.5","e":["0.25",null]}"#);
+    }
+
+    #[test]
+    fn exact_json_keeps_types_and_reads_fractions_exactly() {
+        let x = 55794.528960999996_f64;
+        let text = format!(r#"{{"a":[{x},"{x}",7],"b":{{"c":{x},"d":true}}}}"#);
+        let value = exact_json(&text).unwrap();
+        assert_eq!(value["a"][0].as_f64().map(f64::to_bits), Some(x.to_bits()));
+        assert_eq!(value["b"]["c"].as_f64().map(f64::to_bits), Some(x.to_bits()));
+        assert_eq!(
+            (&value["a"][1], &value["a"][2], &value["b"]["d"]),
+            (&Value::from(x.to_string()), &Value::from(7), &Value::from(true))
+        );
     }
 
     #[test]

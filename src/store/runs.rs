@@ -120,11 +120,23 @@ pub(crate) fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Unix milliseconds as `YYYY-MM-DD HH:MM` in UTC (Howard Hinnant's
-/// civil-from-days).
+/// Unix milliseconds as `YYYY-MM-DD HH:MM` in UTC.
 pub fn utc_minute(unix_ms: i64) -> String {
-    let secs = unix_ms.div_euclid(1000);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (date, secs) = utc_date(unix_ms.div_euclid(1000));
+    format!("{date} {:02}:{:02}", secs / 3600, secs % 3600 / 60)
+}
+
+/// Unix nanoseconds as `YYYY-MM-DD HH:MM:SS.mmm UTC`.
+pub fn utc_millis(unix_ns: i64) -> String {
+    let unix_ms = unix_ns.div_euclid(1_000_000);
+    let (date, secs) = utc_date(unix_ms.div_euclid(1000));
+    format!("{date} {:02}:{:02}:{:02}.{:03} UTC", secs / 3600, secs % 3600 / 60, secs % 60, unix_ms.rem_euclid(1000))
+}
+
+/// The UTC date (`YYYY-MM-DD`) of Unix seconds and the seconds into that
+/// day (Howard Hinnant's civil-from-days).
+fn utc_date(unix_s: i64) -> (String, i64) {
+    let (days, rest) = (unix_s.div_euclid(86_400), unix_s.rem_euclid(86_400));
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -134,7 +146,7 @@ pub fn utc_minute(unix_ms: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}", rest / 3600, rest % 3600 / 60)
+    (format!("{year:04}-{month:02}-{day:02}"), rest)
 }
 
 /// Every tunable with its effective value and where it came from:
@@ -227,8 +239,11 @@ pub struct RunSummary {
     pub elapsed_ms: Option<f64>,
     /// Events recorded.
     pub events: u64,
-    /// Events not recorded (the recorder's channel was full, or a batch failed).
+    /// Events not recorded (the recorder's channel was full, a batch
+    /// failed, or a body did not fit the body budget).
     pub dropped_events: u64,
+    /// Recorded bodies among the dropped events.
+    pub dropped_bodies: u64,
 }
 
 /// A run with everything `runs compare` needs.
@@ -240,6 +255,41 @@ pub struct RunRecord {
     pub tunables: Map<String, Value>,
     /// Provider rows (keys redacted).
     pub providers: Value,
+    /// What replay needs beyond the tunables; `None` for runs recorded
+    /// without it (by an older stallscope).
+    pub meta: Option<RunMeta>,
+    /// The schema version of the stallscope that recorded the run (1: from
+    /// before response headers and attempt ends were recorded).
+    pub recorded_schema: i64,
+    /// Events not recorded, per stream (streams that lost none are absent).
+    pub dropped_by_stream: BTreeMap<u64, u64>,
+}
+
+impl RunRecord {
+    /// What replay needs that this run's recording lacks, in words; empty
+    /// when it has everything.
+    pub fn lacks(&self) -> Vec<&'static str> {
+        let mut lacks = Vec::new();
+        if self.meta.is_none() {
+            lacks.extend(["its seed", "its wall clock", "its rules", "its key pools"]);
+        }
+        if self.recorded_schema < 2 {
+            lacks.extend(["response headers", "how attempts ended", "dropped events per stream"]);
+        }
+        lacks
+    }
+
+    /// One line saying what the run lacks for replay, when it lacks anything.
+    pub fn replay_note(&self) -> Option<String> {
+        let lacks = self.lacks();
+        let (last, rest) = lacks.split_last()?;
+        let listed = if rest.is_empty() { (*last).to_owned() } else { format!("{} or {last}", rest.join(", ")) };
+        let by = if self.recorded_schema < 2 { "by an older stallscope " } else { "" };
+        Some(format!(
+            "run {} was recorded {by}without {listed}: replay cannot reproduce its decisions",
+            self.summary.id
+        ))
+    }
 }
 
 /// The nearest-rank `p`th percentile of sorted values.
@@ -252,9 +302,15 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
 }
 
 pub(crate) fn insert(conn: &Connection, start: &RunStart, pid: i64, pid_start: Option<i64>) -> rusqlite::Result<RunId> {
+    let meta = match &start.meta {
+        Some(meta) => {
+            Some(serde_json::to_string(meta).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?)
+        }
+        None => None,
+    };
     conn.prepare_cached(
-        "INSERT INTO runs (started_at, status, label, scenario, pid, pid_start, tunables, providers) \
-         VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO runs (started_at, status, label, scenario, pid, pid_start, tunables, providers, meta, \
+         recorded_schema) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         start.started_at_ms,
@@ -264,6 +320,8 @@ pub(crate) fn insert(conn: &Connection, start: &RunStart, pid: i64, pid_start: O
         pid_start,
         Value::Object(start.tunables.clone()).to_string(),
         start.providers.to_string(),
+        meta,
+        super::SCHEMA_VERSION,
     ])?;
     Ok(conn.last_insert_rowid())
 }
@@ -325,7 +383,7 @@ pub(crate) fn finish(tx: &Transaction<'_>, run: RunId, report: &RunReport, dropp
 }
 
 const SUMMARY_COLUMNS: &str = "SELECT id, started_at, ended_at, status, label, scenario, providers, events, \
-     dropped_events, ok, partial, failed, cancelled, p50_ms, p99_ms, retries, elapsed_ms FROM runs";
+     dropped_events, ok, partial, failed, cancelled, p50_ms, p99_ms, retries, elapsed_ms, dropped_bodies FROM runs";
 
 fn provider_names(providers: &Value) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
@@ -366,6 +424,7 @@ pub(crate) fn summaries(conn: &Connection, only: Option<RunId>) -> rusqlite::Res
                 elapsed_ms: row.get(16)?,
                 events: count(7)?,
                 dropped_events: count(8)?,
+                dropped_bodies: count(17)?,
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
@@ -402,18 +461,40 @@ fn from_streams(conn: &Connection, summary: &mut RunSummary) -> rusqlite::Result
     Ok(())
 }
 
-/// One run with its tunables and providers.
+/// One run with its tunables, providers, meta and drops per stream.
 pub(crate) fn record(conn: &Connection, id: RunId) -> rusqlite::Result<Option<RunRecord>> {
     let Some(summary) = summaries(conn, Some(id))?.pop() else { return Ok(None) };
-    let (tunables, providers): (String, String) =
-        conn.query_row("SELECT tunables, providers FROM runs WHERE id = ?1", params![id], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-    let tunables = match serde_json::from_str(&tunables) {
+    let (tunables, providers, meta, recorded_schema): (String, String, Option<String>, i64) = conn.query_row(
+        "SELECT tunables, providers, meta, recorded_schema FROM runs WHERE id = ?1",
+        params![id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    let unreadable = |column: usize, e: String| {
+        rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Text, e.into())
+    };
+    // Exact floats: a tunables snapshot must rebuild the very values the run had.
+    let tunables = match super::report::exact_json(&tunables) {
         Ok(Value::Object(map)) => map,
         _ => Map::new(),
     };
-    Ok(Some(RunRecord { summary, tunables, providers: serde_json::from_str(&providers).unwrap_or(Value::Null) }))
+    let meta = match meta {
+        Some(text) => Some(serde_json::from_str(&text).map_err(|e| unreadable(2, format!("run meta: {e}")))?),
+        None => None,
+    };
+    let mut stmt = conn.prepare_cached(
+        "SELECT stream, dropped_events FROM streams WHERE run_id = ?1 AND dropped_events > 0 ORDER BY stream",
+    )?;
+    let dropped_by_stream = stmt
+        .query_map(params![id], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)?.max(0) as u64)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(Some(RunRecord {
+        summary,
+        tunables,
+        providers: serde_json::from_str(&providers).unwrap_or(Value::Null),
+        meta,
+        recorded_schema,
+        dropped_by_stream,
+    }))
 }
 
 /// The stored report text of a completed run.
@@ -469,6 +550,8 @@ mod tests {
         assert_eq!(utc_minute(0), "1970-01-01 00:00");
         assert_eq!(utc_minute(1_795_982_918_799), "2026-11-29 20:08");
         assert_eq!(utc_minute(951_782_400_000), "2000-02-29 00:00");
+        assert_eq!(utc_millis(1_795_982_918_799_123_456), "2026-11-29 20:08:38.799 UTC");
+        assert_eq!(utc_millis(-1), "1969-12-31 23:59:59.999 UTC");
     }
 
     #[test]

@@ -42,6 +42,24 @@ impl Source {
     }
 }
 
+impl Source {
+    /// The source a stored snapshot names: the inverse of its `Display`.
+    pub fn parse(text: &str) -> Option<Source> {
+        Some(match text {
+            "default" => Source::Default,
+            "derived" => Source::Derived,
+            "env" => Source::Environment,
+            "--set" => Source::Override,
+            "app edit" => Source::Edit,
+            _ => match text.split_once(' ') {
+                Some(("scenario", name)) => Source::Scenario(name.to_owned()),
+                Some(("config", path)) => Source::ConfigFile(PathBuf::from(path)),
+                _ => return None,
+            },
+        })
+    }
+}
+
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -143,6 +161,52 @@ impl Tunables {
         let mut tunables = Tunables { values };
         tunables.derive_defaults();
         tunables
+    }
+
+    /// Rebuilds the tunables a run had from its stored snapshot
+    /// ([`crate::store::tunables_snapshot`]: name → `{"value", "source"}`),
+    /// values and sources alike, so a value set explicitly to its default
+    /// stays distinguishable from the default. Tunables the snapshot lacks
+    /// (added after it was stored) take their defaults; derived values are
+    /// kept as stored, not recomputed.
+    ///
+    /// URL credentials were masked before the snapshot was stored (`***`):
+    /// such a value is rebuilt masked, naming the proxy the run used with
+    /// its source, but it cannot authenticate to it.
+    pub fn from_snapshot(snapshot: &serde_json::Map<String, serde_json::Value>) -> Result<Tunables, TunableError> {
+        const ORIGIN: &str = "a stored snapshot";
+        let mut tunables = Tunables::defaults();
+        for (name, entry) in snapshot {
+            let spec = spec::find(name).ok_or_else(|| TunableError::Unknown {
+                name: name.clone(),
+                suggestion: suggest(name),
+                origin: ORIGIN.to_owned(),
+            })?;
+            let invalid = |value: String, reason: &str, allowed: String| TunableError::Invalid {
+                name: spec.name,
+                value,
+                reason: reason.to_owned(),
+                allowed,
+                origin: ORIGIN.to_owned(),
+            };
+            let source = match entry.get("source") {
+                Some(serde_json::Value::String(text)) => Source::parse(text).ok_or_else(|| {
+                    let allowed = "default, derived, scenario NAME, config PATH, env, --set or app edit";
+                    invalid(text.clone(), "not a known source", allowed.to_owned())
+                })?,
+                _ => return Err(invalid(entry.to_string(), "no source", "{\"value\": …, \"source\": …}".to_owned())),
+            };
+            let text = match entry.get("value") {
+                Some(serde_json::Value::String(text)) => text.clone(),
+                Some(serde_json::Value::Bool(b)) => b.to_string(),
+                Some(serde_json::Value::Number(n)) => n.to_string(),
+                _ => return Err(invalid(entry.to_string(), "no value", spec.allowed())),
+            };
+            let value =
+                Value::parse(&spec.kind, &text).map_err(|reason| invalid(text.clone(), &reason, spec.allowed()))?;
+            tunables.values.insert(spec.name, Effective { value, source });
+        }
+        Ok(tunables)
     }
 
     /// Applies a table of values (a config file's `[tunables]`, a
@@ -445,6 +509,89 @@ mod tests {
         for text in shown {
             assert!(!text.contains("s3cret") && text.contains("***@proxy:3128"), "{text}");
         }
+    }
+
+    #[test]
+    fn a_snapshot_rebuilds_values_and_sources() {
+        let mut t = Tunables::defaults();
+        // Explicitly set to its default: must stay explicit.
+        t.apply_override("SSE_IDLE_TIMEOUT_S=1800").unwrap();
+        t.apply_env([("STALLSCOPE_TCP_KEEPCNT", "7")]).unwrap();
+        let table: toml::Table = toml::from_str("HTTP_CONNECT_TIMEOUT_S = 2.5").unwrap();
+        t.apply_table(&table, Source::ConfigFile("/etc/stall scope.toml".into())).unwrap();
+        t.apply_table(&toml::from_str("BACKOFF_JITTER = \"full\"").unwrap(), Source::Scenario("flaky".into())).unwrap();
+        t.set("FALLBACK_MODELS", "off", Source::Edit).unwrap();
+        t.set("RECORD_BODIES", "raw", Source::Override).unwrap();
+        let snapshot = crate::store::tunables_snapshot(&t);
+        let rebuilt = Tunables::from_snapshot(&snapshot).unwrap();
+        assert_eq!(rebuilt, t);
+        let idle = rebuilt.get("STALLSCOPE_SSE_IDLE_TIMEOUT_S");
+        assert_eq!((&idle.value, &idle.source), (&Value::Float(1800.0), &Source::Override));
+        assert_ne!(rebuilt, Tunables::defaults(), "same value, explicitly set, is not the default");
+        let read = rebuilt.get("STALLSCOPE_HTTP_READ_TIMEOUT_S");
+        assert_eq!(read.source, Source::Derived);
+        // A tunable the snapshot lacks (added since) takes its default.
+        let mut older = snapshot.clone();
+        older.remove("STALLSCOPE_RECORD_BODIES");
+        let rebuilt = Tunables::from_snapshot(&older).unwrap();
+        assert_eq!(rebuilt.get("STALLSCOPE_RECORD_BODIES"), Tunables::defaults().get("STALLSCOPE_RECORD_BODIES"));
+    }
+
+    #[test]
+    fn a_masked_proxy_is_rebuilt_masked_with_its_source() {
+        let mut t = Tunables::defaults();
+        t.apply_override("PROXY=http://user:s3cret@proxy:3128").unwrap();
+        let rebuilt = Tunables::from_snapshot(&crate::store::tunables_snapshot(&t)).unwrap();
+        let proxy = rebuilt.get("STALLSCOPE_PROXY");
+        assert_eq!((&proxy.value, &proxy.source), (&Value::Text("http://***@proxy:3128/".into()), &Source::Override));
+    }
+
+    #[test]
+    fn a_bad_snapshot_is_refused_naming_the_tunable() {
+        let snapshot = |json: serde_json::Value| json.as_object().unwrap().clone();
+        let err = Tunables::from_snapshot(&snapshot(serde_json::json!({
+            "STALLSCOPE_SSE_IDEL_TIMEOUT_S": {"value": 3, "source": "env"}
+        })))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown tunable `STALLSCOPE_SSE_IDEL_TIMEOUT_S` (from a stored snapshot); did you mean STALLSCOPE_SSE_IDLE_TIMEOUT_S?"
+        );
+        let err = Tunables::from_snapshot(&snapshot(serde_json::json!({
+            "STALLSCOPE_TCP_KEEPCNT": {"value": 0, "source": "env"}
+        })))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "STALLSCOPE_TCP_KEEPCNT=\"0\" (from a stored snapshot) is not accepted: out of range; \
+             allowed: a whole number from 1 to 100"
+        );
+        for entry in [
+            serde_json::json!({"value": 5, "source": "somewhere"}),
+            serde_json::json!({"value": 5}),
+            serde_json::json!(5),
+            serde_json::json!({"value": [5], "source": "env"}),
+        ] {
+            let err = Tunables::from_snapshot(&snapshot(serde_json::json!({ "STALLSCOPE_TCP_KEEPCNT": entry })));
+            assert!(matches!(err, Err(TunableError::Invalid { name: "STALLSCOPE_TCP_KEEPCNT", .. })), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn every_source_parses_back_from_its_name() {
+        let sources = [
+            Source::Default,
+            Source::Derived,
+            Source::Scenario("rate limited".into()),
+            Source::ConfigFile("/a b/c.toml".into()),
+            Source::Environment,
+            Source::Override,
+            Source::Edit,
+        ];
+        for source in sources {
+            assert_eq!(Source::parse(&source.to_string()), Some(source));
+        }
+        assert_eq!(Source::parse("scenario"), None);
     }
 
     #[test]
