@@ -449,3 +449,24 @@ fn budget_escalates_each_timer_before_summing() {
     let call = report["layers"].as_array().unwrap().iter().find(|l| l["name"] == "call").unwrap();
     assert_eq!(call["worst"].as_f64(), Some(7065.0), "{out}");
 }
+
+/// The check: a recorded run of `rate-limited-ms` keeps the header
+/// its waits came from, in the order the events happened.
+#[test]
+fn a_recorded_rate_limited_run_exports_its_retry_after_ms_header() {
+    let db = std::env::temp_dir().join(format!("stallscope-cli-ratelimited-{}.db", std::process::id()));
+    let _ = std::fs::remove_file(&db);
+    let path = db.to_str().unwrap();
+    stdout(&stallscope(&["run", "--scenario", "rate-limited-ms", "--db", path, "--json"], &[]));
+    let out = stdout(&stallscope(&["export", "1", "--format", "jsonl", "--db", path], &[]));
+    let events: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let headers = events.iter().find(|e| e["kind"]["type"] == "response_headers").unwrap();
+    let pairs = headers["kind"]["headers"].as_array().unwrap();
+    assert!(pairs.iter().any(|p| p[0] == "retry-after-ms" && p[1] == "700"), "{headers}");
+    let types: Vec<&str> =
+        events.iter().filter(|e| e["attempt"] == 1).filter_map(|e| e["kind"]["type"].as_str()).collect();
+    let at = |t: &str| types.iter().position(|x| *x == t).unwrap();
+    assert!(at("headers_received") < at("response_headers") && at("response_headers") < at("rate_limit_observed"));
+    assert!(at("error_body") < at("attempt_ended") && at("attempt_ended") < at("error_classified"), "{types:?}");
+    let _ = std::fs::remove_file(&db);
+}

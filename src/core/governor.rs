@@ -289,8 +289,8 @@ async fn govern(
     }
     let content_type =
         response.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    scope.emit(EventKind::HeadersReceived { status: response.status, content_type: content_type.clone() });
-    scope.emit(EventKind::ResponseHeaders { headers: recorded_headers(&response.headers) });
+    scope.emit_at(now, EventKind::HeadersReceived { status: response.status, content_type: content_type.clone() });
+    scope.emit_at(now, EventKind::ResponseHeaders { headers: recorded_headers(&response.headers) });
     observe_rate_limits(scope, &response.headers, now, &mut progress.low_buckets);
     let is_stream = content_type.as_deref().is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
     // The data-stall clock runs for every body. An error or non-stream body
