@@ -43,7 +43,7 @@ impl Upstream for InMemory {
         Box::pin(async {
             let mut headers = HeaderMap::new();
             headers.insert("content-type", HeaderValue::from_static("text/event-stream"));
-            Ok(Response { status: 200, headers, body: body().boxed() })
+            Ok(Response::new(200, headers, body().boxed()))
         })
     }
 

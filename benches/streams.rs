@@ -703,7 +703,7 @@ impl Upstream for InMemory {
             let mut headers = HeaderMap::new();
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
             let body = stream::iter((0..frames.len()).map(move |i| Ok(frames[i].clone()))).boxed();
-            Ok(UpstreamResponse { status: 200, headers, body })
+            Ok(UpstreamResponse::new(200, headers, body))
         })
     }
 

@@ -32,6 +32,7 @@ pub mod export;
 pub mod gui;
 pub mod providers;
 pub mod recorder;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod session;

@@ -41,17 +41,30 @@ pub async fn run_calls(
     cancel: &CancellationToken,
     on_finish: impl Fn(&CallReport) + Send + Sync + 'static,
 ) -> Vec<CallReport> {
-    let permits = Arc::new(Semaphore::new(plan.concurrency.max(1)));
-    let on_finish = Arc::new(on_finish);
     // A rough context size: about four characters a token.
     let context_tokens = Some(plan.prompt.len().div_ceil(4) as u64);
-    let mut tasks = Vec::with_capacity(plan.requests);
-    for index in 0..plan.requests {
-        let call = Call {
-            stream: index as u64,
-            target: plan.target.clone(),
-            input: CallInput { prompt: plan.prompt.clone(), context_tokens },
-        };
+    let calls = (0..plan.requests).map(|index| Call {
+        stream: index as u64,
+        target: plan.target.clone(),
+        input: CallInput { prompt: plan.prompt.clone(), context_tokens },
+    });
+    run_call_list(executor, calls, plan.concurrency, cancel, on_finish).await
+}
+
+/// Runs `calls` with at most `concurrency` at once, started in the order
+/// given; `on_finish` sees each call as it ends. Returns every call's
+/// report in stream order.
+pub async fn run_call_list(
+    executor: &Executor,
+    calls: impl IntoIterator<Item = Call>,
+    concurrency: usize,
+    cancel: &CancellationToken,
+    on_finish: impl Fn(&CallReport) + Send + Sync + 'static,
+) -> Vec<CallReport> {
+    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    let on_finish = Arc::new(on_finish);
+    let mut tasks = Vec::new();
+    for call in calls {
         let (executor, cancel, permits, on_finish) =
             (executor.clone(), cancel.clone(), Arc::clone(&permits), Arc::clone(&on_finish));
         // Streams are consumed in spawned tasks, never in the runtime's

@@ -345,7 +345,7 @@ impl Upstream for StallsAfterOneEvent {
                 });
             let mut headers = HeaderMap::new();
             headers.insert("content-type", HeaderValue::from_static("text/event-stream"));
-            Ok(Response { status: 200, headers, body: body.boxed() })
+            Ok(Response::new(200, headers, body.boxed()))
         })
     }
 

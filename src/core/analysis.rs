@@ -611,7 +611,7 @@ mod tests {
                 });
                 let mut headers = HeaderMap::new();
                 headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-                Ok(Response { status: 200, headers, body: stream::once(async move { ping() }).chain(later).boxed() })
+                Ok(Response::new(200, headers, stream::once(async move { ping() }).chain(later).boxed()))
             })
         }
 

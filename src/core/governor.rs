@@ -313,7 +313,7 @@ async fn govern(
         })
     };
 
-    let mut decoder = upstream.decoder();
+    let mut decoder = response.decoder.unwrap_or_else(|| upstream.decoder());
     let mut decoded = Vec::new();
     let mut body = response.body;
     // The body is the busy source. The sleep and the token are polled with

@@ -53,6 +53,16 @@ pub struct Response {
     pub headers: HeaderMap,
     /// The body.
     pub body: Body,
+    /// A decoder of this body's own, instead of the upstream's: a replayed
+    /// response decodes into the events that were recorded.
+    pub decoder: Option<Box<dyn Decoder>>,
+}
+
+impl Response {
+    /// A response decoded by its upstream's decoder.
+    pub fn new(status: u16, headers: HeaderMap, body: Body) -> Self {
+        Response { status, headers, body, decoder: None }
+    }
 }
 
 impl std::fmt::Debug for Response {

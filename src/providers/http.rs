@@ -73,7 +73,7 @@ impl Upstream for HttpUpstream {
             let status = response.status().as_u16();
             let headers = response.headers().clone();
             let body = response.bytes_stream().map_err(move |e| failure_from_reqwest(&e, connect, read)).boxed();
-            Ok(Response { status, headers, body })
+            Ok(Response::new(status, headers, body))
         })
     }
 

@@ -114,7 +114,7 @@ impl Upstream for Scripted {
                     }
                 }
             });
-            Ok(Response { status, headers, body: body.boxed() })
+            Ok(Response::new(status, headers, body.boxed()))
         })
     }
 

@@ -1,0 +1,10 @@
+//! Replay and what-if: a recorded run loaded from the store
+//! ([`recording`]), played back through the real core in virtual time by a
+//! recorded [`upstream`], under the recorded or changed tunables
+//! ([`whatif`]), and each stream's course read the same way from the
+//! recording and from its replay ([`outcome`]).
+
+pub mod outcome;
+pub mod recording;
+pub mod upstream;
+pub mod whatif;

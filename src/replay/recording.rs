@@ -1,0 +1,328 @@
+//! A recorded run as replay needs it: what the core's decisions depended on
+//! (tunables with their sources, seed, wall clock, rules, key pools,
+//! requests and concurrency) and, per stream, each attempt's network
+//! behaviour as observed — when it started, when headers came with what
+//! status and headers, each chunk's time, size and events, and how it
+//! ended.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::core::classify::Rule;
+use crate::core::event::{AttemptEnd, Event, EventClass, EventKind, RecordedBody, StreamId};
+use crate::core::failover::Target;
+use crate::providers::Dialect;
+use crate::store::runs::RunMeta;
+use crate::store::{RunId, Store, StoreError};
+use crate::tunables::{TunableError, Tunables};
+
+/// A recording that cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordingError {
+    /// The store could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No run has this id.
+    #[error("no run {0} in the store")]
+    NoRun(RunId),
+    /// The run lacks what its decisions depended on.
+    #[error("{0}")]
+    Lacks(String),
+    /// A stored tunable cannot be rebuilt.
+    #[error("run {run}: {source}")]
+    Tunables {
+        /// The run.
+        run: RunId,
+        /// What was wrong.
+        source: TunableError,
+    },
+    /// The stored classifier rules cannot be read.
+    #[error("run {run}: stored classifier rules: {message}")]
+    Rules {
+        /// The run.
+        run: RunId,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// A run loaded for replay.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// Its id in the store.
+    pub run: RunId,
+    /// The tunables it ran with, with their sources.
+    pub tunables: Tunables,
+    /// Seed, wall clock, requests, concurrency, pools.
+    pub meta: RunMeta,
+    /// The classifier's user rules.
+    pub rules: Vec<Rule>,
+    /// Every configured provider/model, in config order, with its dialect.
+    pub providers: Vec<RecordedProvider>,
+    /// Every stream, by id.
+    pub streams: Vec<RecordedStream>,
+}
+
+/// One configured provider row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedProvider {
+    /// `provider/model`.
+    pub target: Target,
+    /// The dialect it speaks, when the row names a known one.
+    pub dialect: Option<Dialect>,
+}
+
+/// One call as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedStream {
+    /// Its id.
+    pub id: StreamId,
+    /// The primary target.
+    pub target: Target,
+    /// Its estimated context size.
+    pub context_tokens: Option<u64>,
+    /// Its events, in order.
+    pub events: Vec<Event>,
+    /// Its attempts, in order.
+    pub attempts: Vec<RecordedAttempt>,
+}
+
+/// One attempt's network behaviour. Times are since the run's epoch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedAttempt {
+    /// Its number within the call, from 1.
+    pub ordinal: u32,
+    /// Where it went.
+    pub target: Target,
+    /// When it started.
+    pub started: Duration,
+    /// The response, when headers came.
+    pub response: Option<RecordedResponse>,
+    /// The body's chunks, in order.
+    pub chunks: Vec<RecordedChunk>,
+    /// How and when it ended; `None` when the recording stops before.
+    pub ended: Option<(Duration, AttemptEnd)>,
+    /// The stop reason the stream reported.
+    pub stop_reason: Option<String>,
+    /// The failure's description as classified (in-stream error messages,
+    /// transport messages).
+    pub message: Option<String>,
+    /// The body, when bodies were recorded.
+    pub body: Option<RecordedBody>,
+}
+
+impl RecordedAttempt {
+    /// Whether the attempt completed: a stream the recording shows healthy.
+    pub fn completed(&self) -> bool {
+        matches!(self.ended, Some((_, AttemptEnd::Done)))
+    }
+
+    /// Whether the recording stops while the attempt still ran: one of our
+    /// timers gave up on it, the call was cancelled, or nothing says how it
+    /// ended. What the network would have done next was never observed.
+    pub fn abandoned(&self) -> bool {
+        matches!(self.ended, None | Some((_, AttemptEnd::Timer { .. } | AttemptEnd::Cancelled)))
+    }
+
+    /// When it started and when its recording stops.
+    pub fn span(&self) -> (Duration, Duration) {
+        let last_chunk = self.chunks.last().map(|c| c.at);
+        let end = self.ended.as_ref().map(|(at, _)| *at).or(last_chunk).unwrap_or(self.started);
+        (self.started, end)
+    }
+}
+
+/// A response's head as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedResponse {
+    /// When the headers came.
+    pub at: Duration,
+    /// The status.
+    pub status: u16,
+    /// The content type.
+    pub content_type: Option<String>,
+    /// The allowlisted headers.
+    pub headers: Vec<(String, String)>,
+    /// The start of an error body.
+    pub error_body: Option<String>,
+}
+
+/// One chunk and what the decoder found in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedChunk {
+    /// When it came.
+    pub at: Duration,
+    /// Its size.
+    pub bytes: usize,
+    /// The parsed events it completed: class and characters of text.
+    pub events: Vec<(EventClass, usize)>,
+}
+
+impl Recording {
+    /// Loads run `run` from `store`. A run recorded without what its
+    /// decisions depended on (by an older stallscope) is refused, saying
+    /// what it lacks.
+    pub fn load(store: &Store, run: RunId) -> Result<Recording, RecordingError> {
+        let record = store.run(run)?.ok_or(RecordingError::NoRun(run))?;
+        if let Some(note) = record.replay_note() {
+            return Err(RecordingError::Lacks(note));
+        }
+        let meta = record.meta.clone().ok_or_else(|| RecordingError::Lacks(format!("run {run} has no meta")))?;
+        let tunables =
+            Tunables::from_snapshot(&record.tunables).map_err(|source| RecordingError::Tunables { run, source })?;
+        let rules = serde_json::from_value(meta.rules.clone())
+            .map_err(|e| RecordingError::Rules { run, message: e.to_string() })?;
+        let providers = record
+            .providers
+            .as_array()
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|row| {
+                        let target = Target::new(row["name"].as_str()?, row["model"].as_str()?);
+                        let dialect = row["kind"].as_str().and_then(|k| k.parse().ok());
+                        Some(RecordedProvider { target, dialect })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Recording { run, tunables, meta, rules, providers, streams: streams(store.run_events(run)?) })
+    }
+
+    /// The stream with id `id`.
+    pub fn stream(&self, id: StreamId) -> Option<&RecordedStream> {
+        self.streams.binary_search_by_key(&id, |s| s.id).ok().map(|i| &self.streams[i])
+    }
+}
+
+/// The run's events grouped into streams and attempts.
+pub fn streams(events: Vec<Event>) -> Vec<RecordedStream> {
+    let mut by_stream: BTreeMap<StreamId, Vec<Event>> = BTreeMap::new();
+    for event in events {
+        by_stream.entry(event.stream).or_default().push(event);
+    }
+    by_stream
+        .into_iter()
+        .map(|(id, mut events)| {
+            // Stable: events at the same instant keep the order they were written in.
+            events.sort_by_key(|e| e.at);
+            stream(id, events)
+        })
+        .collect()
+}
+
+fn stream(id: StreamId, events: Vec<Event>) -> RecordedStream {
+    let mut recorded = RecordedStream {
+        id,
+        target: Target::new("", ""),
+        context_tokens: None,
+        events: Vec::new(),
+        attempts: Vec::new(),
+    };
+    for event in &events {
+        let attempt = recorded.attempts.last_mut().filter(|a| a.ordinal == event.attempt);
+        match (&event.kind, attempt) {
+            (EventKind::CallStarted { target, context_tokens }, _) => {
+                recorded.target = target.clone();
+                recorded.context_tokens = *context_tokens;
+            }
+            (EventKind::AttemptStarted { target, .. }, _) => recorded.attempts.push(RecordedAttempt {
+                ordinal: event.attempt,
+                target: target.clone(),
+                started: event.at,
+                response: None,
+                chunks: Vec::new(),
+                ended: None,
+                stop_reason: None,
+                message: None,
+                body: None,
+            }),
+            (EventKind::HeadersReceived { status, content_type }, Some(attempt)) => {
+                attempt.response = Some(RecordedResponse {
+                    at: event.at,
+                    status: *status,
+                    content_type: content_type.clone(),
+                    headers: Vec::new(),
+                    error_body: None,
+                });
+            }
+            (EventKind::ResponseHeaders { headers }, Some(attempt)) => {
+                if let Some(response) = &mut attempt.response {
+                    response.headers.clone_from(headers);
+                }
+            }
+            (EventKind::ErrorBody { body, .. }, Some(attempt)) => {
+                if let Some(response) = &mut attempt.response {
+                    response.error_body = Some(body.clone());
+                }
+            }
+            (EventKind::ChunkReceived { bytes }, Some(attempt)) => {
+                attempt.chunks.push(RecordedChunk { at: event.at, bytes: *bytes, events: Vec::new() });
+            }
+            (EventKind::SseReceived { class, chars, .. }, Some(attempt)) => {
+                if let Some(chunk) = attempt.chunks.last_mut() {
+                    chunk.events.push((*class, *chars));
+                }
+            }
+            (EventKind::AttemptEnded { end, stop_reason }, Some(attempt)) => {
+                attempt.ended = Some((event.at, end.clone()));
+                attempt.stop_reason.clone_from(stop_reason);
+            }
+            (EventKind::ErrorClassified { message, .. }, Some(attempt)) if attempt.ended.is_some() => {
+                attempt.message = Some(message.clone());
+            }
+            (EventKind::BodyRecorded { body }, Some(attempt)) => attempt.body = Some(body.clone()),
+            _ => {}
+        }
+    }
+    recorded.events = events;
+    recorded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::category::TimerKind;
+
+    fn at(ms: u64, attempt: u32, kind: EventKind) -> Event {
+        Event { at: Duration::from_millis(ms), stream: 3, attempt, kind }
+    }
+
+    #[test]
+    fn events_fold_into_attempts_with_their_chunks_and_ends() {
+        let t = Target::new("p", "m");
+        let events = vec![
+            at(0, 0, EventKind::CallStarted { target: t.clone(), context_tokens: Some(7) }),
+            at(1, 1, EventKind::AttemptStarted { target: t.clone(), credential: None }),
+            at(5, 1, EventKind::HeadersReceived { status: 200, content_type: Some("text/event-stream".into()) }),
+            at(5, 1, EventKind::ResponseHeaders { headers: vec![("server".into(), "sim".into())] }),
+            at(9, 1, EventKind::ChunkReceived { bytes: 30 }),
+            at(9, 1, EventKind::SseReceived { class: EventClass::Content, chars: 3, progress: true }),
+            at(9, 1, EventKind::SseReceived { class: EventClass::Keepalive, chars: 0, progress: false }),
+            at(50, 1, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_millis(41) }),
+            at(50, 1, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Idle }, stop_reason: None }),
+            at(
+                50,
+                1,
+                EventKind::ErrorClassified {
+                    category: crate::core::category::Category::Timeout,
+                    timer: Some(TimerKind::Idle),
+                    status: None,
+                    retryable: true,
+                    rule: "builtin: timer fired".into(),
+                    message: "idle timer fired after 0.041 s".into(),
+                },
+            ),
+            at(60, 2, EventKind::AttemptStarted { target: t.clone(), credential: None }),
+        ];
+        let streams = streams(events);
+        let stream = &streams[0];
+        assert_eq!((stream.id, stream.context_tokens, stream.attempts.len()), (3, Some(7), 2));
+        let first = &stream.attempts[0];
+        assert_eq!(first.response.as_ref().unwrap().headers, [("server".to_owned(), "sim".to_owned())]);
+        assert_eq!(first.chunks[0].events, [(EventClass::Content, 3), (EventClass::Keepalive, 0)]);
+        assert!(first.abandoned() && !first.completed());
+        assert_eq!(first.span(), (Duration::from_millis(1), Duration::from_millis(50)));
+        assert_eq!(first.message.as_deref(), Some("idle timer fired after 0.041 s"));
+        assert_eq!((stream.attempts[1].ordinal, stream.attempts[1].ended.is_none()), (2, true));
+    }
+}

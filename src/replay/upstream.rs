@@ -1,0 +1,629 @@
+//! The recorded upstream: an [`Upstream`] that plays a recording's attempts
+//! back in (virtual) time, so the real executor, governor and classifier
+//! decide on the traffic a run actually had.
+//!
+//! An attempt opens at its recorded offset, returns its recorded status and
+//! headers, plays its chunks at their offsets and ends as it ended. Without
+//! raw bodies, each chunk carries the events the decoder found in it (a
+//! response brings its own decoder); with raw bodies the real bytes go
+//! through the dialect's real decoder. The connect timeout and the read
+//! backstop, which live in the HTTP client, are emulated here.
+//!
+//! Where the recording ends — an attempt our timer gave up on kept alive
+//! longer, an attempt the run never made — the play depends on an
+//! [`Assumptions`] choice, and every use of one is logged for the report:
+//! nothing is invented silently.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::stream::{self, StreamExt};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::recording::{RecordedAttempt, Recording};
+use crate::core::category::TimerKind;
+use crate::core::event::{AttemptEnd, EventClass, RecordedBody, StreamId};
+use crate::core::failover::Target;
+use crate::core::failure::Failure;
+use crate::core::upstream::{AttemptRequest, Body, Decoded, Decoder, Response, Upstream};
+use crate::providers::Dialect;
+
+/// What happens after the point where an attempt's recording stops while
+/// the attempt still ran (our timer gave up on it, or the run was
+/// cancelled).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StallAssumption {
+    /// The stall continues: nothing more arrives.
+    #[default]
+    Silence,
+    /// The stall continues with keep-alives at the rate recorded before it.
+    Keepalives,
+    /// Stop there: the stream's outcome is unknown.
+    Stop,
+}
+
+/// How an attempt the recording never observed behaves (an extra retry, a
+/// hop to a target never tried).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttemptAssumption {
+    /// Like the stream's recorded attempt with the same number.
+    SameOrdinal,
+    /// Like the last recorded attempt to that target (this stream's, else
+    /// any stream's).
+    #[default]
+    LastToTarget,
+    /// Like whatever recorded attempt on that target covers that moment of
+    /// the run: outages and 429 windows are shared by the fleet.
+    Covering,
+    /// Stop: the stream's outcome is unknown.
+    Stop,
+}
+
+/// The assumptions a what-if may need.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Assumptions {
+    /// After a recording stops mid-attempt.
+    pub stall: StallAssumption,
+    /// For attempts never recorded.
+    pub attempt: AttemptAssumption,
+}
+
+impl StallAssumption {
+    /// Every choice with its name.
+    pub const ALL: [(&'static str, StallAssumption); 3] = [
+        ("silence", StallAssumption::Silence),
+        ("keepalives", StallAssumption::Keepalives),
+        ("stop", StallAssumption::Stop),
+    ];
+
+    /// Its name, as `--assume stall=NAME` takes it.
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(_, a)| *a == self).map_or("", |(name, _)| name)
+    }
+}
+
+impl AttemptAssumption {
+    /// Every choice with its name.
+    pub const ALL: [(&'static str, AttemptAssumption); 4] = [
+        ("same-ordinal", AttemptAssumption::SameOrdinal),
+        ("last-to-target", AttemptAssumption::LastToTarget),
+        ("covering", AttemptAssumption::Covering),
+        ("stop", AttemptAssumption::Stop),
+    ];
+
+    /// Its name, as `--assume attempt=NAME` takes it.
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(_, a)| *a == self).map_or("", |(name, _)| name)
+    }
+}
+
+/// Which recorded attempt a replayed attempt played, and on what grounds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Played {
+    /// The replayed attempt's number.
+    pub attempt: u32,
+    /// The recorded attempt played: its stream and number; `None` when
+    /// nothing was played (the assumption was to stop).
+    pub source: Option<(StreamId, u32)>,
+    /// Whether the recorded attempt completed (a healthy stream).
+    pub healthy: bool,
+    /// The assumption that chose it, when it is not this stream's own
+    /// attempt with this number to this target.
+    pub chosen_by: Option<AttemptAssumption>,
+    /// The stall assumption, once the play went past where the recording
+    /// stops.
+    pub past_recording: Option<StallAssumption>,
+}
+
+/// Where the replayed attempts of a run came from.
+#[derive(Debug, Default)]
+pub struct PlayLog {
+    streams: Mutex<BTreeMap<StreamId, Vec<Played>>>,
+}
+
+impl PlayLog {
+    /// The attempts each stream played.
+    pub fn take(&self) -> BTreeMap<StreamId, Vec<Played>> {
+        self.streams.lock().map(|mut s| std::mem::take(&mut *s)).unwrap_or_default()
+    }
+
+    fn record(&self, stream: StreamId, played: Played) {
+        if let Ok(mut streams) = self.streams.lock() {
+            streams.entry(stream).or_default().push(played);
+        }
+    }
+
+    fn went_past_recording(&self, stream: StreamId, attempt: u32, assumption: StallAssumption) {
+        if let Ok(mut streams) = self.streams.lock()
+            && let Some(played) =
+                streams.get_mut(&stream).and_then(|p| p.iter_mut().rev().find(|p| p.attempt == attempt))
+        {
+            played.past_recording = Some(assumption);
+        }
+    }
+}
+
+/// Everything the recorded upstreams of one replay share.
+#[derive(Debug)]
+pub struct Playback {
+    /// The recording.
+    pub recording: Arc<Recording>,
+    /// What to assume where it ends.
+    pub assumptions: Assumptions,
+    /// The HTTP client's connect timeout, emulated.
+    pub connect_timeout: Duration,
+    /// The HTTP client's read backstop, emulated.
+    pub read_backstop: Option<Duration>,
+    /// The replay's epoch: "now" in the run is `Instant::now() - epoch`.
+    pub epoch: Instant,
+    /// Where each replayed attempt came from.
+    pub log: PlayLog,
+}
+
+/// One provider's endpoint, replaying its recorded attempts.
+#[derive(Debug, Clone)]
+pub struct RecordedUpstream {
+    dialect: Option<Dialect>,
+    playback: Arc<Playback>,
+}
+
+impl RecordedUpstream {
+    /// An endpoint of `dialect` (known: raw bodies are decoded for real).
+    pub fn new(dialect: Option<Dialect>, playback: Arc<Playback>) -> Self {
+        RecordedUpstream { dialect, playback }
+    }
+}
+
+impl Upstream for RecordedUpstream {
+    fn open<'a>(&'a self, request: AttemptRequest<'a>) -> BoxFuture<'a, Result<Response, Failure>> {
+        let playback = &self.playback;
+        let (chosen, chosen_by) = choose(playback, request.stream, request.attempt, request.target);
+        let source = chosen.map(|(stream, index)| {
+            let attempt = &playback.recording.streams[stream].attempts[index];
+            (playback.recording.streams[stream].id, attempt.ordinal, attempt.completed())
+        });
+        playback.log.record(
+            request.stream,
+            Played {
+                attempt: request.attempt,
+                source: source.map(|(s, a, _)| (s, a)),
+                healthy: source.is_some_and(|(_, _, healthy)| healthy),
+                chosen_by,
+                past_recording: None,
+            },
+        );
+        let raw_decodable = self.dialect.is_some();
+        let playback = Arc::clone(&self.playback);
+        let (stream, attempt) = (request.stream, request.attempt);
+        Box::pin(async move {
+            let Some((s, a)) = chosen else {
+                // Nothing to play: the stream's outcome is unknown.
+                return Err(Failure::Cancelled);
+            };
+            let recorded = playback.recording.streams[s].attempts[a].clone();
+            play(&playback, recorded, stream, attempt, raw_decodable).await
+        })
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        match self.dialect {
+            Some(dialect) => Box::new(dialect.decoder()),
+            // Only raw bodies use the upstream's decoder, and they need a dialect.
+            None => Box::new(Recorded::default()),
+        }
+    }
+}
+
+/// The recorded attempt (stream index, attempt index) a replayed attempt
+/// plays, and the assumption that chose it, if one did.
+fn choose(
+    playback: &Playback,
+    stream: StreamId,
+    ordinal: u32,
+    target: &Target,
+) -> (Option<(usize, usize)>, Option<AttemptAssumption>) {
+    let streams = &playback.recording.streams;
+    let own = streams.binary_search_by_key(&stream, |s| s.id).ok();
+    let find_own = |keep: &dyn Fn(&RecordedAttempt) -> bool| {
+        own.and_then(|s| streams[s].attempts.iter().rposition(keep).map(|a| (s, a)))
+    };
+    if let Some(exact) = find_own(&|a| a.ordinal == ordinal && a.target == *target) {
+        return (Some(exact), None);
+    }
+    let assumption = playback.assumptions.attempt;
+    let to_target = || {
+        streams.iter().enumerate().flat_map(|(s, st)| {
+            st.attempts.iter().enumerate().filter(|(_, a)| a.target == *target).map(move |(a, at)| ((s, a), at))
+        })
+    };
+    let chosen = match assumption {
+        AttemptAssumption::SameOrdinal => find_own(&|a| a.ordinal == ordinal),
+        AttemptAssumption::LastToTarget => {
+            find_own(&|a| a.target == *target).or_else(|| to_target().max_by_key(|(_, a)| a.started).map(|(at, _)| at))
+        }
+        AttemptAssumption::Covering => {
+            let now = Instant::now().saturating_duration_since(playback.epoch);
+            let covering = to_target().find(|(_, a)| {
+                let (start, end) = a.span();
+                start <= now && now <= end
+            });
+            covering
+                .or_else(|| to_target().filter(|(_, a)| a.started <= now).max_by_key(|(_, a)| a.started))
+                .map(|(at, _)| at)
+        }
+        AttemptAssumption::Stop => None,
+    };
+    (chosen, Some(assumption))
+}
+
+/// How long past the moment an attempt's recording stops the replay still
+/// counts as within it. The live timer that ended the recording fired a
+/// little after it was due (the runtime's lateness, under a millisecond to
+/// a few), and the replay's clock runs in whole milliseconds: the same
+/// timer replayed fires within this of the recorded stop, and is no reason
+/// to assume anything.
+const RECORDING_GRACE: Duration = Duration::from_millis(10);
+
+/// What follows an attempt's last recorded chunk.
+enum Tail {
+    /// The body ends.
+    End,
+    /// The body fails with this.
+    Fail(Failure),
+    /// The recording stops while the attempt still ran.
+    Abandoned,
+}
+
+/// Plays one recorded attempt from its start (the replayed attempt's start).
+async fn play(
+    playback: &Arc<Playback>,
+    recorded: RecordedAttempt,
+    stream: StreamId,
+    attempt: u32,
+    raw_decodable: bool,
+) -> Result<Response, Failure> {
+    let start = Instant::now();
+    let offset = |at: Duration| at.saturating_sub(recorded.started);
+    let (end_at, end) = match &recorded.ended {
+        Some((at, end)) => (offset(*at), Some(end.clone())),
+        None => (recorded.chunks.last().map_or(Duration::ZERO, |c| offset(c.at)), None),
+    };
+    let message = || recorded.message.clone().unwrap_or_else(|| "as recorded".to_owned());
+    let connect = playback.connect_timeout;
+    let Some(response) = recorded.response.clone() else {
+        // No headers came: it failed (or was given up on) while connecting
+        // or waiting for them.
+        match end {
+            Some(AttemptEnd::Transport { kind }) => {
+                if kind.is_connect() && !connect.is_zero() && connect < end_at {
+                    tokio::time::sleep(connect).await;
+                    return Err(Failure::Timeout { timer: TimerKind::Connect, after: connect });
+                }
+                tokio::time::sleep(end_at).await;
+                return Err(Failure::Transport { kind, message: message() });
+            }
+            Some(AttemptEnd::Timer { timer: TimerKind::Connect }) if !connect.is_zero() && connect <= end_at => {
+                tokio::time::sleep(connect).await;
+                return Err(Failure::Timeout { timer: TimerKind::Connect, after: connect });
+            }
+            _ => {
+                tokio::time::sleep_until(start + end_at + RECORDING_GRACE).await;
+                let assumption = playback.assumptions.stall;
+                playback.log.went_past_recording(stream, attempt, assumption);
+                if assumption == StallAssumption::Stop {
+                    return Err(Failure::Cancelled);
+                }
+                // Still connecting: our connect timer is the first to end it,
+                // when it reaches past the recording.
+                if matches!(end, Some(AttemptEnd::Timer { timer: TimerKind::Connect })) && !connect.is_zero() {
+                    tokio::time::sleep_until(start + connect).await;
+                    return Err(Failure::Timeout { timer: TimerKind::Connect, after: connect });
+                }
+                return std::future::pending().await;
+            }
+        }
+    };
+    tokio::time::sleep_until(start + offset(response.at)).await;
+    let mut headers = HeaderMap::new();
+    for (name, value) in &response.headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str())) {
+            headers.append(name, value);
+        }
+    }
+    if let Some(content_type) = &response.content_type
+        && !headers.contains_key(http::header::CONTENT_TYPE)
+        && let Ok(value) = HeaderValue::try_from(content_type.as_str())
+    {
+        headers.insert(http::header::CONTENT_TYPE, value);
+    }
+    let tail = match &end {
+        None | Some(AttemptEnd::Timer { .. } | AttemptEnd::Cancelled) => Tail::Abandoned,
+        Some(AttemptEnd::Transport { kind }) => Tail::Fail(Failure::Transport { kind: *kind, message: message() }),
+        Some(AttemptEnd::Done | AttemptEnd::Status { .. } | AttemptEnd::InStream { .. } | AttemptEnd::Malformed) => {
+            Tail::End
+        }
+    };
+    let is_stream = (200..300).contains(&response.status)
+        && response.content_type.as_deref().is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream"));
+    let raw = match &recorded.body {
+        Some(RecordedBody::Raw { bytes, .. }) if raw_decodable && is_stream => Some(bytes.clone()),
+        _ => None,
+    };
+    let chunks = chunk_bytes(&recorded, &response.error_body, raw.as_deref());
+    let keepalive = keepalive_rhythm(&recorded);
+    let decoder: Option<Box<dyn Decoder>> = match raw {
+        Some(_) => None,
+        None => Some(Box::new(Recorded::new(&recorded, end.as_ref(), keepalive.is_some()))),
+    };
+    let times: Vec<Duration> = recorded.chunks.iter().map(|c| offset(c.at)).collect();
+    let body = body(
+        Arc::clone(playback),
+        (stream, attempt),
+        start,
+        times.into_iter().zip(chunks).collect(),
+        (end_at, tail),
+        keepalive,
+        raw.is_some(),
+    );
+    Ok(Response { status: response.status, headers, body, decoder })
+}
+
+/// Each chunk's bytes: the recorded body's when raw bytes were kept, the
+/// error body's text for an error response, else filler of the recorded
+/// size (the events travel with the response's own decoder).
+fn chunk_bytes(recorded: &RecordedAttempt, error_body: &Option<String>, raw: Option<&[u8]>) -> Vec<Bytes> {
+    let source: Option<&[u8]> = raw.or(error_body.as_deref().map(str::as_bytes));
+    let mut used = 0;
+    recorded
+        .chunks
+        .iter()
+        .map(|chunk| {
+            let mut bytes = Vec::with_capacity(chunk.bytes);
+            if let Some(source) = source {
+                let from = used.min(source.len());
+                let to = (used + chunk.bytes).min(source.len());
+                bytes.extend_from_slice(&source[from..to]);
+                used += chunk.bytes;
+            }
+            bytes.resize(chunk.bytes, b' ');
+            Bytes::from(bytes)
+        })
+        .collect()
+}
+
+/// The recorded rhythm of keep-alives (interval and chunk size), when the
+/// attempt had any, for the assumption that a stall keeps pinging.
+fn keepalive_rhythm(recorded: &RecordedAttempt) -> Option<(Duration, usize)> {
+    let pings: Vec<_> = recorded
+        .chunks
+        .iter()
+        .filter(|c| !c.events.is_empty() && c.events.iter().all(|(class, _)| *class == EventClass::Keepalive))
+        .collect();
+    let (first, last) = (pings.first()?, pings.last()?);
+    let gaps = u32::try_from(pings.len() - 1).ok().filter(|&n| n > 0)?;
+    let interval = last.at.saturating_sub(first.at) / gaps;
+    let size = pings.iter().map(|c| c.bytes).sum::<usize>() / pings.len();
+    (!interval.is_zero()).then_some((interval, size))
+}
+
+/// The body: each chunk at its offset, then the tail. The read backstop is
+/// emulated: a gap longer than it ends the body with the backstop's
+/// timeout, as the HTTP client would.
+fn body(
+    playback: Arc<Playback>,
+    (stream, attempt): (StreamId, u32),
+    start: Instant,
+    chunks: Vec<(Duration, Bytes)>,
+    (end_at, tail): (Duration, Tail),
+    keepalive: Option<(Duration, usize)>,
+    raw: bool,
+) -> Body {
+    struct State {
+        playback: Arc<Playback>,
+        chunks: VecDeque<(Duration, Bytes)>,
+        tail: Option<Tail>,
+        last: Duration,
+        past: bool,
+    }
+    let state = State { playback, chunks: chunks.into(), tail: Some(tail), last: Duration::ZERO, past: false };
+    stream::unfold(state, move |mut state| async move {
+        let backstop = state.playback.read_backstop;
+        // The next thing the network does, and when.
+        let (at, item) = if let Some((at, bytes)) = state.chunks.pop_front() {
+            (at, Some(Ok(bytes)))
+        } else {
+            match state.tail.take() {
+                Some(Tail::End) => (end_at, None),
+                Some(Tail::Fail(failure)) => (end_at, Some(Err(failure))),
+                Some(Tail::Abandoned) | None => {
+                    if !state.past {
+                        state.past = true;
+                        let assumption = state.playback.assumptions.stall;
+                        // Past the recording only once the play reaches it.
+                        let past = end_at + RECORDING_GRACE;
+                        if let Err(timeout) = sleep_within(start, past, state.last, backstop).await {
+                            return Some((Err(timeout), State { tail: None, ..state }));
+                        }
+                        state.playback.log.went_past_recording(stream, attempt, assumption);
+                        if assumption == StallAssumption::Stop {
+                            return Some((Err(Failure::Cancelled), state));
+                        }
+                        state.last = end_at;
+                    }
+                    match (state.playback.assumptions.stall, keepalive) {
+                        (StallAssumption::Keepalives, Some((interval, size))) => {
+                            let bytes = if raw {
+                                Bytes::from_static(b": keep-alive\n\n")
+                            } else {
+                                Bytes::from(vec![b' '; size])
+                            };
+                            (state.last + interval, Some(Ok(bytes)))
+                        }
+                        _ => (Duration::MAX, None),
+                    }
+                }
+            }
+        };
+        if let Err(timeout) = sleep_within(start, at, state.last, backstop).await {
+            return Some((Err(timeout), State { tail: None, chunks: VecDeque::new(), ..state }));
+        }
+        state.last = at;
+        Some((item?, state))
+    })
+    .boxed()
+}
+
+/// Sleeps until `start + at`, unless the read backstop (`backstop` after
+/// the last byte at `last`) comes first: then its timeout.
+async fn sleep_within(start: Instant, at: Duration, last: Duration, backstop: Option<Duration>) -> Result<(), Failure> {
+    if let Some(backstop) = backstop
+        && at.saturating_sub(last) > backstop
+    {
+        tokio::time::sleep_until(start + last + backstop).await;
+        return Err(Failure::Timeout { timer: TimerKind::Idle, after: backstop });
+    }
+    if at == Duration::MAX {
+        return std::future::pending().await;
+    }
+    tokio::time::sleep_until(start + at).await;
+    Ok(())
+}
+
+/// A decoder that finds in each chunk the events the recording says the
+/// live decoder found there (the chunk's bytes are filler).
+#[derive(Default)]
+struct Recorded {
+    chunks: VecDeque<Vec<Decoded>>,
+    keepalives_after: bool,
+}
+
+impl Recorded {
+    fn new(recorded: &RecordedAttempt, end: Option<&AttemptEnd>, keepalives_after: bool) -> Self {
+        let mut texts = match &recorded.body {
+            Some(RecordedBody::Text { texts, .. }) => texts.clone().into_iter(),
+            _ => Vec::new().into_iter(),
+        };
+        let mut chunks: VecDeque<Vec<Decoded>> = recorded
+            .chunks
+            .iter()
+            .map(|chunk| {
+                chunk
+                    .events
+                    .iter()
+                    .map(|&(class, chars)| Decoded::Event {
+                        class,
+                        text: texts.next().unwrap_or_else(|| filler_text(class, chars)),
+                    })
+                    .collect()
+            })
+            .collect();
+        let message = recorded.message.clone().unwrap_or_default();
+        let last: Vec<Decoded> = match end {
+            Some(AttemptEnd::Done) => {
+                recorded.stop_reason.iter().cloned().map(Decoded::StopReason).chain([Decoded::Done]).collect()
+            }
+            Some(AttemptEnd::InStream { code }) => vec![Decoded::Error { code: code.clone(), message }],
+            Some(AttemptEnd::Malformed) => vec![Decoded::Malformed(message)],
+            _ => Vec::new(),
+        };
+        match chunks.back_mut() {
+            Some(events) => events.extend(last),
+            None if !last.is_empty() => chunks.push_back(last),
+            None => {}
+        }
+        Recorded { chunks, keepalives_after }
+    }
+}
+
+/// Text of the recorded length: content the recording did not keep.
+fn filler_text(class: EventClass, chars: usize) -> String {
+    if class == EventClass::Keepalive { String::new() } else { "·".repeat(chars) }
+}
+
+impl Decoder for Recorded {
+    fn feed(&mut self, _chunk: &[u8], out: &mut Vec<Decoded>) {
+        match self.chunks.pop_front() {
+            Some(events) => out.extend(events),
+            None if self.keepalives_after => {
+                out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() })
+            }
+            None => {}
+        }
+    }
+
+    fn finish(&mut self, _out: &mut Vec<Decoded>) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::recording::{RecordedChunk, RecordedResponse};
+
+    /// A chunk: when (ms), its size, and the events found in it.
+    type Chunk<'a> = (u64, usize, &'a [(EventClass, usize)]);
+
+    fn attempt(chunks: &[Chunk<'_>], end: Option<(u64, AttemptEnd)>) -> RecordedAttempt {
+        RecordedAttempt {
+            ordinal: 1,
+            target: Target::new("p", "m"),
+            started: Duration::from_millis(100),
+            response: Some(RecordedResponse {
+                at: Duration::from_millis(110),
+                status: 200,
+                content_type: Some("text/event-stream".into()),
+                headers: vec![],
+                error_body: None,
+            }),
+            chunks: chunks
+                .iter()
+                .map(|&(ms, bytes, events)| RecordedChunk {
+                    at: Duration::from_millis(ms),
+                    bytes,
+                    events: events.to_vec(),
+                })
+                .collect(),
+            ended: end.map(|(ms, e)| (Duration::from_millis(ms), e)),
+            stop_reason: Some("stop".into()),
+            message: None,
+            body: None,
+        }
+    }
+
+    #[test]
+    fn a_recorded_decoder_finds_each_chunks_events_and_the_end_in_the_last() {
+        let content: &[(EventClass, usize)] = &[(EventClass::Content, 2)];
+        let a = attempt(&[(120, 10, content), (130, 4, &[])], Some((130, AttemptEnd::Done)));
+        let mut decoder = Recorded::new(&a, a.ended.as_ref().map(|(_, e)| e), false);
+        let mut out = Vec::new();
+        decoder.feed(b"xxxxxxxxxx", &mut out);
+        assert_eq!(out, [Decoded::Event { class: EventClass::Content, text: "··".into() }]);
+        out.clear();
+        decoder.feed(b"xxxx", &mut out);
+        assert_eq!(out, [Decoded::StopReason("stop".into()), Decoded::Done]);
+    }
+
+    #[test]
+    fn keepalives_keep_their_recorded_rhythm() {
+        let ping: &[(EventClass, usize)] = &[(EventClass::Keepalive, 0)];
+        let a =
+            attempt(&[(120, 20, &[(EventClass::Content, 3)]), (200, 14, ping), (300, 14, ping), (400, 14, ping)], None);
+        assert_eq!(keepalive_rhythm(&a), Some((Duration::from_millis(100), 14)));
+        assert_eq!(keepalive_rhythm(&attempt(&[(120, 20, ping)], None)), None);
+    }
+
+    #[test]
+    fn error_bodies_are_replayed_as_recorded_text() {
+        let mut a = attempt(&[(120, 5, &[]), (125, 10, &[])], Some((125, AttemptEnd::Status { status: 529 })));
+        let body = Some("overloaded_error".to_owned());
+        a.response.as_mut().unwrap().error_body.clone_from(&body);
+        let chunks = chunk_bytes(&a, &body, None);
+        assert_eq!(chunks, [Bytes::from_static(b"overl"), Bytes::from_static(b"oaded_erro")]);
+    }
+}

@@ -1,0 +1,337 @@
+//! What-if: a recorded run's network behaviour through the real executor,
+//! governor and classifier, in virtual time, under tunables the operator
+//! changed — and what would have been different.
+//!
+//! Every stream of the run goes through one paused-clock runtime together,
+//! with the recorded seed, wall clock, rules, key pools, requests and
+//! concurrency, because the fleet retry budget, key cooldowns and the
+//! concurrency limit couple them. The paused clock belongs to this
+//! runtime alone: live runs never share it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::outcome::{FiredTimer, StreamCourse};
+use super::recording::Recording;
+use super::upstream::{Assumptions, AttemptAssumption, Playback, Played, RecordedUpstream, StallAssumption};
+use crate::core::category::TimerKind;
+use crate::core::classify::{Classifier, RuleError};
+use crate::core::credentials::{CredentialPool, Secret};
+use crate::core::event::{Event, VecSink};
+use crate::core::executor::{Call, Executor};
+use crate::core::fleet::Fleet;
+use crate::core::policy::CorePolicy;
+use crate::core::upstream::{CallInput, Upstream, Upstreams};
+use crate::run::run_call_list;
+use crate::store::RunId;
+use crate::tunables::{TunableError, Tunables};
+
+/// A what-if that cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum WhatIfError {
+    /// A `--set` or the tunables it makes are invalid.
+    #[error(transparent)]
+    Tunables(#[from] TunableError),
+    /// The recorded rules no longer load.
+    #[error(transparent)]
+    Rules(#[from] RuleError),
+    /// The virtual-time runtime could not start.
+    #[error("cannot start the what-if runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// What the operator changes and assumes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WhatIf {
+    /// `NAME=VALUE` changes on top of the recorded tunables.
+    pub overrides: Vec<String>,
+    /// What to assume where the recording ends.
+    pub assumptions: Assumptions,
+}
+
+/// What the change would have done to a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WhatIfReport {
+    /// The run.
+    pub run: RunId,
+    /// Whether any stream's outcome, fired timers, attempts or hops differ.
+    pub changed: bool,
+    /// The changes applied.
+    pub overrides: Vec<String>,
+    /// The assumptions in force (each stream says which it used).
+    pub assumptions: Assumptions,
+    /// The first attempt's timers before and after, with where each value
+    /// came from: an explicitly set value and a default of the same number
+    /// can mean different timers.
+    pub timers: Vec<TimerChange>,
+    /// Counts over the run.
+    pub summary: WhatIfSummary,
+    /// Every stream.
+    pub streams: Vec<StreamWhatIf>,
+}
+
+/// One timer's effective value before and after.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimerChange {
+    /// Which.
+    pub timer: TimerKind,
+    /// Seconds before (`None`: off) and where the value came from.
+    pub before: EffectiveTimer,
+    /// The same after.
+    pub after: EffectiveTimer,
+}
+
+/// A timer's effective value on a first attempt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EffectiveTimer {
+    /// Seconds; `None` when off.
+    pub seconds: Option<f64>,
+    /// Where the governing tunable's value came from (`default`, `--set`, …).
+    pub source: String,
+}
+
+/// Counts over the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct WhatIfSummary {
+    /// Streams.
+    pub streams: usize,
+    /// Streams whose course changed.
+    pub changed: usize,
+    /// Streams that failed and would have finished (ok or partial).
+    pub saved: usize,
+    /// Streams that finished and would have failed.
+    pub lost: usize,
+    /// Timers that would fire in attempts the recording shows healthy.
+    pub false_positives: usize,
+    /// Streams whose outcome depends on an assumption.
+    pub assumed: usize,
+    /// Streams whose outcome is unknown (an assumption said stop, or the
+    /// stream outlived the replay's horizon).
+    pub unknown: usize,
+}
+
+/// One stream before and after.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StreamWhatIf {
+    /// Its id.
+    pub stream: u64,
+    /// Whether its outcome, fired timers, attempts or hops differ.
+    pub changed: bool,
+    /// As recorded.
+    pub before: StreamCourse,
+    /// Under the change (`outcome` is `unknown` when it cannot be told).
+    pub after: StreamCourse,
+    /// The assumptions its course depends on, in words; empty when none.
+    pub assumptions: Vec<String>,
+    /// Timers that fired in attempts the recording shows were healthy
+    /// (attempts played from their own recording only).
+    pub false_positives: Vec<FiredTimer>,
+}
+
+/// How far past the recording's end a replay may run before streams still
+/// going are reported unknown (virtual time: silence costs nothing).
+const HORIZON_PAST_END: Duration = Duration::from_secs(24 * 3600);
+
+/// Runs `whatif` on `recording`.
+pub fn what_if(recording: &Recording, whatif: &WhatIf) -> Result<WhatIfReport, WhatIfError> {
+    let mut tunables = recording.tunables.clone();
+    for set in &whatif.overrides {
+        tunables.apply_override(set)?;
+    }
+    let policy = CorePolicy::from_tunables(&tunables)?;
+    let classifier = Classifier::new(recording.rules.clone())?;
+    // A thread of its own: the caller may be on a runtime already, and a
+    // runtime can be neither driven nor dropped inside another.
+    let replayed = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?;
+                Ok::<_, std::io::Error>(runtime.block_on(replay(recording, policy, classifier, whatif.assumptions)))
+            })
+            .join()
+    });
+    let (events, plays) = replayed.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+    Ok(report(recording, &tunables, whatif, &events, &plays))
+}
+
+/// The replay's events and where each stream's attempts came from.
+async fn replay(
+    recording: &Recording,
+    policy: CorePolicy,
+    classifier: Classifier,
+    assumptions: Assumptions,
+) -> (Vec<Event>, BTreeMap<u64, Vec<Played>>) {
+    let epoch = Instant::now();
+    let playback = Arc::new(Playback {
+        recording: Arc::new(recording.clone()),
+        assumptions,
+        connect_timeout: policy.transport.connect_timeout,
+        read_backstop: policy.transport.read_timeout,
+        epoch,
+        log: Default::default(),
+    });
+    let mut upstreams = Upstreams::default();
+    for provider in &recording.providers {
+        upstreams.targets.push(provider.target.clone());
+        upstreams.providers.entry(provider.target.provider.clone()).or_insert_with(|| {
+            Arc::new(RecordedUpstream::new(provider.dialect, Arc::clone(&playback))) as Arc<dyn Upstream>
+        });
+    }
+    let pools: HashMap<String, Arc<CredentialPool>> = recording
+        .meta
+        .pools
+        .iter()
+        .map(|(name, &keys)| {
+            let keys = (0..keys).map(|i| Secret::new(format!("replayed key {i}"))).collect();
+            (name.clone(), Arc::new(CredentialPool::new(keys, policy.credentials.rotation)))
+        })
+        .collect();
+    let sink = Arc::new(VecSink::new());
+    let executor = Executor {
+        fleet: Arc::new(Fleet::new(policy.fleet, pools)),
+        policy: Arc::new(policy),
+        classifier: Arc::new(classifier),
+        upstreams: Arc::new(upstreams),
+        sink: sink.clone(),
+        epoch,
+        wall_epoch: wall_clock(recording.meta.epoch_unix_ns),
+        seed: recording.meta.seed,
+    };
+    let calls: Vec<Call> = recording
+        .streams
+        .iter()
+        .map(|s| Call {
+            stream: s.id,
+            target: s.target.clone(),
+            input: CallInput { prompt: String::new(), context_tokens: s.context_tokens },
+        })
+        .collect();
+    let recorded_end = recording.streams.iter().filter_map(|s| s.events.last()).map(|e| e.at).max().unwrap_or_default();
+    let cancel = CancellationToken::new();
+    let horizon = cancel.clone();
+    let watchdog = tokio::spawn(async move {
+        tokio::time::sleep(recorded_end + HORIZON_PAST_END).await;
+        horizon.cancel();
+    });
+    let concurrency = usize::try_from(recording.meta.concurrency).unwrap_or(usize::MAX);
+    run_call_list(&executor, calls, concurrency, &cancel, |_| {}).await;
+    watchdog.abort();
+    (sink.events(), playback.log.take())
+}
+
+fn wall_clock(unix_ns: i64) -> SystemTime {
+    let magnitude = Duration::from_nanos(unix_ns.unsigned_abs());
+    if unix_ns >= 0 { SystemTime::UNIX_EPOCH + magnitude } else { SystemTime::UNIX_EPOCH - magnitude }
+}
+
+fn report(
+    recording: &Recording,
+    tunables: &Tunables,
+    whatif: &WhatIf,
+    events: &[Event],
+    plays: &BTreeMap<u64, Vec<Played>>,
+) -> WhatIfReport {
+    let mut after_events: BTreeMap<u64, Vec<Event>> = BTreeMap::new();
+    for event in events {
+        after_events.entry(event.stream).or_default().push(event.clone());
+    }
+    let mut summary = WhatIfSummary { streams: recording.streams.len(), ..WhatIfSummary::default() };
+    let streams: Vec<StreamWhatIf> = recording
+        .streams
+        .iter()
+        .map(|recorded| {
+            let before = StreamCourse::of(&recorded.events);
+            let mut after = StreamCourse::of(after_events.get(&recorded.id).map_or(&[][..], Vec::as_slice));
+            let played = plays.get(&recorded.id).map_or(&[][..], Vec::as_slice);
+            let assumptions = assumptions_used(played);
+            let stopped = played.iter().any(|p| {
+                p.chosen_by == Some(AttemptAssumption::Stop) || p.past_recording == Some(StallAssumption::Stop)
+            });
+            let cut_by_horizon = after.outcome == "cancelled" && before.outcome != "cancelled";
+            if stopped || cut_by_horizon {
+                after.outcome = "unknown";
+                summary.unknown += 1;
+            }
+            let false_positives: Vec<FiredTimer> = after
+                .fired
+                .iter()
+                // Only attempts played from their own recording: a timer in
+                // an assumed attempt rests on the assumption, said above.
+                .filter(|f| played.iter().any(|p| p.attempt == f.attempt && p.healthy && p.chosen_by.is_none()))
+                .cloned()
+                .collect();
+            let changed = before.differs(&after);
+            let finished = |o: &str| o == "ok" || o == "partial";
+            summary.changed += usize::from(changed);
+            summary.saved += usize::from(before.outcome == "failed" && finished(after.outcome));
+            summary.lost += usize::from(finished(before.outcome) && after.outcome == "failed");
+            summary.false_positives += false_positives.len();
+            summary.assumed += usize::from(!assumptions.is_empty());
+            StreamWhatIf { stream: recorded.id, changed, before, after, assumptions, false_positives }
+        })
+        .collect();
+    WhatIfReport {
+        run: recording.run,
+        changed: summary.changed > 0,
+        overrides: whatif.overrides.clone(),
+        assumptions: whatif.assumptions,
+        timers: timer_changes(recording, tunables),
+        summary,
+        streams,
+    }
+}
+
+/// What a stream's replay assumed, in words.
+fn assumptions_used(played: &[Played]) -> Vec<String> {
+    let mut used = Vec::new();
+    for p in played {
+        if let Some(chosen_by) = p.chosen_by {
+            let like = match p.source {
+                Some((stream, attempt)) => format!("played like stream {stream}'s attempt {attempt}"),
+                None => "not played: the stream's outcome is unknown".to_owned(),
+            };
+            used.push(format!("attempt {} was never recorded: assumed {} ({like})", p.attempt, chosen_by.name()));
+        }
+        if let Some(stall) = p.past_recording {
+            used.push(format!(
+                "attempt {} outlived its recording: assumed the stall continues as {}",
+                p.attempt,
+                stall.name()
+            ));
+        }
+    }
+    used
+}
+
+/// The first attempt's timers before and after, for the first stream's
+/// context size.
+fn timer_changes(recording: &Recording, after: &Tunables) -> Vec<TimerChange> {
+    let context = recording.streams.first().and_then(|s| s.context_tokens);
+    let effective = |tunables: &Tunables| {
+        let policy = CorePolicy::from_tunables(tunables).ok()?;
+        let timers = policy.timers.for_attempt(context, &policy.retry.escalation, 0, 0);
+        let source = |name: &str| tunables.get(name).source.to_string();
+        let seconds = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        Some([
+            (TimerKind::Ttfb, seconds(timers.ttfb), source("STALLSCOPE_SSE_TTFB_TIMEOUT_S")),
+            (TimerKind::Idle, seconds(timers.idle), source("STALLSCOPE_SSE_IDLE_TIMEOUT_S")),
+            (TimerKind::DataStall, seconds(timers.data_stall), source("STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S")),
+            (TimerKind::Total, seconds(timers.total), source("STALLSCOPE_SSE_TOTAL_TIMEOUT_S")),
+        ])
+    };
+    let (Some(before), Some(after)) = (effective(&recording.tunables), effective(after)) else { return Vec::new() };
+    before
+        .into_iter()
+        .zip(after)
+        .map(|((timer, seconds, source), (_, after_seconds, after_source))| TimerChange {
+            timer,
+            before: EffectiveTimer { seconds, source },
+            after: EffectiveTimer { seconds: after_seconds, source: after_source },
+        })
+        .collect()
+}
