@@ -470,3 +470,38 @@ fn a_recorded_rate_limited_run_exports_its_retry_after_ms_header() {
     assert!(at("error_body") < at("attempt_ended") && at("attempt_ended") < at("error_classified"), "{types:?}");
     let _ = std::fs::remove_file(&db);
 }
+
+/// `whatif --json` has the fixed shape scripts rely on, and bad input is
+/// one clear message.
+#[test]
+fn whatif_json_has_a_fixed_shape_and_refuses_bad_assumptions() {
+    let db = std::env::temp_dir().join(format!("stallscope-cli-whatif-{}.db", std::process::id()));
+    let _ = std::fs::remove_file(&db);
+    let path = db.to_str().unwrap();
+    stdout(&stallscope(&["run", "--scenario", "silent-stall", "--db", path, "--json"], &[]));
+
+    let out = stdout(&stallscope(&["--set", "SSE_IDLE_TIMEOUT_S=0.4", "whatif", "1", "--db", path, "--json"], &[]));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["changed"], false, "a sooner idle timer changes when, not what: {out}");
+    let stream = &report["streams"][0];
+    let keys: Vec<&str> = stream.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["after", "assumptions", "before", "changed", "false_positives", "stream"]);
+    assert_eq!(stream["before"]["fired"][0]["timer"], "idle");
+    let (before, after) = (&stream["before"]["fired"][0]["at_s"], &stream["after"]["fired"][0]["at_s"]);
+    assert!(before.as_f64().unwrap() - after.as_f64().unwrap() > 0.59, "{before} {after}");
+
+    let out =
+        stdout(&stallscope(&["--set", "SSE_DATA_STALL_TIMEOUT_S=0.2", "whatif", "1", "--db", path, "--json"], &[]));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((report["changed"].as_bool(), report["summary"]["changed"].as_u64()), (Some(true), Some(1)));
+
+    let bad = stallscope(&["whatif", "1", "--db", path, "--assume", "stall=forever"], &[]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("stall=forever") && err.contains("silence, keepalives, stop"),
+        "{err}"
+    );
+    let missing = stallscope(&["whatif", "9", "--db", path], &[]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no run 9"));
+    let _ = std::fs::remove_file(&db);
+}

@@ -898,6 +898,15 @@ fn a_schema_1_database_migrates_and_its_runs_list_show_export_and_say_what_they_
     let (trace, _) = cli(&["export", "--db", db, "1", "--format", "chrome-trace"]);
     let trace: serde_json::Value = serde_json::from_str(&trace).unwrap();
     assert!(trace["traceEvents"].as_array().unwrap().iter().any(|e| e["name"] == "finished: ok"));
+    // What-if refuses to invent what the run never recorded, saying why.
+    let whatif = std::process::Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .env_clear()
+        .env("HOME", "/nonexistent")
+        .args(["whatif", "1", "--db", db])
+        .output()
+        .unwrap();
+    assert!(!whatif.status.success());
+    assert!(String::from_utf8_lossy(&whatif.stderr).contains(note), "{}", String::from_utf8_lossy(&whatif.stderr));
 }
 
 /// `runs show` prints what the run was recorded with and what it lost.

@@ -7,6 +7,7 @@ mod run;
 mod runs;
 mod sim;
 mod tunables;
+mod whatif;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -49,6 +50,9 @@ pub enum Command {
     Tunables(tunables::Args),
     /// Worst-case wall-clock of one call, layer by layer.
     Budget(budget::Args),
+    /// What changed tunables (--set) would have done to a recorded run,
+    /// replayed through the core in virtual time.
+    Whatif(whatif::Args),
 }
 
 impl Cli {
@@ -76,6 +80,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Some(Command::Export(args)) => runs::export(args, out),
         Some(Command::Tunables(args)) => tunables::run(args, &cli.settings()?, out),
         Some(Command::Budget(args)) => budget::run(args, &cli.settings()?, out),
+        Some(Command::Whatif(args)) => whatif::run(&cli, args, out),
         None => crate::gui::open(crate::gui::Launch { config: cli.config_path(), overrides: cli.overrides.clone() }),
     }
 }
