@@ -1,0 +1,116 @@
+//! What-if on a large recording: 1,000 streams over an hour, about 10 M
+//! events (goals: loading under 2 s, a what-if under 1 s once loaded).
+//!
+//! Run with `cargo bench --bench whatif`. Without `--bench` (as under
+//! `cargo test --benches`) the same code runs on a small recording as a
+//! smoke test.
+//!
+//! The recording is generated into a temporary database, as the recorder
+//! would have written it: each stream opens, then a chunk carrying one
+//! content event every 0.72 s for an hour, then completes. Timed: loading
+//! it (`Recording::load`), a what-if with its own tunables (nothing fires),
+//! and one with a data-stall timeout the stream's gaps exceed (every
+//! stream changes). The baseline, in the same run: reading the same events
+//! from the store alone (`Store::run_events`), which any replay must do.
+
+use std::time::{Duration, Instant};
+
+use stallscope::core::event::{AttemptEnd, Event, EventClass, EventKind, Outcome};
+use stallscope::core::failover::Target;
+use stallscope::providers::Dialect;
+use stallscope::providers::setup::ProviderConfig;
+use stallscope::replay::recording::Recording;
+use stallscope::replay::whatif::{WhatIf, what_if};
+use stallscope::store::runs::{RunMeta, RunStart};
+use stallscope::store::{RunId, Store};
+use stallscope::tunables::Tunables;
+
+/// Writes a recording of `streams` streams, each `chunks` chunks over
+/// `seconds`, into `store`.
+fn generate(store: &mut Store, streams: u64, chunks: u64, seconds: f64) -> RunId {
+    let providers = [ProviderConfig::at_root("sim", Dialect::OpenAiChat, "http://127.0.0.1:9", "model")];
+    let meta = RunMeta {
+        requests: u32::try_from(streams).unwrap(),
+        concurrency: u32::try_from(streams).unwrap(),
+        seed: 7,
+        epoch_unix_ns: 1_800_000_000_000_000_000,
+        rules: serde_json::json!([]),
+        pools: [("sim".to_owned(), 0)].into(),
+    };
+    let start = RunStart::new(Some("whatif bench".into()), None, &Tunables::defaults(), &providers).with_meta(meta);
+    let run = store.begin_run(&start).unwrap();
+    let target = Target::new("sim", "model");
+    let step = seconds / chunks as f64;
+    for stream in 0..streams {
+        let at = |s: f64| Duration::from_secs_f64(s);
+        let event = |s: f64, attempt, kind| Event { at: at(s), stream, attempt, kind };
+        let t0 = stream as f64 * 0.001;
+        let mut events = vec![
+            event(t0, 0, EventKind::CallStarted { target: target.clone(), context_tokens: Some(3) }),
+            event(t0, 1, EventKind::AttemptStarted { target: target.clone(), credential: None }),
+            event(
+                t0 + 0.2,
+                1,
+                EventKind::HeadersReceived { status: 200, content_type: Some("text/event-stream".into()) },
+            ),
+            event(
+                t0 + 0.2,
+                1,
+                EventKind::ResponseHeaders { headers: vec![("content-type".into(), "text/event-stream".into())] },
+            ),
+        ];
+        for i in 0..chunks {
+            let t = t0 + 0.2 + i as f64 * step;
+            events.push(event(t, 1, EventKind::ChunkReceived { bytes: 90 }));
+            events.push(event(t, 1, EventKind::SseReceived { class: EventClass::Content, chars: 4, progress: true }));
+        }
+        let end = t0 + 0.2 + seconds;
+        events.push(event(end, 1, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: Some("stop".into()) }));
+        events.push(event(
+            end,
+            1,
+            EventKind::Finished { outcome: Outcome::Ok, attempts: 1, stop_reason: Some("stop".into()) },
+        ));
+        store.append_events(run, &events).unwrap();
+    }
+    run
+}
+
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    let value = f();
+    (value, started.elapsed())
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let (streams, chunks, seconds) = if full { (1000, 5000, 3600.0) } else { (10, 50, 36.0) };
+    let dir = std::env::temp_dir().join(format!("stallscope-bench-whatif-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.db");
+    let (run, generated) = timed(|| generate(&mut Store::open(&path).unwrap(), streams, chunks, seconds));
+    let store = Store::open(&path).unwrap();
+    let (events, read) = timed(|| store.run_events(run).unwrap().len());
+    println!(
+        "recording: {streams} streams × {chunks} chunks over {seconds} s = {events} events (written in {generated:.2?})"
+    );
+    println!("baseline: Store::run_events alone: {read:.2?}");
+    let (recording, loaded) = timed(|| Recording::load(&store, run).unwrap());
+    println!(
+        "load (Recording::load): {loaded:.2?} ({:.2}× the baseline; goal under 2 s)",
+        loaded.as_secs_f64() / read.as_secs_f64()
+    );
+    for sets in [vec![], vec!["SSE_DATA_STALL_TIMEOUT_S=0.5".to_owned()]] {
+        let whatif = WhatIf { overrides: sets.clone(), ..WhatIf::default() };
+        let (report, took) = timed(|| what_if(&recording, &whatif).unwrap());
+        assert_eq!(report.streams.len(), streams as usize);
+        println!(
+            "what-if {:?}: {took:.2?} ({:.0} events/s; {} of {} streams changed; goal under 1 s)",
+            sets,
+            events as f64 / took.as_secs_f64(),
+            report.summary.changed,
+            report.summary.streams
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
