@@ -48,47 +48,11 @@ pub struct FiredTimer {
 impl StreamCourse {
     /// The course of one stream's events (in order).
     pub fn of(events: &[Event]) -> StreamCourse {
-        let start = events.first().map_or(Duration::ZERO, |e| e.at);
-        let secs = |at: Duration| at.saturating_sub(start).as_secs_f64();
-        let mut course = StreamCourse {
-            outcome: "unfinished",
-            attempts: 0,
-            hops: Vec::new(),
-            fired: Vec::new(),
-            categories: Vec::new(),
-            sleeps_s: Vec::new(),
-            elapsed_s: None,
-        };
-        // The attempt's last byte and last progress event (or its start).
-        let (mut last_byte, mut last_progress) = (start, start);
+        let mut builder = CourseBuilder::default();
         for event in events {
-            match &event.kind {
-                EventKind::AttemptStarted { .. } => {
-                    course.attempts += 1;
-                    (last_byte, last_progress) = (event.at, event.at);
-                }
-                EventKind::ChunkReceived { .. } => last_byte = event.at,
-                EventKind::SseReceived { progress: true, .. } => last_progress = event.at,
-                EventKind::TimerFired { timer, .. } => {
-                    let since = if *timer == TimerKind::DataStall { last_progress } else { last_byte };
-                    course.fired.push(FiredTimer {
-                        timer: *timer,
-                        attempt: event.attempt,
-                        at_s: secs(event.at),
-                        detected_after_s: event.at.saturating_sub(since).as_secs_f64(),
-                    });
-                }
-                EventKind::FailedOver { from, to, .. } => course.hops.push(format!("{from} → {to}")),
-                EventKind::ErrorClassified { category, .. } => course.categories.push(category.name().to_owned()),
-                EventKind::BackoffScheduled { sleep, .. } => course.sleeps_s.push(sleep.as_secs_f64()),
-                EventKind::Finished { outcome, .. } => {
-                    course.outcome = outcome.name();
-                    course.elapsed_s = Some(secs(event.at));
-                }
-                _ => {}
-            }
+            builder.push(event);
         }
-        course
+        builder.finish()
     }
 
     /// Whether `other` differs in what an operator acts on: the outcome,
@@ -100,6 +64,75 @@ impl StreamCourse {
             || self.attempts != other.attempts
             || self.hops != other.hops
             || fired(self) != fired(other)
+    }
+}
+
+/// A stream's course built event by event, so a replay need not keep its
+/// events.
+#[derive(Debug, Clone)]
+pub struct CourseBuilder {
+    course: StreamCourse,
+    start: Option<Duration>,
+    /// The attempt's last byte and last progress event (or its start).
+    last_byte: Duration,
+    last_progress: Duration,
+}
+
+impl Default for CourseBuilder {
+    fn default() -> Self {
+        CourseBuilder {
+            course: StreamCourse {
+                outcome: "unfinished",
+                attempts: 0,
+                hops: Vec::new(),
+                fired: Vec::new(),
+                categories: Vec::new(),
+                sleeps_s: Vec::new(),
+                elapsed_s: None,
+            },
+            start: None,
+            last_byte: Duration::ZERO,
+            last_progress: Duration::ZERO,
+        }
+    }
+}
+
+impl CourseBuilder {
+    /// Takes in the stream's next event.
+    pub fn push(&mut self, event: &Event) {
+        let start = *self.start.get_or_insert(event.at);
+        let secs = |at: Duration| at.saturating_sub(start).as_secs_f64();
+        let course = &mut self.course;
+        match &event.kind {
+            EventKind::ChunkReceived { .. } => self.last_byte = event.at,
+            EventKind::SseReceived { progress: true, .. } => self.last_progress = event.at,
+            EventKind::AttemptStarted { .. } => {
+                course.attempts += 1;
+                (self.last_byte, self.last_progress) = (event.at, event.at);
+            }
+            EventKind::TimerFired { timer, .. } => {
+                let since = if *timer == TimerKind::DataStall { self.last_progress } else { self.last_byte };
+                course.fired.push(FiredTimer {
+                    timer: *timer,
+                    attempt: event.attempt,
+                    at_s: secs(event.at),
+                    detected_after_s: event.at.saturating_sub(since).as_secs_f64(),
+                });
+            }
+            EventKind::FailedOver { from, to, .. } => course.hops.push(format!("{from} → {to}")),
+            EventKind::ErrorClassified { category, .. } => course.categories.push(category.name().to_owned()),
+            EventKind::BackoffScheduled { sleep, .. } => course.sleeps_s.push(sleep.as_secs_f64()),
+            EventKind::Finished { outcome, .. } => {
+                course.outcome = outcome.name();
+                course.elapsed_s = Some(secs(event.at));
+            }
+            _ => {}
+        }
+    }
+
+    /// The course so far.
+    pub fn finish(self) -> StreamCourse {
+        self.course
     }
 }
 

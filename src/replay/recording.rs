@@ -5,9 +5,9 @@
 //! status and headers, each chunk's time, size and events, and how it
 //! ended.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::outcome::{CourseBuilder, StreamCourse};
 use crate::core::classify::Rule;
 use crate::core::event::{AttemptEnd, Event, EventClass, EventKind, RecordedBody, StreamId};
 use crate::core::failover::Target;
@@ -81,8 +81,10 @@ pub struct RecordedStream {
     pub target: Target,
     /// Its estimated context size.
     pub context_tokens: Option<u64>,
-    /// Its events, in order.
-    pub events: Vec<Event>,
+    /// What happened to it, as recorded.
+    pub course: StreamCourse,
+    /// Its last event's time.
+    pub last_at: Duration,
     /// Its attempts, in order.
     pub attempts: Vec<RecordedAttempt>,
 }
@@ -100,6 +102,9 @@ pub struct RecordedAttempt {
     pub response: Option<RecordedResponse>,
     /// The body's chunks, in order.
     pub chunks: Vec<RecordedChunk>,
+    /// The parsed events the chunks completed, in order: class and
+    /// characters of text (each chunk says how many are its own).
+    pub events: Vec<(EventClass, u32)>,
     /// How and when it ended; `None` when the recording stops before.
     pub ended: Option<(Duration, AttemptEnd)>,
     /// The stop reason the stream reported.
@@ -147,15 +152,17 @@ pub struct RecordedResponse {
     pub error_body: Option<String>,
 }
 
-/// One chunk and what the decoder found in it.
-#[derive(Debug, Clone, PartialEq)]
+/// One chunk, and how many parsed events the decoder found in it (the
+/// attempt's next ones in [`RecordedAttempt::events`]). Kept small: a long
+/// recording holds millions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordedChunk {
     /// When it came.
     pub at: Duration,
     /// Its size.
-    pub bytes: usize,
-    /// The parsed events it completed: class and characters of text.
-    pub events: Vec<(EventClass, usize)>,
+    pub bytes: u32,
+    /// How many parsed events it completed.
+    pub events: u32,
 }
 
 impl Recording {
@@ -185,7 +192,12 @@ impl Recording {
                     .collect()
             })
             .unwrap_or_default();
-        Ok(Recording { run, tunables, meta, rules, providers, streams: streams(store.run_events(run)?) })
+        // Stream by stream: a long run's events never sit in memory at once.
+        let mut streams = Vec::new();
+        for id in store.streams(run)? {
+            streams.push(stream(id, &store.events(run, id)?));
+        }
+        Ok(Recording { run, tunables, meta, rules, providers, streams })
     }
 
     /// The stream with id `id`.
@@ -194,31 +206,19 @@ impl Recording {
     }
 }
 
-/// The run's events grouped into streams and attempts.
-pub fn streams(events: Vec<Event>) -> Vec<RecordedStream> {
-    let mut by_stream: BTreeMap<StreamId, Vec<Event>> = BTreeMap::new();
-    for event in events {
-        by_stream.entry(event.stream).or_default().push(event);
-    }
-    by_stream
-        .into_iter()
-        .map(|(id, mut events)| {
-            // Stable: events at the same instant keep the order they were written in.
-            events.sort_by_key(|e| e.at);
-            stream(id, events)
-        })
-        .collect()
-}
-
-fn stream(id: StreamId, events: Vec<Event>) -> RecordedStream {
+/// One stream's events (in order) folded into its attempts.
+pub fn stream(id: StreamId, events: &[Event]) -> RecordedStream {
+    let mut course = CourseBuilder::default();
     let mut recorded = RecordedStream {
         id,
         target: Target::new("", ""),
         context_tokens: None,
-        events: Vec::new(),
+        course: StreamCourse::of(&[]),
+        last_at: events.last().map_or(Duration::ZERO, |e| e.at),
         attempts: Vec::new(),
     };
-    for event in &events {
+    for event in events {
+        course.push(event);
         let attempt = recorded.attempts.last_mut().filter(|a| a.ordinal == event.attempt);
         match (&event.kind, attempt) {
             (EventKind::CallStarted { target, context_tokens }, _) => {
@@ -231,6 +231,7 @@ fn stream(id: StreamId, events: Vec<Event>) -> RecordedStream {
                 started: event.at,
                 response: None,
                 chunks: Vec::new(),
+                events: Vec::new(),
                 ended: None,
                 stop_reason: None,
                 message: None,
@@ -256,11 +257,13 @@ fn stream(id: StreamId, events: Vec<Event>) -> RecordedStream {
                 }
             }
             (EventKind::ChunkReceived { bytes }, Some(attempt)) => {
-                attempt.chunks.push(RecordedChunk { at: event.at, bytes: *bytes, events: Vec::new() });
+                let bytes = u32::try_from(*bytes).unwrap_or(u32::MAX);
+                attempt.chunks.push(RecordedChunk { at: event.at, bytes, events: 0 });
             }
             (EventKind::SseReceived { class, chars, .. }, Some(attempt)) => {
                 if let Some(chunk) = attempt.chunks.last_mut() {
-                    chunk.events.push((*class, *chars));
+                    chunk.events += 1;
+                    attempt.events.push((*class, u32::try_from(*chars).unwrap_or(u32::MAX)));
                 }
             }
             (EventKind::AttemptEnded { end, stop_reason }, Some(attempt)) => {
@@ -274,7 +277,7 @@ fn stream(id: StreamId, events: Vec<Event>) -> RecordedStream {
             _ => {}
         }
     }
-    recorded.events = events;
+    recorded.course = course.finish();
     recorded
 }
 
@@ -314,15 +317,16 @@ mod tests {
             ),
             at(60, 2, EventKind::AttemptStarted { target: t.clone(), credential: None }),
         ];
-        let streams = streams(events);
-        let stream = &streams[0];
+        let stream = &stream(3, &events);
         assert_eq!((stream.id, stream.context_tokens, stream.attempts.len()), (3, Some(7), 2));
         let first = &stream.attempts[0];
         assert_eq!(first.response.as_ref().unwrap().headers, [("server".to_owned(), "sim".to_owned())]);
-        assert_eq!(first.chunks[0].events, [(EventClass::Content, 3), (EventClass::Keepalive, 0)]);
+        assert_eq!(first.chunks[0].events, 2);
+        assert_eq!(first.events, [(EventClass::Content, 3), (EventClass::Keepalive, 0)]);
         assert!(first.abandoned() && !first.completed());
         assert_eq!(first.span(), (Duration::from_millis(1), Duration::from_millis(50)));
         assert_eq!(first.message.as_deref(), Some("idle timer fired after 0.041 s"));
         assert_eq!((stream.attempts[1].ordinal, stream.attempts[1].ended.is_none()), (2, true));
+        assert_eq!((stream.course.attempts, stream.course.categories.len()), (2, 1));
     }
 }

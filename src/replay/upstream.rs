@@ -14,7 +14,7 @@
 //! [`Assumptions`] choice, and every use of one is logged for the report:
 //! nothing is invented silently.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ use crate::core::category::TimerKind;
 use crate::core::event::{AttemptEnd, EventClass, RecordedBody, StreamId};
 use crate::core::failover::Target;
 use crate::core::failure::Failure;
-use crate::core::upstream::{AttemptRequest, Body, Decoded, Decoder, Response, Upstream};
+use crate::core::upstream::{AttemptRequest, Decoded, Decoder, Response, Upstream};
 use crate::providers::Dialect;
 
 /// What happens after the point where an attempt's recording stops while
@@ -207,16 +207,16 @@ impl Upstream for RecordedUpstream {
                 // Nothing to play: the stream's outcome is unknown.
                 return Err(Failure::Cancelled);
             };
-            let recorded = playback.recording.streams[s].attempts[a].clone();
-            play(&playback, recorded, stream, attempt, raw_decodable).await
+            play(&playback, (s, a), (stream, attempt), raw_decodable).await
         })
     }
 
     fn decoder(&self) -> Box<dyn Decoder> {
         match self.dialect {
             Some(dialect) => Box::new(dialect.decoder()),
-            // Only raw bodies use the upstream's decoder, and they need a dialect.
-            None => Box::new(Recorded::default()),
+            // Every replayed response brings its own decoder unless its raw
+            // bytes are decoded for real, which takes a known dialect.
+            None => Box::new(Undecodable),
         }
     }
 }
@@ -281,14 +281,15 @@ enum Tail {
     Abandoned,
 }
 
-/// Plays one recorded attempt from its start (the replayed attempt's start).
+/// Plays one recorded attempt (stream and attempt index in the recording)
+/// from the replayed attempt's start.
 async fn play(
     playback: &Arc<Playback>,
-    recorded: RecordedAttempt,
-    stream: StreamId,
-    attempt: u32,
+    (s, a): (usize, usize),
+    (stream, attempt): (StreamId, u32),
     raw_decodable: bool,
 ) -> Result<Response, Failure> {
+    let recorded = &playback.recording.streams[s].attempts[a];
     let start = Instant::now();
     let offset = |at: Duration| at.saturating_sub(recorded.started);
     let (end_at, end) = match &recorded.ended {
@@ -297,7 +298,7 @@ async fn play(
     };
     let message = || recorded.message.clone().unwrap_or_else(|| "as recorded".to_owned());
     let connect = playback.connect_timeout;
-    let Some(response) = recorded.response.clone() else {
+    let Some(response) = &recorded.response else {
         // No headers came: it failed (or was given up on) while connecting
         // or waiting for them.
         match end {
@@ -353,179 +354,201 @@ async fn play(
     let is_stream = (200..300).contains(&response.status)
         && response.content_type.as_deref().is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream"));
     let raw = match &recorded.body {
-        Some(RecordedBody::Raw { bytes, .. }) if raw_decodable && is_stream => Some(bytes.clone()),
+        Some(RecordedBody::Raw { bytes, .. }) if raw_decodable && is_stream => Some(Bytes::from(bytes.clone())),
+        None if !is_stream => response.error_body.clone().map(Bytes::from),
         _ => None,
     };
-    let chunks = chunk_bytes(&recorded, &response.error_body, raw.as_deref());
-    let keepalive = keepalive_rhythm(&recorded);
-    let decoder: Option<Box<dyn Decoder>> = match raw {
-        Some(_) => None,
-        None => Some(Box::new(Recorded::new(&recorded, end.as_ref(), keepalive.is_some()))),
+    let keepalive = keepalive_rhythm(recorded);
+    // Raw stream bytes go through the dialect's real decoder.
+    let real_bytes = raw.is_some() && is_stream;
+    let decoder: Option<Box<dyn Decoder>> = if real_bytes {
+        None
+    } else {
+        Some(Box::new(Recorded::new(Arc::clone(playback), (s, a), end.as_ref(), keepalive.is_some())))
     };
-    let times: Vec<Duration> = recorded.chunks.iter().map(|c| offset(c.at)).collect();
-    let body = body(
-        Arc::clone(playback),
-        (stream, attempt),
+    let play = Play {
+        playback: Arc::clone(playback),
+        attempt: (s, a),
+        ids: (stream, attempt),
         start,
-        times.into_iter().zip(chunks).collect(),
-        (end_at, tail),
+        next: 0,
+        source: raw,
+        used: 0,
+        tail: Some(tail),
+        end_at,
+        last: Duration::ZERO,
+        past: false,
         keepalive,
-        raw.is_some(),
-    );
-    Ok(Response { status: response.status, headers, body, decoder })
-}
-
-/// Each chunk's bytes: the recorded body's when raw bytes were kept, the
-/// error body's text for an error response, else filler of the recorded
-/// size (the events travel with the response's own decoder).
-fn chunk_bytes(recorded: &RecordedAttempt, error_body: &Option<String>, raw: Option<&[u8]>) -> Vec<Bytes> {
-    let source: Option<&[u8]> = raw.or(error_body.as_deref().map(str::as_bytes));
-    let mut used = 0;
-    recorded
-        .chunks
-        .iter()
-        .map(|chunk| {
-            let mut bytes = Vec::with_capacity(chunk.bytes);
-            if let Some(source) = source {
-                let from = used.min(source.len());
-                let to = (used + chunk.bytes).min(source.len());
-                bytes.extend_from_slice(&source[from..to]);
-                used += chunk.bytes;
-            }
-            bytes.resize(chunk.bytes, b' ');
-            Bytes::from(bytes)
-        })
-        .collect()
+        raw_pings: real_bytes,
+    };
+    let body = stream::unfold(play, |mut play| async move {
+        let item = play.next().await?;
+        Some((item, play))
+    });
+    Ok(Response { status: response.status, headers, body: body.boxed(), decoder })
 }
 
 /// The recorded rhythm of keep-alives (interval and chunk size), when the
 /// attempt had any, for the assumption that a stall keeps pinging.
 fn keepalive_rhythm(recorded: &RecordedAttempt) -> Option<(Duration, usize)> {
-    let pings: Vec<_> = recorded
-        .chunks
-        .iter()
-        .filter(|c| !c.events.is_empty() && c.events.iter().all(|(class, _)| *class == EventClass::Keepalive))
-        .collect();
-    let (first, last) = (pings.first()?, pings.last()?);
-    let gaps = u32::try_from(pings.len() - 1).ok().filter(|&n| n > 0)?;
-    let interval = last.at.saturating_sub(first.at) / gaps;
-    let size = pings.iter().map(|c| c.bytes).sum::<usize>() / pings.len();
-    (!interval.is_zero()).then_some((interval, size))
+    let mut events = recorded.events.iter();
+    let mut pings = recorded.chunks.iter().filter(|chunk| {
+        let mut own = events.by_ref().take(chunk.events as usize);
+        chunk.events > 0 && own.all(|(class, _)| *class == EventClass::Keepalive)
+    });
+    let first = *pings.next()?;
+    let (mut count, mut size, mut last) = (1u32, first.bytes as usize, first);
+    for ping in pings {
+        (count, size, last) = (count + 1, size + ping.bytes as usize, *ping);
+    }
+    let interval = last.at.saturating_sub(first.at) / (count - 1).max(1);
+    (count > 1 && !interval.is_zero()).then_some((interval, size / count as usize))
 }
 
-/// The body: each chunk at its offset, then the tail. The read backstop is
-/// emulated: a gap longer than it ends the body with the backstop's
-/// timeout, as the HTTP client would.
-fn body(
+/// Spaces the filler chunks are cut from: a chunk's bytes only matter for
+/// their count when its events travel with the response's decoder.
+static FILLER: [u8; 16 * 1024] = [b' '; 16 * 1024];
+
+/// One replayed body in progress: each recorded chunk at its offset, then
+/// the tail. The read backstop is emulated: a gap longer than it ends the
+/// body with the backstop's timeout, as the HTTP client would.
+struct Play {
     playback: Arc<Playback>,
-    (stream, attempt): (StreamId, u32),
+    attempt: (usize, usize),
+    ids: (StreamId, u32),
     start: Instant,
-    chunks: Vec<(Duration, Bytes)>,
-    (end_at, tail): (Duration, Tail),
+    /// The next recorded chunk.
+    next: usize,
+    /// The bytes chunks are cut from (a raw body or an error body), if any.
+    source: Option<Bytes>,
+    used: usize,
+    tail: Option<Tail>,
+    end_at: Duration,
+    /// When the last chunk came (since the attempt's start).
+    last: Duration,
+    /// Whether the play went past where the recording stops.
+    past: bool,
     keepalive: Option<(Duration, usize)>,
-    raw: bool,
-) -> Body {
-    struct State {
-        playback: Arc<Playback>,
-        chunks: VecDeque<(Duration, Bytes)>,
-        tail: Option<Tail>,
-        last: Duration,
-        past: bool,
+    /// Whether keep-alives past the recording must be real SSE bytes.
+    raw_pings: bool,
+}
+
+impl Play {
+    fn recorded(&self) -> &RecordedAttempt {
+        &self.playback.recording.streams[self.attempt.0].attempts[self.attempt.1]
     }
-    let state = State { playback, chunks: chunks.into(), tail: Some(tail), last: Duration::ZERO, past: false };
-    stream::unfold(state, move |mut state| async move {
-        let backstop = state.playback.read_backstop;
-        // The next thing the network does, and when.
-        let (at, item) = if let Some((at, bytes)) = state.chunks.pop_front() {
-            (at, Some(Ok(bytes)))
+
+    /// The body's next item, when it is due; `None` at its end.
+    async fn next(&mut self) -> Option<Result<Bytes, Failure>> {
+        let recorded = self.recorded();
+        let (at, item) = if let Some(chunk) = recorded.chunks.get(self.next) {
+            let at = chunk.at.saturating_sub(recorded.started);
+            let size = chunk.bytes as usize;
+            self.next += 1;
+            (at, Some(Ok(self.cut(size))))
         } else {
-            match state.tail.take() {
-                Some(Tail::End) => (end_at, None),
-                Some(Tail::Fail(failure)) => (end_at, Some(Err(failure))),
+            match self.tail.take() {
+                Some(Tail::End) => (self.end_at, None),
+                Some(Tail::Fail(failure)) => (self.end_at, Some(Err(failure))),
                 Some(Tail::Abandoned) | None => {
-                    if !state.past {
-                        state.past = true;
-                        let assumption = state.playback.assumptions.stall;
+                    if !self.past {
+                        self.past = true;
                         // Past the recording only once the play reaches it.
-                        let past = end_at + RECORDING_GRACE;
-                        if let Err(timeout) = sleep_within(start, past, state.last, backstop).await {
-                            return Some((Err(timeout), State { tail: None, ..state }));
+                        if let Err(timeout) = self.sleep_until(self.end_at + RECORDING_GRACE).await {
+                            return Some(Err(timeout));
                         }
-                        state.playback.log.went_past_recording(stream, attempt, assumption);
+                        let assumption = self.playback.assumptions.stall;
+                        self.playback.log.went_past_recording(self.ids.0, self.ids.1, assumption);
                         if assumption == StallAssumption::Stop {
-                            return Some((Err(Failure::Cancelled), state));
+                            return Some(Err(Failure::Cancelled));
                         }
-                        state.last = end_at;
+                        self.last = self.end_at;
                     }
-                    match (state.playback.assumptions.stall, keepalive) {
+                    match (self.playback.assumptions.stall, self.keepalive) {
                         (StallAssumption::Keepalives, Some((interval, size))) => {
-                            let bytes = if raw {
-                                Bytes::from_static(b": keep-alive\n\n")
-                            } else {
-                                Bytes::from(vec![b' '; size])
-                            };
-                            (state.last + interval, Some(Ok(bytes)))
+                            let bytes =
+                                if self.raw_pings { Bytes::from_static(b": keep-alive\n\n") } else { filler(size) };
+                            (self.last + interval, Some(Ok(bytes)))
                         }
                         _ => (Duration::MAX, None),
                     }
                 }
             }
         };
-        if let Err(timeout) = sleep_within(start, at, state.last, backstop).await {
-            return Some((Err(timeout), State { tail: None, chunks: VecDeque::new(), ..state }));
+        if let Err(timeout) = self.sleep_until(at).await {
+            self.tail = None;
+            return Some(Err(timeout));
         }
-        state.last = at;
-        Some((item?, state))
-    })
-    .boxed()
+        self.last = at;
+        item
+    }
+
+    /// The next `size` bytes of the source, or filler.
+    fn cut(&mut self, size: usize) -> Bytes {
+        match &self.source {
+            Some(source) if self.used + size <= source.len() => {
+                let bytes = source.slice(self.used..self.used + size);
+                self.used += size;
+                bytes
+            }
+            Some(source) => {
+                let mut bytes = source.slice(self.used.min(source.len())..).to_vec();
+                self.used += size;
+                bytes.resize(size, b' ');
+                Bytes::from(bytes)
+            }
+            None => filler(size),
+        }
+    }
+
+    /// Sleeps until `at` since the attempt's start, unless the read
+    /// backstop (after the last byte) comes first: then its timeout.
+    async fn sleep_until(&self, at: Duration) -> Result<(), Failure> {
+        if let Some(backstop) = self.playback.read_backstop
+            && at.saturating_sub(self.last) > backstop
+        {
+            tokio::time::sleep_until(self.start + self.last + backstop).await;
+            return Err(Failure::Timeout { timer: TimerKind::Idle, after: backstop });
+        }
+        if at == Duration::MAX {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep_until(self.start + at).await;
+        Ok(())
+    }
 }
 
-/// Sleeps until `start + at`, unless the read backstop (`backstop` after
-/// the last byte at `last`) comes first: then its timeout.
-async fn sleep_within(start: Instant, at: Duration, last: Duration, backstop: Option<Duration>) -> Result<(), Failure> {
-    if let Some(backstop) = backstop
-        && at.saturating_sub(last) > backstop
-    {
-        tokio::time::sleep_until(start + last + backstop).await;
-        return Err(Failure::Timeout { timer: TimerKind::Idle, after: backstop });
+fn filler(size: usize) -> Bytes {
+    match FILLER.get(..size) {
+        Some(bytes) => Bytes::from_static(bytes),
+        None => Bytes::from(vec![b' '; size]),
     }
-    if at == Duration::MAX {
-        return std::future::pending().await;
-    }
-    tokio::time::sleep_until(start + at).await;
-    Ok(())
 }
 
 /// A decoder that finds in each chunk the events the recording says the
 /// live decoder found there (the chunk's bytes are filler).
-#[derive(Default)]
 struct Recorded {
-    chunks: VecDeque<Vec<Decoded>>,
+    playback: Arc<Playback>,
+    attempt: (usize, usize),
+    /// The next chunk and the next of the attempt's events.
+    chunk: usize,
+    event: usize,
+    /// The recorded texts, when text bodies were recorded.
+    texts: std::vec::IntoIter<String>,
+    /// Decoded at the last chunk: how the stream ended.
+    ending: Vec<Decoded>,
     keepalives_after: bool,
 }
 
 impl Recorded {
-    fn new(recorded: &RecordedAttempt, end: Option<&AttemptEnd>, keepalives_after: bool) -> Self {
-        let mut texts = match &recorded.body {
-            Some(RecordedBody::Text { texts, .. }) => texts.clone().into_iter(),
-            _ => Vec::new().into_iter(),
+    fn new(playback: Arc<Playback>, attempt: (usize, usize), end: Option<&AttemptEnd>, keepalives_after: bool) -> Self {
+        let recorded = &playback.recording.streams[attempt.0].attempts[attempt.1];
+        let texts = match &recorded.body {
+            Some(RecordedBody::Text { texts, .. }) => texts.clone(),
+            _ => Vec::new(),
         };
-        let mut chunks: VecDeque<Vec<Decoded>> = recorded
-            .chunks
-            .iter()
-            .map(|chunk| {
-                chunk
-                    .events
-                    .iter()
-                    .map(|&(class, chars)| Decoded::Event {
-                        class,
-                        text: texts.next().unwrap_or_else(|| filler_text(class, chars)),
-                    })
-                    .collect()
-            })
-            .collect();
         let message = recorded.message.clone().unwrap_or_default();
-        let last: Vec<Decoded> = match end {
+        let ending = match end {
             Some(AttemptEnd::Done) => {
                 recorded.stop_reason.iter().cloned().map(Decoded::StopReason).chain([Decoded::Done]).collect()
             }
@@ -533,41 +556,64 @@ impl Recorded {
             Some(AttemptEnd::Malformed) => vec![Decoded::Malformed(message)],
             _ => Vec::new(),
         };
-        match chunks.back_mut() {
-            Some(events) => events.extend(last),
-            None if !last.is_empty() => chunks.push_back(last),
-            None => {}
-        }
-        Recorded { chunks, keepalives_after }
+        Recorded { playback, attempt, chunk: 0, event: 0, texts: texts.into_iter(), ending, keepalives_after }
     }
 }
 
-/// Text of the recorded length: content the recording did not keep.
-fn filler_text(class: EventClass, chars: usize) -> String {
-    if class == EventClass::Keepalive { String::new() } else { "·".repeat(chars) }
-}
+/// The decoder of a provider row whose dialect the recording does not know.
+struct Undecodable;
 
-impl Decoder for Recorded {
+impl Decoder for Undecodable {
     fn feed(&mut self, _chunk: &[u8], out: &mut Vec<Decoded>) {
-        match self.chunks.pop_front() {
-            Some(events) => out.extend(events),
-            None if self.keepalives_after => {
-                out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() })
-            }
-            None => {}
-        }
+        out.push(Decoded::Malformed("the recording names no dialect this stallscope knows".to_owned()));
     }
 
     fn finish(&mut self, _out: &mut Vec<Decoded>) {}
 }
 
+/// Text of the recorded length: content the recording did not keep.
+fn filler_text(class: EventClass, chars: u32) -> String {
+    if class == EventClass::Keepalive { String::new() } else { "·".repeat(chars as usize) }
+}
+
+impl Decoder for Recorded {
+    fn feed(&mut self, _chunk: &[u8], out: &mut Vec<Decoded>) {
+        let recorded = &self.playback.recording.streams[self.attempt.0].attempts[self.attempt.1];
+        let Some(chunk) = recorded.chunks.get(self.chunk) else {
+            if self.keepalives_after {
+                out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() });
+            }
+            return;
+        };
+        self.chunk += 1;
+        let own = self.event..self.event + chunk.events as usize;
+        self.event = own.end;
+        for &(class, chars) in recorded.events.get(own).unwrap_or_default() {
+            let text = self.texts.next().unwrap_or_else(|| filler_text(class, chars));
+            out.push(Decoded::Event { class, text });
+        }
+        // The stream's end comes with its last chunk (or, when it had none,
+        // at the body's end).
+        if self.chunk == recorded.chunks.len() {
+            out.append(&mut self.ending);
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<Decoded>) {
+        out.append(&mut self.ending);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::recording::{RecordedChunk, RecordedResponse};
+    use crate::replay::outcome::StreamCourse;
+    use crate::replay::recording::{RecordedChunk, RecordedResponse, RecordedStream};
+    use crate::store::runs::RunMeta;
+    use crate::tunables::Tunables;
 
     /// A chunk: when (ms), its size, and the events found in it.
-    type Chunk<'a> = (u64, usize, &'a [(EventClass, usize)]);
+    type Chunk<'a> = (u64, u32, &'a [(EventClass, u32)]);
 
     fn attempt(chunks: &[Chunk<'_>], end: Option<(u64, AttemptEnd)>) -> RecordedAttempt {
         RecordedAttempt {
@@ -586,9 +632,10 @@ mod tests {
                 .map(|&(ms, bytes, events)| RecordedChunk {
                     at: Duration::from_millis(ms),
                     bytes,
-                    events: events.to_vec(),
+                    events: events.len() as u32,
                 })
                 .collect(),
+            events: chunks.iter().flat_map(|(_, _, events)| events.iter().copied()).collect(),
             ended: end.map(|(ms, e)| (Duration::from_millis(ms), e)),
             stop_reason: Some("stop".into()),
             message: None,
@@ -596,11 +643,46 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_recorded_decoder_finds_each_chunks_events_and_the_end_in_the_last() {
-        let content: &[(EventClass, usize)] = &[(EventClass::Content, 2)];
+    fn playback(attempt: RecordedAttempt) -> Arc<Playback> {
+        let stream = RecordedStream {
+            id: 0,
+            target: attempt.target.clone(),
+            context_tokens: None,
+            course: StreamCourse::of(&[]),
+            last_at: Duration::ZERO,
+            attempts: vec![attempt],
+        };
+        let meta = RunMeta {
+            requests: 1,
+            concurrency: 1,
+            seed: 0,
+            epoch_unix_ns: 0,
+            rules: serde_json::json!([]),
+            pools: Default::default(),
+        };
+        let recording = Recording {
+            run: 1,
+            tunables: Tunables::defaults(),
+            meta,
+            rules: Vec::new(),
+            providers: Vec::new(),
+            streams: vec![stream],
+        };
+        Arc::new(Playback {
+            recording: Arc::new(recording),
+            assumptions: Assumptions::default(),
+            connect_timeout: Duration::from_secs(10),
+            read_backstop: None,
+            epoch: Instant::now(),
+            log: PlayLog::default(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_recorded_decoder_finds_each_chunks_events_and_the_end_in_the_last() {
+        let content: &[(EventClass, u32)] = &[(EventClass::Content, 2)];
         let a = attempt(&[(120, 10, content), (130, 4, &[])], Some((130, AttemptEnd::Done)));
-        let mut decoder = Recorded::new(&a, a.ended.as_ref().map(|(_, e)| e), false);
+        let mut decoder = Recorded::new(playback(a), (0, 0), Some(&AttemptEnd::Done), false);
         let mut out = Vec::new();
         decoder.feed(b"xxxxxxxxxx", &mut out);
         assert_eq!(out, [Decoded::Event { class: EventClass::Content, text: "··".into() }]);
@@ -611,19 +693,33 @@ mod tests {
 
     #[test]
     fn keepalives_keep_their_recorded_rhythm() {
-        let ping: &[(EventClass, usize)] = &[(EventClass::Keepalive, 0)];
+        let ping: &[(EventClass, u32)] = &[(EventClass::Keepalive, 0)];
         let a =
             attempt(&[(120, 20, &[(EventClass::Content, 3)]), (200, 14, ping), (300, 14, ping), (400, 14, ping)], None);
         assert_eq!(keepalive_rhythm(&a), Some((Duration::from_millis(100), 14)));
         assert_eq!(keepalive_rhythm(&attempt(&[(120, 20, ping)], None)), None);
     }
 
-    #[test]
-    fn error_bodies_are_replayed_as_recorded_text() {
+    #[tokio::test(start_paused = true)]
+    async fn error_bodies_are_replayed_as_recorded_text_at_their_offsets() {
         let mut a = attempt(&[(120, 5, &[]), (125, 10, &[])], Some((125, AttemptEnd::Status { status: 529 })));
-        let body = Some("overloaded_error".to_owned());
-        a.response.as_mut().unwrap().error_body.clone_from(&body);
-        let chunks = chunk_bytes(&a, &body, None);
-        assert_eq!(chunks, [Bytes::from_static(b"overl"), Bytes::from_static(b"oaded_erro")]);
+        let response = a.response.as_mut().unwrap();
+        (response.status, response.content_type) = (529, Some("application/json".into()));
+        response.error_body = Some("overloaded_error".to_owned());
+        let up = RecordedUpstream::new(None, playback(a));
+        let target = Target::new("p", "m");
+        let input = crate::core::upstream::CallInput::default();
+        let request = AttemptRequest { stream: 0, attempt: 1, target: &target, credential: None, input: &input };
+        let started = Instant::now();
+        let response = up.open(request).await.unwrap();
+        assert_eq!((response.status, started.elapsed()), (529, Duration::from_millis(10)));
+        let chunks: Vec<(Bytes, Duration)> = response.body.map(|c| (c.unwrap(), started.elapsed())).collect().await;
+        assert_eq!(
+            chunks,
+            [
+                (Bytes::from_static(b"overl"), Duration::from_millis(20)),
+                (Bytes::from_static(b"oaded_erro"), Duration::from_millis(25))
+            ]
+        );
     }
 }

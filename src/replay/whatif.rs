@@ -9,20 +9,20 @@
 //! runtime alone: live runs never share it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::outcome::{FiredTimer, StreamCourse};
+use super::outcome::{CourseBuilder, FiredTimer, StreamCourse};
 use super::recording::Recording;
 use super::upstream::{Assumptions, AttemptAssumption, Playback, Played, RecordedUpstream, StallAssumption};
 use crate::core::category::TimerKind;
 use crate::core::classify::{Classifier, RuleError};
 use crate::core::credentials::{CredentialPool, Secret};
-use crate::core::event::{Event, VecSink};
+use crate::core::event::{Event, EventSink, StreamId};
 use crate::core::executor::{Call, Executor};
 use crate::core::fleet::Fleet;
 use crate::core::policy::CorePolicy;
@@ -155,8 +155,8 @@ pub fn what_if(recording: &Recording, whatif: &WhatIf) -> Result<WhatIfReport, W
             })
             .join()
     });
-    let (events, plays) = replayed.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-    Ok(report(recording, &tunables, whatif, &events, &plays))
+    let (courses, plays) = replayed.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+    Ok(report(recording, &tunables, whatif, courses, &plays))
 }
 
 /// The replay's events and where each stream's attempts came from.
@@ -165,7 +165,7 @@ async fn replay(
     policy: CorePolicy,
     classifier: Classifier,
     assumptions: Assumptions,
-) -> (Vec<Event>, BTreeMap<u64, Vec<Played>>) {
+) -> (HashMap<StreamId, StreamCourse>, BTreeMap<u64, Vec<Played>>) {
     let epoch = Instant::now();
     let playback = Arc::new(Playback {
         recording: Arc::new(recording.clone()),
@@ -191,7 +191,7 @@ async fn replay(
             (name.clone(), Arc::new(CredentialPool::new(keys, policy.credentials.rotation)))
         })
         .collect();
-    let sink = Arc::new(VecSink::new());
+    let sink = Arc::new(CourseSink::default());
     let executor = Executor {
         fleet: Arc::new(Fleet::new(policy.fleet, pools)),
         policy: Arc::new(policy),
@@ -211,7 +211,7 @@ async fn replay(
             input: CallInput { prompt: String::new(), context_tokens: s.context_tokens },
         })
         .collect();
-    let recorded_end = recording.streams.iter().filter_map(|s| s.events.last()).map(|e| e.at).max().unwrap_or_default();
+    let recorded_end = recording.streams.iter().map(|s| s.last_at).max().unwrap_or_default();
     let cancel = CancellationToken::new();
     let horizon = cancel.clone();
     let watchdog = tokio::spawn(async move {
@@ -221,7 +221,30 @@ async fn replay(
     let concurrency = usize::try_from(recording.meta.concurrency).unwrap_or(usize::MAX);
     run_call_list(&executor, calls, concurrency, &cancel, |_| {}).await;
     watchdog.abort();
-    (sink.events(), playback.log.take())
+    (sink.take(), playback.log.take())
+}
+
+/// Folds each stream's events into its course as they come: a replay of
+/// millions of events keeps none of them.
+#[derive(Default)]
+struct CourseSink {
+    streams: Mutex<HashMap<StreamId, CourseBuilder>>,
+}
+
+impl CourseSink {
+    fn take(&self) -> HashMap<StreamId, StreamCourse> {
+        let streams = self.streams.lock().map(|mut s| std::mem::take(&mut *s)).unwrap_or_default();
+        streams.into_iter().map(|(id, builder)| (id, builder.finish())).collect()
+    }
+}
+
+impl EventSink for CourseSink {
+    fn emit(&self, event: Event) {
+        // One thread drives the replay: the lock is never contended.
+        if let Ok(mut streams) = self.streams.lock() {
+            streams.entry(event.stream).or_default().push(&event);
+        }
+    }
 }
 
 fn wall_clock(unix_ns: i64) -> SystemTime {
@@ -233,20 +256,16 @@ fn report(
     recording: &Recording,
     tunables: &Tunables,
     whatif: &WhatIf,
-    events: &[Event],
+    mut courses: HashMap<StreamId, StreamCourse>,
     plays: &BTreeMap<u64, Vec<Played>>,
 ) -> WhatIfReport {
-    let mut after_events: BTreeMap<u64, Vec<Event>> = BTreeMap::new();
-    for event in events {
-        after_events.entry(event.stream).or_default().push(event.clone());
-    }
     let mut summary = WhatIfSummary { streams: recording.streams.len(), ..WhatIfSummary::default() };
     let streams: Vec<StreamWhatIf> = recording
         .streams
         .iter()
         .map(|recorded| {
-            let before = StreamCourse::of(&recorded.events);
-            let mut after = StreamCourse::of(after_events.get(&recorded.id).map_or(&[][..], Vec::as_slice));
+            let before = recorded.course.clone();
+            let mut after = courses.remove(&recorded.id).unwrap_or_else(|| StreamCourse::of(&[]));
             let played = plays.get(&recorded.id).map_or(&[][..], Vec::as_slice);
             let assumptions = assumptions_used(played);
             let stopped = played.iter().any(|p| {
