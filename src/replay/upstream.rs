@@ -15,15 +15,17 @@
 //! nothing is invented silently.
 
 use std::collections::BTreeMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use futures_util::stream::{self, StreamExt};
+use futures_util::stream::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::recording::{RecordedAttempt, Recording};
 use crate::core::category::TimerKind;
@@ -377,15 +379,12 @@ async fn play(
         tail: Some(tail),
         end_at,
         last: Duration::ZERO,
-        past: false,
+        waiting: None,
         keepalive,
         raw_pings: real_bytes,
+        sleep: Box::pin(tokio::time::sleep_until(start)),
     };
-    let body = stream::unfold(play, |mut play| async move {
-        let item = play.next().await?;
-        Some((item, play))
-    });
-    Ok(Response { status: response.status, headers, body: body.boxed(), decoder })
+    Ok(Response { status: response.status, headers, body: play.boxed(), decoder })
 }
 
 /// The recorded rhythm of keep-alives (interval and chunk size), when the
@@ -426,11 +425,24 @@ struct Play {
     end_at: Duration,
     /// When the last chunk came (since the attempt's start).
     last: Duration,
-    /// Whether the play went past where the recording stops.
-    past: bool,
+    /// What it waits for, once the sleep is set for it.
+    waiting: Option<Due>,
     keepalive: Option<(Duration, usize)>,
     /// Whether keep-alives past the recording must be real SSE bytes.
     raw_pings: bool,
+    /// The one timer the play sleeps on, reset for each chunk (cheaper
+    /// than a new one per chunk, which a long recording has millions of).
+    sleep: Pin<Box<Sleep>>,
+}
+
+/// What the play waits for.
+enum Due {
+    /// The body's next item (`None`: its end) at this offset.
+    Item(Duration, Option<Result<Bytes, Failure>>),
+    /// The point where the recording stops, to go past it.
+    PastRecording(Duration),
+    /// Nothing ever comes again.
+    Never,
 }
 
 impl Play {
@@ -438,49 +450,41 @@ impl Play {
         &self.playback.recording.streams[self.attempt.0].attempts[self.attempt.1]
     }
 
-    /// The body's next item, when it is due; `None` at its end.
-    async fn next(&mut self) -> Option<Result<Bytes, Failure>> {
+    /// What comes next, and when. The read backstop is the client's: a gap
+    /// since the last byte longer than it comes first, as its timeout.
+    fn due(&mut self) -> Due {
         let recorded = self.recorded();
-        let (at, item) = if let Some(chunk) = recorded.chunks.get(self.next) {
+        let due = if let Some(chunk) = recorded.chunks.get(self.next) {
             let at = chunk.at.saturating_sub(recorded.started);
             let size = chunk.bytes as usize;
             self.next += 1;
-            (at, Some(Ok(self.cut(size))))
+            Due::Item(at, Some(Ok(self.cut(size))))
         } else {
             match self.tail.take() {
-                Some(Tail::End) => (self.end_at, None),
-                Some(Tail::Fail(failure)) => (self.end_at, Some(Err(failure))),
-                Some(Tail::Abandoned) | None => {
-                    if !self.past {
-                        self.past = true;
-                        // Past the recording only once the play reaches it.
-                        if let Err(timeout) = self.sleep_until(self.end_at + RECORDING_GRACE).await {
-                            return Some(Err(timeout));
-                        }
-                        let assumption = self.playback.assumptions.stall;
-                        self.playback.log.went_past_recording(self.ids.0, self.ids.1, assumption);
-                        if assumption == StallAssumption::Stop {
-                            return Some(Err(Failure::Cancelled));
-                        }
-                        self.last = self.end_at;
+                Some(Tail::End) => Due::Item(self.end_at, None),
+                Some(Tail::Fail(failure)) => Due::Item(self.end_at, Some(Err(failure))),
+                Some(Tail::Abandoned) => Due::PastRecording(self.end_at + RECORDING_GRACE),
+                None => match (self.playback.assumptions.stall, self.keepalive) {
+                    (StallAssumption::Keepalives, Some((interval, size))) => {
+                        self.tail = None;
+                        let bytes = if self.raw_pings { Bytes::from_static(b": keep-alive\n\n") } else { filler(size) };
+                        Due::Item(self.last + interval, Some(Ok(bytes)))
                     }
-                    match (self.playback.assumptions.stall, self.keepalive) {
-                        (StallAssumption::Keepalives, Some((interval, size))) => {
-                            let bytes =
-                                if self.raw_pings { Bytes::from_static(b": keep-alive\n\n") } else { filler(size) };
-                            (self.last + interval, Some(Ok(bytes)))
-                        }
-                        _ => (Duration::MAX, None),
-                    }
-                }
+                    _ => Due::Never,
+                },
             }
         };
-        if let Err(timeout) = self.sleep_until(at).await {
-            self.tail = None;
-            return Some(Err(timeout));
+        let at = match &due {
+            Due::Item(at, _) | Due::PastRecording(at) => *at,
+            Due::Never => Duration::MAX,
+        };
+        match self.playback.read_backstop {
+            Some(backstop) if at.saturating_sub(self.last) > backstop => {
+                let timeout = Failure::Timeout { timer: TimerKind::Idle, after: backstop };
+                Due::Item(self.last + backstop, Some(Err(timeout)))
+            }
+            _ => due,
         }
-        self.last = at;
-        item
     }
 
     /// The next `size` bytes of the source, or filler.
@@ -500,21 +504,50 @@ impl Play {
             None => filler(size),
         }
     }
+}
 
-    /// Sleeps until `at` since the attempt's start, unless the read
-    /// backstop (after the last byte) comes first: then its timeout.
-    async fn sleep_until(&self, at: Duration) -> Result<(), Failure> {
-        if let Some(backstop) = self.playback.read_backstop
-            && at.saturating_sub(self.last) > backstop
-        {
-            tokio::time::sleep_until(self.start + self.last + backstop).await;
-            return Err(Failure::Timeout { timer: TimerKind::Idle, after: backstop });
+/// A hand-written stream rather than `stream::unfold`: the play stays in
+/// place instead of moving through a new future for each of a long
+/// recording's millions of chunks.
+impl futures_util::Stream for Play {
+    type Item = Result<Bytes, Failure>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let play = self.get_mut();
+        loop {
+            if play.waiting.is_none() {
+                let due = play.due();
+                match &due {
+                    Due::Item(at, _) | Due::PastRecording(at) => play.sleep.as_mut().reset(play.start + *at),
+                    Due::Never => return Poll::Pending,
+                }
+                play.waiting = Some(due);
+            }
+            if play.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            match play.waiting.take() {
+                Some(Due::Item(at, item)) => {
+                    play.last = at;
+                    if matches!(item, Some(Err(_))) {
+                        // A failure ends the body: nothing follows it.
+                        (play.next, play.tail) = (usize::MAX, Some(Tail::End));
+                    }
+                    return Poll::Ready(item);
+                }
+                Some(Due::PastRecording(at)) => {
+                    // The play reached where the recording stops: from here
+                    // on it plays what is assumed.
+                    let assumption = play.playback.assumptions.stall;
+                    play.playback.log.went_past_recording(play.ids.0, play.ids.1, assumption);
+                    if assumption == StallAssumption::Stop {
+                        return Poll::Ready(Some(Err(Failure::Cancelled)));
+                    }
+                    play.last = at - RECORDING_GRACE;
+                }
+                Some(Due::Never) | None => return Poll::Pending,
+            }
         }
-        if at == Duration::MAX {
-            return std::future::pending().await;
-        }
-        tokio::time::sleep_until(self.start + at).await;
-        Ok(())
     }
 }
 

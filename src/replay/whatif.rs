@@ -9,6 +9,7 @@
 //! runtime alone: live runs never share it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -228,7 +229,28 @@ async fn replay(
 /// millions of events keeps none of them.
 #[derive(Default)]
 struct CourseSink {
-    streams: Mutex<HashMap<StreamId, CourseBuilder>>,
+    streams: Mutex<HashMap<StreamId, CourseBuilder, BuildHasherDefault<StreamIdHasher>>>,
+}
+
+/// Stream ids are small, dense and ours: a multiply spreads them enough,
+/// and the sink looks one up for every event of a replay.
+#[derive(Default)]
+struct StreamIdHasher(u64);
+
+impl Hasher for StreamIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 impl CourseSink {
