@@ -1,6 +1,6 @@
 //! The simulator's typed errors: a scenario that cannot be used, a built-in
-//! name that does not exist, a port that cannot be bound, a TLS identity
-//! that cannot be used.
+//! name that does not exist, a recording that cannot be served, a port that
+//! cannot be bound, a TLS identity that cannot be used.
 
 use std::io;
 use std::net::SocketAddr;
@@ -34,6 +34,23 @@ pub enum SimError {
         addr: SocketAddr,
         /// The operating system's reason.
         source: io::Error,
+    },
+    /// A replay speed outside [`crate::sim::SPEEDS`].
+    #[error("speed {0} is not allowed; use 0.1 to 1000 (times the recorded pace)")]
+    Speed(f64),
+    /// A recorded attempt must be re-rendered, but its target's dialect is unknown.
+    #[error(
+        "run {run}, stream {stream}, attempt {attempt}: no dialect is recorded for {target}, so its body cannot be re-rendered"
+    )]
+    NoDialect {
+        /// The run.
+        run: crate::store::RunId,
+        /// The stream.
+        stream: crate::core::event::StreamId,
+        /// The attempt.
+        attempt: u32,
+        /// Its target, `provider/model`.
+        target: String,
     },
     /// The TLS certificate or key cannot be used.
     #[error("the simulator's TLS identity cannot be used: {0}")]

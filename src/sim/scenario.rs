@@ -104,7 +104,7 @@ pub const MAX_REPEATS: u64 = 100_000;
 pub const MAX_RETRY_AFTER_DATE_S: u64 = 365 * 24 * 60 * 60;
 
 /// Headers that hyper must own because they frame the body.
-const FRAMING_HEADERS: [&str; 3] = ["content-length", "transfer-encoding", "connection"];
+pub(super) const FRAMING_HEADERS: [&str; 3] = ["content-length", "transfer-encoding", "connection"];
 
 /// A parsed, checked scenario.
 #[derive(Debug, Clone, PartialEq)]
