@@ -19,7 +19,7 @@ pub struct DbArg {
 }
 
 impl DbArg {
-    fn open(&self) -> Result<Store> {
+    pub(super) fn open(&self) -> Result<Store> {
         let path =
             self.db.clone().or_else(Store::default_path).context("no platform data directory: give --db PATH")?;
         let mut store = Store::open(&path)?;

@@ -84,6 +84,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
+use std::path::Path;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -313,6 +314,17 @@ impl Scenario {
             attempts.push(attempt.check(steps).map_err(|d| fail(&span, format!("attempt {}: {d}", i + 1)))?);
         }
         Ok(Scenario { description: raw.description.unwrap_or_default(), run, attempts })
+    }
+
+    /// Reads and checks the scenario file at `path`; errors name the file.
+    pub fn from_file(path: &Path) -> Result<Scenario, SimError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| SimError::Scenario {
+            origin: origin.clone(),
+            line: None,
+            detail: format!("cannot be read: {e}"),
+        })?;
+        Scenario::from_toml(&text, &origin)
     }
 
     /// The story the scenario tells (empty when the file gives none).
