@@ -9,13 +9,19 @@ use std::net::SocketAddr;
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     /// A scenario file is not valid; the message names the file, the line
-    /// (when known), the field and what is allowed.
-    #[error("scenario {origin}{}: {detail}", line.map(|n| format!(", line {n}")).unwrap_or_default())]
+    /// and column (when known), the field and what is allowed.
+    #[error(
+        "scenario {origin}{}{}: {detail}",
+        line.map(|n| format!(", line {n}")).unwrap_or_default(),
+        column.map(|n| format!(", column {n}")).unwrap_or_default()
+    )]
     Scenario {
         /// Where the text came from (a path or `built-in NAME`).
         origin: String,
         /// The 1-based line the problem is on, when it can be located.
         line: Option<usize>,
+        /// The 1-based column (in characters) it starts at, when known.
+        column: Option<usize>,
         /// What is wrong and what is allowed instead.
         detail: String,
     },
