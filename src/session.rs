@@ -1,12 +1,12 @@
 //! One run from start to report, shared by both front ends: the settings
-//! for what is run, the in-process simulator when a built-in scenario is
-//! run, the recorder, the executor, the calls and the report.
+//! for what is run, the in-process simulator when a built-in scenario or a
+//! scenario file is run, the recorder, the executor, the calls and the report.
 //!
 //! The CLI's `run` and the app's **Run** button differ only in how they
 //! show progress, so both call [`run_session`] and pass their own sink and
 //! progress callback.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ use crate::providers::setup::{ProviderConfig, SetupError, key_counts};
 use crate::recorder::{Recorder, RecorderOptions};
 use crate::report::RunReport;
 use crate::run::{RigError, RunPlan, ScenarioRig, executor, recommended_tunables, rig, run_calls};
-use crate::sim::{SimError, builtin};
+use crate::sim::{Scenario, SimError, builtin};
 use crate::store::StoreError;
 use crate::store::runs::{RunMeta, RunStart};
 
@@ -33,6 +33,13 @@ pub enum RunSource {
     Scenario {
         /// The scenario's name.
         name: String,
+        /// The dialect its simulator speaks.
+        dialect: Dialect,
+    },
+    /// A scenario file in the built-ins' format, served in-process.
+    ScenarioFile {
+        /// The file.
+        path: PathBuf,
         /// The dialect its simulator speaks.
         dialect: Dialect,
     },
@@ -207,17 +214,39 @@ pub fn settings_for(
     env: &[(String, String)],
 ) -> Result<Settings, SessionError> {
     let env = env.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    match source {
-        RunSource::Scenario { name, .. } => {
-            let recommended = recommended_tunables(&builtin(name)?);
-            let layers = Layers { config: ConfigFile::None, scenario: Some((name, &recommended)), overrides, edits };
+    match resolve(source)? {
+        Resolved::Scenario { name, scenario, .. } => {
+            let recommended = recommended_tunables(&scenario);
+            let layers = Layers { config: ConfigFile::None, scenario: Some((&name, &recommended)), overrides, edits };
             Ok(Settings::load(layers, env)?)
         }
-        RunSource::Config { path, .. } => {
-            let config = path.as_deref().map_or(ConfigFile::Default, ConfigFile::Path);
+        Resolved::Config { path, .. } => {
+            let config = path.map_or(ConfigFile::Default, ConfigFile::Path);
             Ok(Settings::load(Layers { config, scenario: None, overrides, edits }, env)?)
         }
     }
+}
+
+/// A [`RunSource`] with its scenario read.
+enum Resolved<'a> {
+    /// A scenario served in-process.
+    Scenario { name: String, scenario: Scenario, dialect: Dialect },
+    /// The providers of a config file.
+    Config { path: Option<&'a Path>, target: Option<&'a str> },
+}
+
+/// Reads the scenario `source` names, if it names one.
+fn resolve(source: &RunSource) -> Result<Resolved<'_>, SimError> {
+    let name = scenario_name(source).unwrap_or_default();
+    Ok(match source {
+        RunSource::Scenario { name: builtin_name, dialect } => {
+            Resolved::Scenario { name, scenario: builtin(builtin_name)?, dialect: *dialect }
+        }
+        RunSource::ScenarioFile { path, dialect } => {
+            Resolved::Scenario { name, scenario: Scenario::from_file(path)?, dialect: *dialect }
+        }
+        RunSource::Config { path, target } => Resolved::Config { path: path.as_deref(), target: target.as_deref() },
+    })
 }
 
 /// Settings, provider rows, the primary target and (for a scenario) the
@@ -226,14 +255,14 @@ async fn prepare(
     plan: &SessionPlan,
     env: &[(String, String)],
 ) -> Result<(Settings, Vec<ProviderConfig>, Target, Option<ScenarioRig>), SessionError> {
-    match &plan.source {
-        RunSource::Scenario { name, dialect } => {
+    match resolve(&plan.source)? {
+        Resolved::Scenario { scenario, dialect, .. } => {
             let settings = settings_for(&plan.source, &plan.overrides, &plan.edits, env)?;
-            let rig = rig(builtin(name)?, *dialect).await?;
+            let rig = rig(scenario, dialect).await?;
             let (providers, target) = (rig.providers.clone(), rig.target.clone());
             Ok((settings, providers, target, Some(rig)))
         }
-        RunSource::Config { target, .. } => {
+        Resolved::Config { target, .. } => {
             let mut settings = settings_for(&plan.source, &plan.overrides, &plan.edits, env)?;
             let providers = std::mem::take(&mut settings.providers);
             let target = match (target, providers.first()) {
@@ -253,6 +282,7 @@ async fn prepare(
 fn scenario_name(source: &RunSource) -> Option<String> {
     match source {
         RunSource::Scenario { name, .. } => Some(name.clone()),
+        RunSource::ScenarioFile { path, .. } => Some(path.display().to_string()),
         RunSource::Config { .. } => None,
     }
 }

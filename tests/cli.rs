@@ -504,4 +504,140 @@ fn whatif_json_has_a_fixed_shape_and_refuses_bad_assumptions() {
     let missing = stallscope(&["whatif", "9", "--db", path], &[]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no run 9"));
     let _ = std::fs::remove_file(&db);
+
+/// Starts `stallscope ARGS` (a `sim` command) and reads the URL it prints.
+/// The child is killed when the returned guard drops.
+fn serve(args: &[&str]) -> (ChildGuard, String) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(args)
+        .env_clear()
+        .env("HOME", "/nonexistent")
+        .env("XDG_CONFIG_HOME", "/nonexistent")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    (ChildGuard(child), url)
+}
+
+/// Kills and reaps a child process when dropped, even when a test fails.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The issue's check: a recorded silent-stall run, served by `sim
+/// --from-run`, is met again by `run --config` pointed at it: the idle
+/// timer fires in attempt 1 and attempt 2 completes.
+#[test]
+fn sim_from_run_serves_a_recorded_run_to_run_config() {
+    let dir = temp("from-run");
+    let (recorded, replayed) = (dir.join("recorded.db"), dir.join("replayed.db"));
+    let recorded = recorded.to_str().unwrap();
+    stdout(&stallscope(&["run", "--scenario", "silent-stall", "--db", recorded, "--json"], &[]));
+    let (_server, url) = serve(&["sim", "--from-run", "1", "--db", recorded]);
+    let config = dir.join("config.toml");
+    let row = format!(
+        "[[provider]]\nname = \"sim\"\nkind = \"openai-chat\"\nbase_url = \"{url}/v1\"\nmodel = \"sim-model-a\"\n"
+    );
+    std::fs::write(&config, row).unwrap();
+    let sets = ["--set", "SSE_IDLE_TIMEOUT_S=1", "--set", "PROVIDER_STREAM_BACKOFF_S=0.05"];
+    let replayed = replayed.to_str().unwrap();
+    let args = [&["--config", config.to_str().unwrap()][..], &sets, &["run", "--db", replayed, "--json"]].concat();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&stallscope(&args, &[]))).unwrap();
+    let stream = &report["streams"][0];
+    assert_eq!((stream["outcome"].as_str(), stream["attempts"].as_u64()), (Some("ok"), Some(2)), "{report}");
+    let out = stdout(&stallscope(&["export", "1", "--format", "jsonl", "--db", replayed], &[]));
+    let fired: Vec<(u64, String)> = out
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["kind"]["type"] == "timer_fired")
+        .map(|e| (e["attempt"].as_u64().unwrap(), e["kind"]["timer"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(fired, [(1, "idle".to_owned())]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An operator's own scenario file runs with `run --scenario-file` and is
+/// served by `sim --scenario-file`.
+#[test]
+fn a_scenario_file_runs_and_is_served() {
+    let dir = temp("scenario-file");
+    let path = dir.join("flaky.toml");
+    let story = r#"
+description = "One 503, then a healthy stream."
+[run]
+STALLSCOPE_PROVIDER_STREAM_BACKOFF_S = 0.05
+
+[[attempts]]
+status = 503
+
+[[attempts]]
+steps = [{ content = "ok ", count = 3, every_ms = 5 }]
+"#;
+    std::fs::write(&path, story).unwrap();
+    let path = path.to_str().unwrap();
+    let out = stdout(&stallscope(&["run", "--scenario-file", path, "--no-record", "--json"], &[]));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let stream = &report["streams"][0];
+    assert_eq!(
+        (stream["outcome"].as_str(), stream["attempts"].as_u64(), stream["content"].as_str()),
+        (Some("ok"), Some(2), Some("ok ok ok ")),
+        "{report}"
+    );
+    assert_eq!(report["scenario"].as_str(), Some(path), "{report}");
+
+    let (_server, url) = serve(&["sim", "--scenario-file", path]);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let statuses = runtime.block_on(async {
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let mut statuses = Vec::new();
+        for _ in 0..2 {
+            let response = client.post(format!("{url}/v1/chat/completions")).body("{}").send().await.unwrap();
+            statuses.push((response.status().as_u16(), response.text().await.unwrap().ends_with("data: [DONE]\n\n")));
+        }
+        statuses
+    });
+    assert_eq!(statuses, [(503, false), (200, true)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A typo in a step name, a value of the wrong type and an unknown
+/// top-level key each give one line naming the file, the line and column,
+/// and what is allowed.
+#[test]
+fn a_bad_scenario_file_names_the_line_and_what_is_allowed() {
+    let dir = temp("bad-scenario");
+    let cases = [
+        (
+            "[[attempts]]\nsteps = [\n  { content = \"a\" },\n  { stal_ms = 5 },\n]\n",
+            "line 4, column 5: unknown field `stal_ms`, expected one of `preamble`, `content`",
+        ),
+        ("[[attempts]]\nheaders_delay_ms = \"soon\"\n", "line 2, column 20: `headers_delay_ms`: invalid type: string"),
+        (
+            "decription = \"x\"\n[[attempts]]\n",
+            "line 1, column 1: unknown field `decription`, expected one of `description`",
+        ),
+    ];
+    for (i, (text, wanted)) in cases.iter().enumerate() {
+        let path = dir.join(format!("bad-{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let path = path.to_str().unwrap();
+        for args in [["run", "--scenario-file", path, "--no-record"].as_slice(), &["sim", "--scenario-file", path]] {
+            let (command, output) = (args[0], stallscope(args, &[]));
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{command} {path}: {stderr}");
+            assert!(stderr.contains(&format!("scenario {path}, {wanted}")), "{command} {path}: {stderr}");
+            assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -44,7 +44,7 @@ pub enum Command {
     Runs(runs::Args),
     /// Export a recorded run as JSON lines or a Chrome/Perfetto trace.
     Export(runs::ExportArgs),
-    /// Serve a built-in scenario from the fault-injecting simulator.
+    /// Serve a built-in scenario, a scenario file or a recorded run from the fault-injecting simulator.
     Sim(sim::Args),
     /// List every tunable with its value, default, unit and source.
     Tunables(tunables::Args),

@@ -1,5 +1,6 @@
 //! `stallscope run`: N calls through the core against the configured
-//! providers, or against a built-in scenario served in-process.
+//! providers, or against a built-in scenario or a scenario file served
+//! in-process.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -22,6 +23,10 @@ pub struct Args {
     /// Run against this built-in scenario, served in-process (no config or key needed).
     #[arg(long, value_name = "NAME")]
     scenario: Option<String>,
+    /// Run against your own scenario file (the built-ins' TOML format; see
+    /// assets/scenarios/), served in-process.
+    #[arg(long, value_name = "PATH", conflicts_with = "scenario")]
+    scenario_file: Option<PathBuf>,
     /// How many calls.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     requests: u32,
@@ -32,7 +37,7 @@ pub struct Args {
     #[arg(long, default_value = "Say hello in five words.")]
     prompt: String,
     /// The primary target, provider/model (default: the first [[provider]] row).
-    #[arg(long, value_name = "PROVIDER/MODEL", conflicts_with = "scenario")]
+    #[arg(long, value_name = "PROVIDER/MODEL", conflicts_with_all = ["scenario", "scenario_file"])]
     target: Option<String>,
     /// The dialect the scenario's simulator speaks.
     #[arg(long, default_value = "openai-chat", value_parser = ["openai-chat", "openai-responses", "anthropic-messages"])]
@@ -57,15 +62,14 @@ pub struct Args {
 }
 
 pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
-    if args.scenario.is_some() && cli.config.is_some() {
-        bail!("give either --config or --scenario, not both");
+    if (args.scenario.is_some() || args.scenario_file.is_some()) && cli.config.is_some() {
+        bail!("give either --config or --scenario/--scenario-file, not both");
     }
-    let source = match &args.scenario {
-        Some(name) => {
-            let dialect: Dialect = args.dialect.parse().map_err(anyhow::Error::msg)?;
-            RunSource::Scenario { name: name.clone(), dialect }
-        }
-        None => RunSource::Config { path: cli.config_path(), target: args.target.clone() },
+    let dialect = || args.dialect.parse::<Dialect>().map_err(anyhow::Error::msg);
+    let source = match (&args.scenario, &args.scenario_file) {
+        (Some(name), _) => RunSource::Scenario { name: name.clone(), dialect: dialect()? },
+        (None, Some(path)) => RunSource::ScenarioFile { path: path.clone(), dialect: dialect()? },
+        (None, None) => RunSource::Config { path: cli.config_path(), target: args.target.clone() },
     };
     let recording = if args.no_record {
         None

@@ -1,5 +1,7 @@
 //! Scenarios: what the simulator does on each attempt of a stream, read from
-//! TOML.
+//! TOML: the built-ins, or an operator's own file (`--scenario-file`). An
+//! error names the file, the line and column of the key or value at fault
+//! (of the step, for a step that does not add up) and what is allowed.
 //!
 //! A scenario is a list of per-attempt scripts. Attempt N of a stream (the
 //! N-th request carrying the same `x-stallscope-stream` header) plays script
@@ -84,6 +86,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
+use std::path::Path;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -104,7 +107,7 @@ pub const MAX_REPEATS: u64 = 100_000;
 pub const MAX_RETRY_AFTER_DATE_S: u64 = 365 * 24 * 60 * 60;
 
 /// Headers that hyper must own because they frame the body.
-const FRAMING_HEADERS: [&str; 3] = ["content-length", "transfer-encoding", "connection"];
+pub(super) const FRAMING_HEADERS: [&str; 3] = ["content-length", "transfer-encoding", "connection"];
 
 /// A parsed, checked scenario.
 #[derive(Debug, Clone, PartialEq)]
@@ -259,35 +262,33 @@ impl Scenario {
     /// Parses and checks a scenario; `origin` (a path or a built-in's name)
     /// is named in any error.
     pub fn from_toml(text: &str, origin: &str) -> Result<Scenario, SimError> {
-        let raw: RawScenario = toml::from_str(text).map_err(|e| {
-            let span = e.span();
-            let line = span.as_ref().map(|span| line_of(text, span));
-            let key =
-                span.as_ref().and_then(|span| key_before(text, span)).map(|k| format!("`{k}`: ")).unwrap_or_default();
-            let context =
-                line.and_then(|n| text.lines().nth(n - 1)).map(|l| format!(" (at `{}`)", l.trim())).unwrap_or_default();
-            SimError::Scenario {
-                origin: origin.to_owned(),
-                line,
-                detail: format!("{key}{}{context}", e.message().trim()),
-            }
-        })?;
-        let fail = |span: &Range<usize>, detail: String| SimError::Scenario {
-            origin: origin.to_owned(),
-            line: Some(line_of(text, span)),
-            detail,
+        let fail = |span: &Range<usize>, detail: String| {
+            let (line, column) = position(text, span);
+            SimError::Scenario { origin: origin.to_owned(), line: Some(line), column: Some(column), detail }
         };
-        let run = match raw.run {
-            Some(run) => {
-                let span = run.span();
-                run.into_inner().check().map_err(|detail| fail(&span, format!("[run]: {detail}")))?
+        let raw: RawScenario = toml::from_str(text).map_err(|e| match e.span() {
+            Some(span) => {
+                let key = key_before(text, &span).map(|k| format!("`{k}`: ")).unwrap_or_default();
+                let (line, _) = position(text, &span);
+                let context = text.lines().nth(line - 1).map(|l| format!(" (at `{}`)", l.trim())).unwrap_or_default();
+                fail(&span, format!("{key}{}{context}", e.message().trim()))
             }
+            None => SimError::Scenario {
+                origin: origin.to_owned(),
+                line: None,
+                column: None,
+                detail: e.message().trim().to_owned(),
+            },
+        })?;
+        let run = match raw.run {
+            Some(run) => check_run(run).map_err(|(span, detail)| fail(&span, format!("[run]: {detail}")))?,
             None => RunHints::default(),
         };
         if raw.attempts.is_empty() {
             return Err(SimError::Scenario {
                 origin: origin.to_owned(),
                 line: None,
+                column: None,
                 detail: "no [[attempts]]; a scenario needs at least one attempt table".to_owned(),
             });
         }
@@ -310,9 +311,23 @@ impl Scenario {
                 }
                 steps.push(step);
             }
-            attempts.push(attempt.check(steps).map_err(|d| fail(&span, format!("attempt {}: {d}", i + 1)))?);
+            let attempt =
+                attempt.check(steps).map_err(|(at, d)| fail(&at.unwrap_or(span), format!("attempt {}: {d}", i + 1)))?;
+            attempts.push(attempt);
         }
         Ok(Scenario { description: raw.description.unwrap_or_default(), run, attempts })
+    }
+
+    /// Reads and checks the scenario file at `path`; errors name the file.
+    pub fn from_file(path: &Path) -> Result<Scenario, SimError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| SimError::Scenario {
+            origin: origin.clone(),
+            line: None,
+            column: None,
+            detail: format!("cannot be read: {e}"),
+        })?;
+        Scenario::from_toml(&text, &origin)
     }
 
     /// The story the scenario tells (empty when the file gives none).
@@ -338,9 +353,11 @@ impl Scenario {
     }
 }
 
-/// The 1-based line of a byte offset.
-fn line_of(text: &str, span: &Range<usize>) -> usize {
-    text.as_bytes().iter().take(span.start).filter(|b| **b == b'\n').count() + 1
+/// The 1-based line and column (in characters) where `span` starts.
+fn position(text: &str, span: &Range<usize>) -> (usize, usize) {
+    let before = text.get(..span.start).unwrap_or(text);
+    let line_start = before.rfind('\n').map_or(0, |n| n + 1);
+    (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
 }
 
 /// The key whose value starts at `span`, so a type error can name its field
@@ -379,114 +396,142 @@ impl<'de> Deserialize<'de> for Wait {
 #[serde(deny_unknown_fields)]
 struct RawScenario {
     description: Option<String>,
-    run: Option<Spanned<RawRun>>,
+    /// Read key by key (not as a struct) so every key and value keeps its
+    /// place in the file for [`check_run`]'s messages.
+    run: Option<BTreeMap<Spanned<String>, Spanned<toml::Value>>>,
     #[serde(default)]
     attempts: Vec<Spanned<RawAttempt>>,
 }
 
-#[derive(Deserialize)]
-struct RawRun {
-    #[serde(default)]
-    primary_unreachable: bool,
-    // Every other key is a tunable; checked by `check` so the message can
-    // say what a tunable name looks like.
-    #[serde(flatten)]
-    tunables: BTreeMap<String, toml::Value>,
-}
-
-impl RawRun {
-    fn check(self) -> Result<RunHints, String> {
-        let mut tunables = BTreeMap::new();
-        for (name, value) in self.tunables {
-            let well_formed = name.strip_prefix("STALLSCOPE_").is_some_and(|rest| {
-                !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-            });
-            if !well_formed {
-                return Err(format!(
+/// The `[run]` table: `primary_unreachable`, and tunables by full name.
+/// An error carries the span of the key or value at fault.
+fn check_run(table: BTreeMap<Spanned<String>, Spanned<toml::Value>>) -> Result<RunHints, (Range<usize>, String)> {
+    let mut hints = RunHints::default();
+    for (name, value) in table {
+        let (value_span, value) = (value.span(), value.into_inner());
+        if name.get_ref() == "primary_unreachable" {
+            hints.primary_unreachable = value.as_bool().ok_or_else(|| {
+                (
+                    value_span,
+                    format!("`primary_unreachable` is a TOML {}; it takes a boolean, true or false", value.type_str()),
+                )
+            })?;
+            continue;
+        }
+        let (name_span, name) = (name.span(), name.into_inner());
+        let well_formed = name.strip_prefix("STALLSCOPE_").is_some_and(|rest| {
+            !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        });
+        if !well_formed {
+            return Err((
+                name_span,
+                format!(
                     "`{name}` is neither `primary_unreachable` nor a tunable name (STALLSCOPE_ followed by upper-case letters, digits and _)"
+                ),
+            ));
+        }
+        let text = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(n) => n.to_string(),
+            toml::Value::Float(x) => x.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err((
+                    value_span,
+                    format!("`{name}` is a TOML {}; a tunable value is a string, number or boolean", other.type_str()),
                 ));
             }
-            let text = match value {
-                toml::Value::String(s) => s,
-                toml::Value::Integer(n) => n.to_string(),
-                toml::Value::Float(x) => x.to_string(),
-                toml::Value::Boolean(b) => b.to_string(),
-                other => {
-                    return Err(format!(
-                        "`{name}` is a {}; a tunable value is a string, number or boolean",
-                        other.type_str()
-                    ));
-                }
-            };
-            tunables.insert(name, text);
-        }
-        Ok(RunHints { primary_unreachable: self.primary_unreachable, tunables })
+        };
+        hints.tunables.insert(name, text);
     }
+    Ok(hints)
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAttempt {
-    status: Option<u16>,
+    status: Option<Spanned<u16>>,
     #[serde(default)]
-    headers: BTreeMap<String, String>,
-    retry_after_date_in_s: Option<u64>,
+    headers: BTreeMap<Spanned<String>, Spanned<String>>,
+    retry_after_date_in_s: Option<Spanned<u64>>,
     #[serde(default)]
     headers_delay_ms: u64,
-    content_type: Option<String>,
-    body: Option<String>,
+    content_type: Option<Spanned<String>>,
+    body: Option<Spanned<String>>,
     #[serde(default)]
     steps: Vec<Spanned<RawStep>>,
 }
 
 impl RawAttempt {
-    fn check(self, steps: Vec<Step>) -> Result<Attempt, String> {
-        let status = self.status.unwrap_or(200);
+    /// The attempt; an error carries the span of the key at fault, when
+    /// one is (else the table's is used).
+    fn check(self, steps: Vec<Step>) -> Result<Attempt, (Option<Range<usize>>, String)> {
+        let status_span = self.status.as_ref().map(Spanned::span);
+        let status = self.status.map_or(200, Spanned::into_inner);
         let status = StatusCode::from_u16(status)
             .ok()
             .filter(|s| (200..=599).contains(&s.as_u16()))
-            .ok_or_else(|| format!("status {status} is not allowed; use 200 to 599"))?;
+            .ok_or_else(|| (status_span.clone(), format!("status {status} is not allowed; use 200 to 599")))?;
         if !steps.is_empty() && !status.is_success() {
-            return Err(format!("status {status} has steps; steps stream a 2xx answer (use `body` for an error body)"));
+            let detail = format!("status {status} has steps; steps stream a 2xx answer (use `body` for an error body)");
+            return Err((status_span, detail));
         }
-        if !steps.is_empty() && self.body.is_some() {
-            return Err("has both `body` and `steps`; give one".to_owned());
+        if let Some(body) = &self.body
+            && !steps.is_empty()
+        {
+            return Err((Some(body.span()), "has both `body` and `steps`; give one".to_owned()));
         }
         let mut headers = HeaderMap::new();
         for (name, value) in &self.headers {
-            let header = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| format!("header name {name:?} is not a valid HTTP header name"))?;
+            let (name_span, text) = (Some(name.span()), name.get_ref());
+            let header = HeaderName::from_bytes(text.as_bytes())
+                .map_err(|_| (name_span.clone(), format!("header name {text:?} is not a valid HTTP header name")))?;
             if header == http::header::CONTENT_TYPE {
-                return Err("set the content type with `content_type`, not in `headers`".to_owned());
-            }
-            if FRAMING_HEADERS.contains(&header.as_str()) {
-                return Err(format!(
-                    "header {name:?} frames the body and is set by the server; allowed: any other header"
+                return Err((
+                    name_span.clone(),
+                    "set the content type with `content_type`, not in `headers`".to_owned(),
                 ));
             }
-            let value = HeaderValue::from_str(value)
-                .map_err(|_| format!("header {name:?} has a value that is not valid in HTTP: {value:?}"))?;
-            headers.append(header, value);
+            if FRAMING_HEADERS.contains(&header.as_str()) {
+                let detail =
+                    format!("header {text:?} frames the body and is set by the server; allowed: any other header");
+                return Err((name_span.clone(), detail));
+            }
+            let header_value = HeaderValue::from_str(value.get_ref()).map_err(|_| {
+                (
+                    Some(value.span()),
+                    format!("header {text:?} has a value that is not valid in HTTP: {:?}", value.get_ref()),
+                )
+            })?;
+            headers.append(header, header_value);
         }
-        if self.retry_after_date_in_s.is_some_and(|s| s > MAX_RETRY_AFTER_DATE_S) {
-            return Err(format!("retry_after_date_in_s must be 0 to {MAX_RETRY_AFTER_DATE_S} (a year)"));
-        }
-        if self.retry_after_date_in_s.is_some() && headers.contains_key(http::header::RETRY_AFTER) {
-            return Err("has both `retry_after_date_in_s` and a `retry-after` header; give one".to_owned());
-        }
+        let retry_after_date_in = match &self.retry_after_date_in_s {
+            Some(seconds) if *seconds.get_ref() > MAX_RETRY_AFTER_DATE_S => {
+                let detail = format!("retry_after_date_in_s must be 0 to {MAX_RETRY_AFTER_DATE_S} (a year)");
+                return Err((Some(seconds.span()), detail));
+            }
+            Some(seconds) if headers.contains_key(http::header::RETRY_AFTER) => {
+                let detail = "has both `retry_after_date_in_s` and a `retry-after` header; give one".to_owned();
+                return Err((Some(seconds.span()), detail));
+            }
+            Some(seconds) => Some(Duration::from_secs(*seconds.get_ref())),
+            None => None,
+        };
         let content_type = self
             .content_type
             .map(|ct| {
-                HeaderValue::from_str(&ct).map_err(|_| format!("content_type {ct:?} is not a valid header value"))
+                HeaderValue::from_str(ct.get_ref()).map_err(|_| {
+                    (Some(ct.span()), format!("content_type {:?} is not a valid header value", ct.get_ref()))
+                })
             })
             .transpose()?;
         Ok(Attempt {
             status,
             headers,
-            retry_after_date_in: self.retry_after_date_in_s.map(Duration::from_secs),
+            retry_after_date_in,
             headers_delay: Duration::from_millis(self.headers_delay_ms),
             content_type,
-            body: self.body,
+            body: self.body.map(Spanned::into_inner),
             steps,
         })
     }
@@ -727,40 +772,53 @@ steps = [
         assert_eq!(scenario.description(), "");
     }
 
-    /// Each bad file, the line the error must name, and words it must hold.
+    /// Each bad file, the line and column the error must name (where the
+    /// offending key or value starts, or the step's table), and words it
+    /// must hold.
     #[test]
-    fn bad_files_name_line_field_and_what_is_allowed() {
-        let cases: &[(&str, usize, &[&str])] = &[
-            ("[[attempts]]\nstatus = \"x\"", 2, &["`status`: invalid type", "u16"]),
-            ("[[attempts]]\nsteps = [{ content = \"a\", every_ms = -1 }]", 2, &["`every_ms`: invalid value"]),
-            ("[[attempts]]\nheaders = { \"retry-after\" = 2 }", 2, &["`retry-after`:", "expected a string"]),
-            ("[run]\nprimary_unreachable = \"yes\"\n[[attempts]]", 2, &["`primary_unreachable`:", "boolean"]),
-            ("[[attempts]]\nstatsu = 200", 2, &["statsu", "status"]),
-            ("[[attempts]]\nstatus = 700", 1, &["attempt 1", "200 to 599"]),
+    fn bad_files_name_line_column_field_and_what_is_allowed() {
+        let cases: &[(&str, (usize, usize), &[&str])] = &[
+            ("[[attempts]]\nstatus = \"x\"", (2, 10), &["`status`: invalid type", "u16"]),
+            ("[[attempts]]\nsteps = [{ content = \"a\", every_ms = -1 }]", (2, 38), &["`every_ms`: invalid value"]),
+            ("[[attempts]]\nheaders = { \"retry-after\" = 2 }", (2, 29), &["`retry-after`:", "expected a string"]),
+            ("[run]\nprimary_unreachable = \"yes\"\n[[attempts]]", (2, 23), &["`primary_unreachable`", "boolean"]),
+            ("[[attempts]]\nstatsu = 200", (2, 1), &["statsu", "expected one of `status`"]),
+            ("descripton = \"x\"\n[[attempts]]", (1, 1), &["descripton", "`description`, `run`, `attempts`"]),
+            ("[[attempts]]\nstatus = 700", (2, 10), &["attempt 1", "200 to 599"]),
             (
                 "[[attempts]]\nsteps = [\n  { content = \"a\" },\n  { contnet = \"a\" },\n]",
-                4,
+                (4, 5),
                 &["contnet", "reasoning"],
             ),
-            ("[[attempts]]\nsteps = [{ content = \"a\", stall_ms = 5 }]", 2, &["step 1", "content and stall_ms"]),
-            ("[[attempts]]\nsteps = [{ stall_ms = 5, count = 2 }]", 2, &["`count` does not go with `stall_ms`"]),
-            ("[[attempts]]\nsteps = [{ stall_ms = \"never\" }]", 2, &["forever", "milliseconds"]),
-            ("[[attempts]]\nsteps = [{ error = \"boom\" }]", 2, &["boom", "overloaded", "rate_limit"]),
-            ("[[attempts]]\nsteps = [{ reset = true }, { content = \"a\" }]", 2, &["step 2", "never runs"]),
-            ("[[attempts]]\nsteps = [{ reset = false }]", 2, &["reset = true"]),
-            ("[[attempts]]\nsteps = [{ count = 2 }]", 2, &["needs one of", "content"]),
-            ("[[attempts]]\nsteps = [{ content = \"a\", count = 0 }]", 2, &["`count` must be 1 to 100000"]),
-            ("[[attempts]]\nsteps = [{ pings_every_ms = 1, for_ms = 1000000 }]", 2, &["more than 100000 pings"]),
-            ("[[attempts]]\nsteps = [{ long_line_bytes = 0 }]", 2, &["long_line_bytes", "1 to"]),
-            ("\n[[attempts]]\nstatus = 429\nsteps = [{ content = \"a\" }]", 2, &["attempt 1", "2xx"]),
-            ("[[attempts]]\nheaders = { \"bad name\" = \"1\" }", 1, &["bad name"]),
-            ("[[attempts]]\nheaders = { \"content-length\" = \"1\" }", 1, &["content-length", "set by the server"]),
-            ("[run]\nIDLE = 1\n[[attempts]]", 1, &["[run]", "IDLE", "STALLSCOPE_"]),
-            ("[run]\nSTALLSCOPE_X = [1]\n[[attempts]]", 1, &["STALLSCOPE_X", "array"]),
+            ("[[attempts]]\nsteps = [{ content = \"a\", stall_ms = 5 }]", (2, 10), &["step 1", "content and stall_ms"]),
+            ("[[attempts]]\nsteps = [{ stall_ms = 5, count = 2 }]", (2, 10), &["`count` does not go with `stall_ms`"]),
+            ("[[attempts]]\nsteps = [{ stall_ms = \"never\" }]", (2, 23), &["forever", "milliseconds"]),
+            ("[[attempts]]\nsteps = [{ error = \"boom\" }]", (2, 20), &["boom", "overloaded", "rate_limit"]),
+            ("[[attempts]]\nsteps = [{ reset = true }, { content = \"a\" }]", (2, 28), &["step 2", "never runs"]),
+            ("[[attempts]]\nsteps = [{ reset = false }]", (2, 10), &["reset = true"]),
+            ("[[attempts]]\nsteps = [{ count = 2 }]", (2, 10), &["needs one of", "content"]),
+            ("[[attempts]]\nsteps = [{ content = \"a\", count = 0 }]", (2, 10), &["`count` must be 1 to 100000"]),
+            ("[[attempts]]\nsteps = [{ pings_every_ms = 1, for_ms = 1000000 }]", (2, 10), &["more than 100000 pings"]),
+            ("[[attempts]]\nsteps = [{ long_line_bytes = 0 }]", (2, 10), &["long_line_bytes", "1 to"]),
+            ("\n[[attempts]]\nstatus = 429\nsteps = [{ content = \"a\" }]", (3, 10), &["attempt 1", "2xx"]),
+            ("[[attempts]]\nbody = \"x\"\nsteps = [{ end = true }]", (2, 8), &["both `body` and `steps`"]),
+            ("[[attempts]]\nheaders = { \"é\" = \"1\", \"bad name\" = \"1\" }", (2, 24), &["bad name"]),
+            (
+                "[[attempts]]\nheaders = { \"content-length\" = \"1\" }",
+                (2, 13),
+                &["content-length", "set by the server"],
+            ),
+            ("[[attempts]]\nheaders = { \"x-a\" = \"\\u0001\" }", (2, 21), &["x-a", "not valid in HTTP"]),
+            ("[[attempts]]\nstatus = 503\nretry_after_date_in_s = 99999999", (3, 25), &["0 to 31536000"]),
+            ("[[attempts]]\nheaders = { \"retry-after\" = \"1\" }\nretry_after_date_in_s = 1", (3, 25), &["give one"]),
+            ("[[attempts]]\ncontent_type = \"a\\nb\"", (2, 16), &["content_type", "not a valid header value"]),
+            ("[run]\nIDLE = 1\n[[attempts]]", (2, 1), &["[run]", "IDLE", "STALLSCOPE_"]),
+            ("[run]\nSTALLSCOPE_X = [1]\n[[attempts]]", (2, 16), &["STALLSCOPE_X", "array"]),
         ];
-        for (text, line, words) in cases {
+        for (text, (line, column), words) in cases {
             let message = parse(text).unwrap_err();
-            assert!(message.starts_with(&format!("scenario test.toml, line {line}: ")), "{text:?} gave {message}");
+            let at = format!("scenario test.toml, line {line}, column {column}: ");
+            assert!(message.starts_with(&at), "{text:?} gave {message}");
             for word in *words {
                 assert!(message.contains(word), "{text:?} gave {message}, missing {word:?}");
             }

@@ -14,8 +14,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
-use http::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{ALLOW, RETRY_AFTER};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -29,12 +28,12 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 
 use super::error::SimError;
-use super::plan::plan;
 use super::player::{Abort, SimBody, body};
-use super::provider_error::{ProviderError, quote};
-use super::scenario::{Attempt, Scenario};
-use super::wire::Renderer;
+use super::recorded::RecordedReplies;
+use super::reply::{Reply, ReplyBody};
+use super::scenario::Scenario;
 use crate::providers::Dialect;
+use crate::replay::recording::Recording;
 
 /// The request header naming the stream an attempt belongs to.
 pub const STREAM_HEADER: &str = "x-stallscope-stream";
@@ -46,9 +45,26 @@ const DEFAULT_MODEL: &str = "sim-model";
 /// out of file descriptors) before trying again, instead of spinning.
 const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
+/// What the server answers from.
+enum Script {
+    /// A scenario: attempt N of a stream plays its script N.
+    Scenario(Scenario),
+    /// A recorded run: attempt N of stream S plays S's recorded attempt N.
+    Recording(RecordedReplies),
+}
+
+impl Script {
+    fn reply(&self, stream: Option<&str>, attempt: usize, dialect: Dialect, model: &str) -> Reply {
+        match self {
+            Script::Scenario(scenario) => Reply::scripted(scenario.attempt(attempt), dialect, model),
+            Script::Recording(recording) => recording.reply(stream, attempt),
+        }
+    }
+}
+
 /// What every connection shares.
 struct Shared {
-    scenario: Scenario,
+    script: Script,
     /// Present when the simulator speaks HTTPS.
     tls: Option<TlsAcceptor>,
     /// Requests seen per stream id (the empty id for requests without one).
@@ -77,21 +93,32 @@ impl SimServer {
     /// Binds 127.0.0.1:`port` (0 picks a free port) and serves `scenario`
     /// until shut down or dropped.
     pub async fn start(scenario: Scenario, port: u16) -> Result<SimServer, SimError> {
-        Self::serve(scenario, port, None).await
+        Self::serve(Script::Scenario(scenario), port, None).await
+    }
+
+    /// Binds 127.0.0.1:`port` (0 picks a free port) and serves `recording`
+    /// as a live provider with its recorded timing, every delay divided by
+    /// `speed` (0.1 to 1000): byte for byte where raw bodies were recorded
+    /// in full, otherwise re-rendered in the recorded dialect from the
+    /// recorded events. Request N naming stream S in `x-stallscope-stream`
+    /// gets S's recorded attempt N.
+    pub async fn start_recording(recording: &Recording, speed: f64, port: u16) -> Result<SimServer, SimError> {
+        let replies = RecordedReplies::new(recording, speed)?;
+        Self::serve(Script::Recording(replies), port, None).await
     }
 
     /// Like [`SimServer::start`], but speaking HTTPS with `identity` (for
     /// tests of proxies' CONNECT tunnels and of custom CA files).
     pub async fn start_tls(scenario: Scenario, port: u16, identity: &TlsIdentity) -> Result<SimServer, SimError> {
-        Self::serve(scenario, port, Some(identity.acceptor()?)).await
+        Self::serve(Script::Scenario(scenario), port, Some(identity.acceptor()?)).await
     }
 
-    async fn serve(scenario: Scenario, port: u16, tls: Option<TlsAcceptor>) -> Result<SimServer, SimError> {
+    async fn serve(script: Script, port: u16, tls: Option<TlsAcceptor>) -> Result<SimServer, SimError> {
         let requested = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let bind_error = |source| SimError::Bind { addr: requested, source };
         let listener = listen(requested).map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
-        let shared = Arc::new(Shared { scenario, tls, attempts: Mutex::new(HashMap::new()) });
+        let shared = Arc::new(Shared { script, tls, attempts: Mutex::new(HashMap::new()) });
         let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         Ok(SimServer { addr, shared, accept })
     }
@@ -114,9 +141,12 @@ impl SimServer {
         self.shared.attempts.lock().unwrap_or_else(PoisonError::into_inner).get(stream).copied().unwrap_or(0)
     }
 
-    /// The scenario being served.
-    pub fn scenario(&self) -> &Scenario {
-        &self.shared.scenario
+    /// The scenario being served (`None` when serving a recording).
+    pub fn scenario(&self) -> Option<&Scenario> {
+        match &self.shared.script {
+            Script::Scenario(scenario) => Some(scenario),
+            Script::Recording(_) => None,
+        }
     }
 
     /// Stops listening and drops every connection; returns once the
@@ -243,13 +273,11 @@ async fn respond(
     let Some(dialect) = Dialect::from_server_path(request.uri().path()) else {
         let paths = Dialect::ALL.map(Dialect::server_path).join(", ");
         let message = format!("no endpoint {}; the simulator serves POST {paths}", request.uri().path());
-        return Ok(json_response(StatusCode::NOT_FOUND, format!(r#"{{"error":{{"message":{}}}}}"#, quote(&message))));
+        return Ok(answer(Reply::error(StatusCode::NOT_FOUND, &message), abort).await);
     };
     if request.method() != Method::POST {
-        let mut response = json_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!(r#"{{"error":{{"message":"{} takes POST"}}}}"#, dialect.server_path()),
-        );
+        let message = format!("{} takes POST", dialect.server_path());
+        let mut response = answer(Reply::error(StatusCode::METHOD_NOT_ALLOWED, &message), abort).await;
         response.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
         return Ok(response);
     }
@@ -261,45 +289,37 @@ async fn respond(
         Err(_) => None,
     }
     .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
-    let attempt = shared.scenario.attempt(n);
-    tokio::time::sleep(attempt.headers_delay).await;
-    Ok(scripted_response(attempt, dialect, &model, abort))
+    let reply = shared.script.reply(stream.as_deref(), n, dialect, &model);
+    Ok(answer(reply, abort).await)
 }
 
-fn json_response(status: StatusCode, json: String) -> Response<SimBody> {
-    let mut response = Response::new(Full::new(Bytes::from(json)).boxed_unsync());
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-fn scripted_response(
-    attempt: &Attempt,
-    dialect: Dialect,
-    model: &str,
-    abort: UnboundedSender<Abort>,
-) -> Response<SimBody> {
-    let streaming = attempt.status.is_success() && attempt.body.is_none();
-    let body = if streaming {
-        body(plan(&attempt.steps, &mut Renderer::new(dialect, model)), abort)
-    } else {
-        let text =
-            attempt.body.clone().unwrap_or_else(|| ProviderError::for_status(attempt.status, model).body(dialect));
-        Full::new(Bytes::from(text)).boxed_unsync()
-    };
-    let mut response = Response::new(body);
-    *response.status_mut() = attempt.status;
-    let headers = response.headers_mut();
-    let default_type = if attempt.status.is_success() { "text/event-stream" } else { "application/json" };
-    headers.insert(CONTENT_TYPE, attempt.content_type.clone().unwrap_or(HeaderValue::from_static(default_type)));
-    if streaming {
-        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+/// Plays `reply`: waits its delay, then answers, or tears the connection
+/// down (or holds it) without answering.
+async fn answer(reply: Reply, abort: UnboundedSender<Abort>) -> Response<SimBody> {
+    match reply {
+        Reply::Unanswered { delay, abort: teardown } => {
+            tokio::time::sleep(delay).await;
+            if let Some(teardown) = teardown {
+                // An error only means the connection is already gone.
+                let _ = abort.send(teardown);
+            }
+            std::future::pending().await
+        }
+        Reply::Respond { delay, head, body: reply_body } => {
+            tokio::time::sleep(delay).await;
+            let body = match reply_body {
+                ReplyBody::Fixed(bytes) => Full::new(bytes).boxed_unsync(),
+                ReplyBody::Timed(plan) => body(plan, abort),
+            };
+            let mut response = Response::new(body);
+            *response.status_mut() = head.status;
+            *response.headers_mut() = head.headers;
+            if let Some(wait) = head.retry_after_date_in {
+                response.headers_mut().insert(RETRY_AFTER, retry_after_date(wait));
+            }
+            response
+        }
     }
-    headers.extend(attempt.headers.clone());
-    if let Some(wait) = attempt.retry_after_date_in {
-        headers.insert(RETRY_AFTER, retry_after_date(wait));
-    }
-    response
 }
 
 /// An HTTP-date `wait` from now, rounded up to the next whole second (the

@@ -25,10 +25,17 @@ const INVALID_UTF8: &[u8] = b"\"\x80 \xc3( \xff\xfe\"";
 
 /// Which kind of output is being streamed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
+    /// Output text.
     Text,
+    /// Reasoning or thinking.
     Thinking,
+    /// A tool call's arguments.
+    Tool,
 }
+
+/// The name of the tool a rendered tool call calls.
+const TOOL_NAME: &str = "sim_tool";
 
 /// The open Anthropic content block or Responses output item.
 #[derive(Debug)]
@@ -55,6 +62,7 @@ pub(super) struct Renderer {
     blocks: usize,
     messages: usize,
     reasonings: usize,
+    tools: usize,
     /// Responses: finished output items, for `response.completed`.
     items: Vec<String>,
     /// Anthropic sends one `ping` after the first block opens.
@@ -90,6 +98,7 @@ impl Renderer {
             blocks: 0,
             messages: 0,
             reasonings: 0,
+            tools: 0,
             items: Vec::new(),
             pinged: false,
         }
@@ -167,6 +176,7 @@ impl Renderer {
         let (prefix, nth) = match kind {
             Kind::Text => ("msg_sim", &mut self.messages),
             Kind::Thinking => ("rs_sim", &mut self.reasonings),
+            Kind::Tool => ("fc_sim", &mut self.tools),
         };
         *nth += 1;
         let id = if *nth == 1 { prefix.to_owned() } else { format!("{prefix}_{nth}") };
@@ -190,10 +200,21 @@ impl Renderer {
                 );
                 self.responses("response.reasoning_summary_part.added", part.as_bytes(), out);
             }
+            (Dialect::OpenAiResponses, Kind::Tool) => {
+                let item = format!(
+                    r#""output_index":{index},"item":{{"id":"{id}","type":"function_call","status":"in_progress","arguments":"","call_id":"call_{id}","name":"{TOOL_NAME}"}}"#
+                );
+                self.responses("response.output_item.added", item.as_bytes(), out);
+            }
             (Dialect::AnthropicMessages, _) => {
+                let tool;
                 let block = match kind {
                     Kind::Text => r#"{"type":"text","text":""}"#,
                     Kind::Thinking => r#"{"type":"thinking","thinking":"","signature":""}"#,
+                    Kind::Tool => {
+                        tool = format!(r#"{{"type":"tool_use","id":"toolu_{id}","name":"{TOOL_NAME}","input":{{}}}}"#);
+                        &tool
+                    }
                 };
                 out.push(Renderer::anthropic(
                     "content_block_start",
@@ -241,6 +262,20 @@ impl Renderer {
                 self.responses("response.output_item.done", done.as_bytes(), out);
                 self.items.push(item);
             }
+            (Dialect::OpenAiResponses, Kind::Tool) => {
+                let at = format!(r#""item_id":"{id}","output_index":{index}"#);
+                self.responses(
+                    "response.function_call_arguments.done",
+                    format!(r#"{at},"arguments":{text}"#).as_bytes(),
+                    out,
+                );
+                let item = format!(
+                    r#"{{"id":"{id}","type":"function_call","status":"completed","arguments":{text},"call_id":"call_{id}","name":"{TOOL_NAME}"}}"#
+                );
+                let done = format!(r#""output_index":{index},"item":{item}"#);
+                self.responses("response.output_item.done", done.as_bytes(), out);
+                self.items.push(item);
+            }
             (Dialect::AnthropicMessages, kind) => {
                 if kind == Kind::Thinking {
                     // Real thinking blocks end with a signature over the thoughts.
@@ -260,9 +295,22 @@ impl Renderer {
         self.enter(kind, out);
         self.output_tokens += 1;
         let Some(block) = self.block.as_mut() else { return };
+        let first = block.text.is_empty();
         block.text.push_str(plain);
         let (index, id) = (block.index, block.id.clone());
         match (self.dialect, kind) {
+            (Dialect::OpenAiChat, Kind::Tool) => {
+                // The first delta of a call names it, as the real service does.
+                let call = if first {
+                    format!(
+                        r#"{{"index":0,"id":"call_{id}","type":"function","function":{{"name":"{TOOL_NAME}","arguments":"#
+                    )
+                } else {
+                    r#"{"index":0,"function":{"arguments":"#.to_owned()
+                };
+                let head = format!(r#"{}[{{"index":0,"delta":{{"tool_calls":[{call}"#, self.chunk_head());
+                out.push(event(None, &[head.as_bytes(), quoted, br#"}}]},"finish_reason":null}]}"#]));
+            }
             (Dialect::OpenAiChat, kind) => {
                 let field = if kind == Kind::Text { "content" } else { "reasoning_content" };
                 let head = format!(r#"{}[{{"index":0,"delta":{{"{field}":"#, self.chunk_head());
@@ -276,9 +324,16 @@ impl Renderer {
                 let at = format!(r#""item_id":"{id}","output_index":{index},"summary_index":0,"delta":"#);
                 self.responses("response.reasoning_summary_text.delta", &[at.as_bytes(), quoted].concat(), out);
             }
+            (Dialect::OpenAiResponses, Kind::Tool) => {
+                let at = format!(r#""item_id":"{id}","output_index":{index},"delta":"#);
+                self.responses("response.function_call_arguments.delta", &[at.as_bytes(), quoted].concat(), out);
+            }
             (Dialect::AnthropicMessages, kind) => {
-                let (delta, field) =
-                    if kind == Kind::Text { ("text_delta", "text") } else { ("thinking_delta", "thinking") };
+                let (delta, field) = match kind {
+                    Kind::Text => ("text_delta", "text"),
+                    Kind::Thinking => ("thinking_delta", "thinking"),
+                    Kind::Tool => ("input_json_delta", "partial_json"),
+                };
                 let head =
                     format!(r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"{delta}","{field}":"#);
                 out.push(event(Some("content_block_delta"), &[head.as_bytes(), quoted, b"}}"]));
@@ -294,6 +349,43 @@ impl Renderer {
     /// A reasoning delta of `text`.
     pub fn reasoning(&mut self, text: &str, out: &mut Vec<Bytes>) {
         self.delta(Kind::Thinking, quote(text).as_bytes(), text, out);
+    }
+
+    /// A tool call's arguments delta of `text`.
+    pub fn tool_call(&mut self, text: &str, out: &mut Vec<Bytes>) {
+        self.delta(Kind::Tool, quote(text).as_bytes(), text, out);
+    }
+
+    /// The stream's next bookkeeping event(s) on the way to output of kind
+    /// `next` (`None`: no more output): the opening events, else the events
+    /// that close the open block and open one of kind `next`, else those
+    /// closing the open block before the end, else one event that changes
+    /// nothing (an empty chat delta, Responses `response.in_progress`,
+    /// Anthropic `message_delta` without a stop reason).
+    pub fn bookkeeping(&mut self, next: Option<Kind>, out: &mut Vec<Bytes>) {
+        let open_kind = self.block.as_ref().map(|b| b.kind);
+        match next {
+            _ if !self.opened => self.open(out),
+            Some(kind) if open_kind != Some(kind) => self.enter(kind, out),
+            None if open_kind.is_some() => self.leave(out),
+            _ => match self.dialect {
+                Dialect::OpenAiChat => {
+                    let empty = self.chunk(r#"[{"index":0,"delta":{},"finish_reason":null}]"#, "");
+                    out.push(event(None, &[empty.as_bytes()]));
+                }
+                Dialect::OpenAiResponses => {
+                    let response = self.response_object("in_progress", r#""output":[],"usage":null"#);
+                    self.responses("response.in_progress", format!(r#""response":{response}"#).as_bytes(), out);
+                }
+                Dialect::AnthropicMessages => {
+                    let delta = format!(
+                        r#""delta":{{"stop_reason":null,"stop_sequence":null}},"usage":{{"output_tokens":{}}}"#,
+                        self.output_tokens
+                    );
+                    out.push(Renderer::anthropic("message_delta", &delta));
+                }
+            },
+        }
     }
 
     /// A content delta whose text is not valid UTF-8.
