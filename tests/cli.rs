@@ -504,6 +504,7 @@ fn whatif_json_has_a_fixed_shape_and_refuses_bad_assumptions() {
     let missing = stallscope(&["whatif", "9", "--db", path], &[]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no run 9"));
     let _ = std::fs::remove_file(&db);
+}
 
 /// Starts `stallscope ARGS` (a `sim` command) and reads the URL it prints.
 /// The child is killed when the returned guard drops.

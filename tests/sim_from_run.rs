@@ -95,7 +95,7 @@ async fn replay_live(
 }
 
 fn recorded_courses(recording: &Recording) -> Vec<StreamCourse> {
-    recording.streams.iter().map(|s| StreamCourse::of(&s.events)).collect()
+    recording.streams.iter().map(|s| s.course.clone()).collect()
 }
 
 /// The recording's course again: the same outcome, attempts, hops and

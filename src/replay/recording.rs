@@ -129,6 +129,16 @@ impl RecordedAttempt {
         matches!(self.ended, None | Some((_, AttemptEnd::Timer { .. } | AttemptEnd::Cancelled)))
     }
 
+    /// Each chunk with the parsed events it completed.
+    pub fn chunks_with_events(&self) -> impl Iterator<Item = (&RecordedChunk, &[(EventClass, u32)])> {
+        let mut rest = self.events.as_slice();
+        self.chunks.iter().map(move |chunk| {
+            let (own, later) = rest.split_at((chunk.events as usize).min(rest.len()));
+            rest = later;
+            (chunk, own)
+        })
+    }
+
     /// When it started and when its recording stops.
     pub fn span(&self) -> (Duration, Duration) {
         let last_chunk = self.chunks.last().map(|c| c.at);

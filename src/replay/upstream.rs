@@ -390,11 +390,10 @@ async fn play(
 /// The recorded rhythm of keep-alives (interval and chunk size), when the
 /// attempt had any, for the assumption that a stall keeps pinging.
 fn keepalive_rhythm(recorded: &RecordedAttempt) -> Option<(Duration, usize)> {
-    let mut events = recorded.events.iter();
-    let mut pings = recorded.chunks.iter().filter(|chunk| {
-        let mut own = events.by_ref().take(chunk.events as usize);
-        chunk.events > 0 && own.all(|(class, _)| *class == EventClass::Keepalive)
-    });
+    let mut pings = recorded
+        .chunks_with_events()
+        .filter(|(_, events)| !events.is_empty() && events.iter().all(|(class, _)| *class == EventClass::Keepalive))
+        .map(|(chunk, _)| chunk);
     let first = *pings.next()?;
     let (mut count, mut size, mut last) = (1u32, first.bytes as usize, first);
     for ping in pings {

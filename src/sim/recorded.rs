@@ -213,7 +213,7 @@ fn head(response: &RecordedResponse, timing: &Timing) -> Head {
 /// The raw body cut at the recorded chunk boundaries.
 fn split(raw: &[u8], chunks: &[RecordedChunk]) -> Vec<Bytes> {
     let mut rest = Bytes::copy_from_slice(raw);
-    let mut pieces: Vec<Bytes> = chunks.iter().map(|c| rest.split_to(c.bytes.min(rest.len()))).collect();
+    let mut pieces: Vec<Bytes> = chunks.iter().map(|c| rest.split_to((c.bytes as usize).min(rest.len()))).collect();
     if let Some(last) = pieces.last_mut()
         && !rest.is_empty()
     {
@@ -240,10 +240,9 @@ fn rerender(attempt: &RecordedAttempt, dialect: Dialect) -> Vec<Bytes> {
     };
     let end = attempt.ended.as_ref().map(|(_, end)| end);
     let events: Vec<(usize, EventClass, usize)> = attempt
-        .chunks
-        .iter()
+        .chunks_with_events()
         .enumerate()
-        .flat_map(|(i, chunk)| chunk.events.iter().map(move |&(class, chars)| (i, class, chars)))
+        .flat_map(|(i, (_, events))| events.iter().map(move |&(class, chars)| (i, class, chars as usize)))
         .collect();
     let mut waiting: VecDeque<(Option<EventClass>, Bytes)> = VecDeque::new();
     let mut per_chunk: Vec<Vec<Bytes>> = vec![Vec::new(); attempt.chunks.len()];
@@ -358,7 +357,7 @@ fn spread(chunks: &[RecordedChunk], mut per_chunk: Vec<Vec<Bytes>>) -> Vec<Bytes
         let events = &mut now[i];
         if events.is_empty() {
             let next = later.iter_mut().find_map(|events| events.first_mut());
-            out.push(next.map_or_else(Bytes::new, |event| event.split_to(chunk.bytes.min(event.len() - 1))));
+            out.push(next.map_or_else(Bytes::new, |event| event.split_to((chunk.bytes as usize).min(event.len() - 1))));
         } else {
             out.push(Bytes::from(events.concat()));
         }
@@ -373,11 +372,16 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    fn chunk(ms: u64, bytes: usize, events: &[(EventClass, usize)]) -> RecordedChunk {
-        RecordedChunk { at: MS * u32::try_from(ms).unwrap(), bytes, events: events.to_vec() }
+    /// A chunk as the recording holds it, with the events it completed.
+    type Chunk = (RecordedChunk, Vec<(EventClass, u32)>);
+
+    fn chunk(ms: u64, bytes: u32, events: &[(EventClass, u32)]) -> Chunk {
+        let at = MS * u32::try_from(ms).unwrap();
+        (RecordedChunk { at, bytes, events: u32::try_from(events.len()).unwrap() }, events.to_vec())
     }
 
-    fn attempt(chunks: Vec<RecordedChunk>, end: Option<(u64, AttemptEnd)>) -> RecordedAttempt {
+    fn attempt(chunks: Vec<Chunk>, end: Option<(u64, AttemptEnd)>) -> RecordedAttempt {
+        let (chunks, events): (Vec<RecordedChunk>, Vec<Vec<(EventClass, u32)>>) = chunks.into_iter().unzip();
         RecordedAttempt {
             ordinal: 1,
             target: Target::new("p", "m"),
@@ -390,6 +394,7 @@ mod tests {
                 error_body: None,
             }),
             chunks,
+            events: events.concat(),
             ended: end.map(|(ms, e)| (MS * u32::try_from(ms).unwrap(), e)),
             stop_reason: None,
             message: None,
@@ -428,7 +433,7 @@ mod tests {
         use EventClass::{Content, Keepalive, Lifecycle, Reasoning, ToolCall};
         // Each dialect's own shape of a stream: the opening, a thinking
         // block, text, a tool call, keep-alives, and the closing events.
-        let cases: [(Dialect, Vec<RecordedChunk>); 3] = [
+        let cases: [(Dialect, Vec<Chunk>); 3] = [
             (
                 Dialect::OpenAiChat,
                 vec![
@@ -462,7 +467,7 @@ mod tests {
         ];
         for (dialect, chunks) in cases {
             let recorded: Vec<Vec<EventClass>> =
-                chunks.iter().map(|c| c.events.iter().map(|(class, _)| *class).collect()).collect();
+                chunks.iter().map(|(_, events)| events.iter().map(|(class, _)| *class).collect()).collect();
             let a = attempt(chunks, Some((160, AttemptEnd::Done)));
             let (classes, done) = decode(dialect, &rerender(&a, dialect));
             assert_eq!(classes, recorded, "{dialect:?}");
