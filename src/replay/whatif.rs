@@ -140,6 +140,16 @@ const HORIZON_PAST_END: Duration = Duration::from_secs(24 * 3600);
 
 /// Runs `whatif` on `recording`.
 pub fn what_if(recording: &Recording, whatif: &WhatIf) -> Result<WhatIfReport, WhatIfError> {
+    what_if_watched(recording, whatif, None)
+}
+
+/// [`what_if`], with every replayed event also delivered to `watcher` (the
+/// app draws the what-if lanes from them).
+pub fn what_if_watched(
+    recording: &Recording,
+    whatif: &WhatIf,
+    watcher: Option<Arc<dyn EventSink>>,
+) -> Result<WhatIfReport, WhatIfError> {
     let mut tunables = recording.tunables.clone();
     for set in &whatif.overrides {
         tunables.apply_override(set)?;
@@ -152,7 +162,8 @@ pub fn what_if(recording: &Recording, whatif: &WhatIf) -> Result<WhatIfReport, W
         scope
             .spawn(|| {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?;
-                Ok::<_, std::io::Error>(runtime.block_on(replay(recording, policy, classifier, whatif.assumptions)))
+                let replayed = replay(recording, policy, classifier, whatif.assumptions, watcher);
+                Ok::<_, std::io::Error>(runtime.block_on(replayed))
             })
             .join()
     });
@@ -166,6 +177,7 @@ async fn replay(
     policy: CorePolicy,
     classifier: Classifier,
     assumptions: Assumptions,
+    watcher: Option<Arc<dyn EventSink>>,
 ) -> (HashMap<StreamId, StreamCourse>, BTreeMap<u64, Vec<Played>>) {
     let epoch = Instant::now();
     let playback = Arc::new(Playback {
@@ -192,7 +204,7 @@ async fn replay(
             (name.clone(), Arc::new(CredentialPool::new(keys, policy.credentials.rotation)))
         })
         .collect();
-    let sink = Arc::new(CourseSink::default());
+    let sink = Arc::new(CourseSink { streams: Mutex::default(), watcher });
     let executor = Executor {
         fleet: Arc::new(Fleet::new(policy.fleet, pools)),
         policy: Arc::new(policy),
@@ -227,9 +239,9 @@ async fn replay(
 
 /// Folds each stream's events into its course as they come: a replay of
 /// millions of events keeps none of them.
-#[derive(Default)]
 struct CourseSink {
     streams: Mutex<HashMap<StreamId, CourseBuilder, BuildHasherDefault<StreamIdHasher>>>,
+    watcher: Option<Arc<dyn EventSink>>,
 }
 
 /// Stream ids are small, dense and ours: a multiply spreads them enough,
@@ -266,7 +278,65 @@ impl EventSink for CourseSink {
         if let Ok(mut streams) = self.streams.lock() {
             streams.entry(event.stream).or_default().push(&event);
         }
+        if let Some(watcher) = &self.watcher {
+            watcher.emit(event);
+        }
     }
+}
+
+/// How faithfully a recording replays: its null what-if (its own tunables
+/// and seed) against what it recorded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fidelity {
+    /// Streams whose replay matches the recording: the same outcome,
+    /// attempts, hops and categories, every timer within
+    /// [`FIDELITY_TOLERANCE`] of when it fired live, and no assumption.
+    pub reproduced: usize,
+    /// Streams in the run.
+    pub streams: usize,
+    /// The largest difference between a timer's live and replayed firing,
+    /// in seconds, over the streams that fired the same timers.
+    pub worst_drift_s: f64,
+}
+
+/// How far a replayed timer may fire from its live firing and still
+/// count as reproduced (the live runtime's lateness and the replay's
+/// millisecond clock).
+pub const FIDELITY_TOLERANCE: Duration = Duration::from_millis(5);
+
+impl Fidelity {
+    /// Whether every stream was reproduced.
+    pub fn is_exact(&self) -> bool {
+        self.reproduced == self.streams
+    }
+}
+
+/// Replays `recording` unchanged and says how faithfully it reproduces.
+pub fn fidelity(recording: &Recording) -> Result<Fidelity, WhatIfError> {
+    let report = what_if(recording, &WhatIf::default())?;
+    let tolerance = FIDELITY_TOLERANCE.as_secs_f64();
+    let mut fidelity = Fidelity { reproduced: 0, streams: report.streams.len(), worst_drift_s: 0.0 };
+    for stream in &report.streams {
+        let (before, after) = (&stream.before, &stream.after);
+        let same_timers = before.fired.len() == after.fired.len()
+            && before.fired.iter().zip(&after.fired).all(|(b, a)| b.timer == a.timer && b.attempt == a.attempt);
+        let drift = if same_timers {
+            before.fired.iter().zip(&after.fired).map(|(b, a)| (b.at_s - a.at_s).abs()).fold(0.0, f64::max)
+        } else {
+            f64::INFINITY
+        };
+        if same_timers {
+            fidelity.worst_drift_s = fidelity.worst_drift_s.max(drift);
+        }
+        let same = before.outcome == after.outcome
+            && before.attempts == after.attempts
+            && before.hops == after.hops
+            && before.categories == after.categories
+            && drift <= tolerance
+            && stream.assumptions.is_empty();
+        fidelity.reproduced += usize::from(same);
+    }
+    Ok(fidelity)
 }
 
 fn wall_clock(unix_ns: i64) -> SystemTime {
