@@ -21,7 +21,7 @@ use stallscope::core::category::TimerKind;
 use stallscope::core::event::{Event, EventClass, EventKind, Outcome};
 use stallscope::core::failover::Target;
 use stallscope::gui::lanes::Timeline;
-use stallscope::gui::timeline::TimelineView;
+use stallscope::gui::timeline::{Clock, TimelineView};
 
 /// A run like a long streaming session: each stream arms its timers, then
 /// alternates chunks and content events, with a keep-alive every tenth
@@ -67,8 +67,8 @@ fn synthetic(streams: u64, events_per_stream: u64, seconds: f64) -> Timeline {
 }
 
 /// Frame times of `count` frames of `view` over `timeline`, after a warm-up.
-fn view_frames(timeline: &Timeline, mut view: TimelineView, now_s: f64, live: bool, count: usize) -> Vec<Duration> {
-    frames(count, |ui| view.ui(ui, timeline, now_s, live))
+fn view_frames(timeline: &Timeline, mut view: TimelineView, clock: Clock, count: usize) -> Vec<Duration> {
+    frames(count, |ui| view.ui(ui, timeline, clock))
 }
 
 /// The baseline: as many lanes as the view shows at once, each an
@@ -145,11 +145,11 @@ fn main() {
     let raw = raw_frames(&timeline, timeline.lanes.len().min(11), count);
     let baseline = raw[raw.len() / 2];
     report("baseline: egui_plot, every point, 11 lanes", &raw, baseline);
-    report("whole run fitted", &view_frames(&timeline, TimelineView::default(), end, false, count), baseline);
+    report("whole run fitted", &view_frames(&timeline, TimelineView::default(), Clock::Ended(end), count), baseline);
     let mut following = TimelineView::default();
     following.window_s = 5.0;
-    report("following live, last 5 s", &view_frames(&timeline, following, end * 0.6, true, count), baseline);
+    report("following live, last 5 s", &view_frames(&timeline, following, Clock::Live(end * 0.6), count), baseline);
     let mut compact = TimelineView::default();
     compact.compact = true;
-    report("compact lanes", &view_frames(&timeline, compact, end, false, count), baseline);
+    report("compact lanes", &view_frames(&timeline, compact, Clock::Ended(end), count), baseline);
 }
