@@ -10,7 +10,7 @@ use egui::{Color32, RichText, Ui};
 use serde::{Deserialize, Serialize};
 
 use super::lanes::Timeline;
-use super::playback::{Command, Playback};
+use super::playback::{Change, Command, Playback};
 use super::replay::Replay;
 use super::runner::{Runner, Update};
 use super::timeline::{Clock, TimelineView};
@@ -132,6 +132,15 @@ enum Showing {
     },
 }
 
+/// Brings the lanes to the cursor if it moved; returns whether playback
+/// wants another frame.
+fn follow(replay: &mut Replay, playback: &Playback, change: Change) -> bool {
+    if change.moved {
+        replay.seek(playback.position_s());
+    }
+    change.needs_repaint
+}
+
 /// The live view's state that does not persist.
 #[derive(Debug, Default)]
 pub struct Live {
@@ -210,19 +219,15 @@ impl Live {
     pub fn advance(&mut self, dt_s: f64) -> bool {
         let Showing::Stored { replay, playback, .. } = &mut self.showing else { return false };
         let change = playback.advance(dt_s);
-        if change.moved {
-            replay.seek(playback.position_s());
-        }
-        change.needs_repaint
+        follow(replay, playback, change)
     }
 
-    /// Carries out a transport command on the stored run shown.
-    pub fn command(&mut self, command: Command) {
-        let Showing::Stored { replay, playback, .. } = &mut self.showing else { return };
+    /// Carries out a transport command on the stored run shown; returns
+    /// true when it plays (another frame is wanted).
+    pub fn command(&mut self, command: Command) -> bool {
+        let Showing::Stored { replay, playback, .. } = &mut self.showing else { return false };
         let change = playback.apply(command, replay.moments());
-        if change.moved {
-            replay.seek(playback.position_s());
-        }
+        follow(replay, playback, change)
     }
 
     /// Takes in what arrived from the run; returns true when its last part
@@ -347,7 +352,9 @@ impl Live {
             Showing::Live { .. } => {}
         }
         for command in commands {
-            self.command(command);
+            if self.command(command) {
+                ui.ctx().request_repaint();
+            }
         }
         if !self.results.is_empty() {
             let failed = self.results.iter().filter(|r| r.contains("could not run")).count();
