@@ -13,6 +13,11 @@
 //! drawing the same visible lanes' series point by point (its own culling
 //! and banding, no reduction of ours), which is what the lanes would cost
 //! without [`stallscope::gui::decimate`].
+//!
+//! Then replay's scrubbing, on 1,000 streams and 1,000,000 events: moving
+//! the cursor backward (rewind to a checkpoint, fold in the events after
+//! it) against folding the same events into a fresh model from the start,
+//! in the same run, and what the checkpoints and the events kept cost.
 
 use std::time::{Duration, Instant};
 
@@ -20,15 +25,16 @@ use egui_plot::{Line, Plot, PlotPoint, PlotPoints, Points};
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::{Event, EventClass, EventKind, Outcome};
 use stallscope::core::failover::Target;
-use stallscope::gui::lanes::Timeline;
-use stallscope::gui::timeline::TimelineView;
+use stallscope::gui::lanes::{Lane, Timeline};
+use stallscope::gui::replay::Replay;
+use stallscope::gui::timeline::{Clock, TimelineView};
 
 /// A run like a long streaming session: each stream arms its timers, then
 /// alternates chunks and content events, with a keep-alive every tenth
-/// event and a stall midway, over `seconds`.
-fn synthetic(streams: u64, events_per_stream: u64, seconds: f64) -> Timeline {
-    let mut timeline = Timeline::new();
-    let part = timeline.add_part("bench", 0.0);
+/// event and a stall midway, over `seconds`. Grouped by stream, as the
+/// store returns a run.
+fn synthetic(streams: u64, events_per_stream: u64, seconds: f64) -> Vec<Event> {
+    let mut events = Vec::with_capacity((streams * events_per_stream) as usize);
     let at = |s: f64| Duration::from_secs_f64(s);
     for stream in 0..streams {
         let event = |s: f64, kind| Event { at: at(s), stream, attempt: 1, kind };
@@ -43,7 +49,7 @@ fn synthetic(streams: u64, events_per_stream: u64, seconds: f64) -> Timeline {
         ];
         let body = events_per_stream.saturating_sub(head.len() as u64 + 1);
         for kind in head {
-            timeline.ingest(part, &event(start, kind));
+            events.push(event(start, kind));
         }
         let step = seconds / body as f64;
         for i in 0..body {
@@ -57,18 +63,17 @@ fn synthetic(streams: u64, events_per_stream: u64, seconds: f64) -> Timeline {
             } else {
                 EventKind::SseReceived { class: EventClass::Content, chars: 4, progress: true }
             };
-            timeline.ingest(part, &event(t, kind));
+            events.push(event(t, kind));
         }
         let end = start + seconds + 5.0;
-        timeline
-            .ingest(part, &event(end, EventKind::Finished { outcome: Outcome::Ok, attempts: 1, stop_reason: None }));
+        events.push(event(end, EventKind::Finished { outcome: Outcome::Ok, attempts: 1, stop_reason: None }));
     }
-    timeline
+    events
 }
 
 /// Frame times of `count` frames of `view` over `timeline`, after a warm-up.
-fn view_frames(timeline: &Timeline, mut view: TimelineView, now_s: f64, live: bool, count: usize) -> Vec<Duration> {
-    frames(count, |ui| view.ui(ui, timeline, now_s, live))
+fn view_frames(timeline: &Timeline, mut view: TimelineView, clock: Clock, count: usize) -> Vec<Duration> {
+    frames(count, |ui| view.ui(ui, timeline, clock))
 }
 
 /// The baseline: as many lanes as the view shows at once, each an
@@ -133,7 +138,7 @@ fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let (streams, per_stream, count) = if full { (100, 10_000, 60) } else { (5, 200, 3) };
     let built = Instant::now();
-    let timeline = synthetic(streams, per_stream, 60.0);
+    let timeline = Timeline::from_events("bench", &synthetic(streams, per_stream, 60.0));
     println!(
         "live view frame time: {} streams, {} events, 1600×900 (built in {:.0} ms)",
         timeline.lanes.len(),
@@ -145,11 +150,93 @@ fn main() {
     let raw = raw_frames(&timeline, timeline.lanes.len().min(11), count);
     let baseline = raw[raw.len() / 2];
     report("baseline: egui_plot, every point, 11 lanes", &raw, baseline);
-    report("whole run fitted", &view_frames(&timeline, TimelineView::default(), end, false, count), baseline);
+    report("whole run fitted", &view_frames(&timeline, TimelineView::default(), Clock::Ended(end), count), baseline);
     let mut following = TimelineView::default();
     following.window_s = 5.0;
-    report("following live, last 5 s", &view_frames(&timeline, following, end * 0.6, true, count), baseline);
+    report("following live, last 5 s", &view_frames(&timeline, following, Clock::Live(end * 0.6), count), baseline);
     let mut compact = TimelineView::default();
     compact.compact = true;
-    report("compact lanes", &view_frames(&timeline, compact, end, false, count), baseline);
+    report("compact lanes", &view_frames(&timeline, compact, Clock::Ended(end), count), baseline);
+    drop(timeline);
+    let (streams, per_stream, reps) = if full { (1000, 1000, 5) } else { (20, 100, 1) };
+    scrubbing(synthetic(streams, per_stream, 60.0), reps);
+}
+
+/// Backward scrubs against rebuilding from zero, and what replay keeps.
+fn scrubbing(events: Vec<Event>, reps: usize) {
+    let count = events.len();
+    let built = Instant::now();
+    let mut replay = Replay::new("bench", events.clone());
+    let load = built.elapsed();
+    let mut sorted = events;
+    sorted.sort_by_key(|e| e.at);
+    let end = replay.duration_s();
+    let (checkpoints, checkpoint_bytes) = replay.checkpoint_cost();
+    let model = model_bytes(replay.timeline());
+    let kept = count * std::mem::size_of::<Event>();
+    let cloned = Instant::now();
+    let copy = replay.timeline().clone();
+    let clone = cloned.elapsed();
+    drop(copy);
+    let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "\nreplay: {} streams, {count} events; opening (sort, fold in, checkpoints) {:.0} ms",
+        replay.timeline().lanes.len(),
+        ms(load)
+    );
+    println!(
+        "  model at the end ~{:.1} MiB (a clone of it: {:.1} ms); events kept {:.1} MiB ({} B each); \
+         {checkpoints} checkpoints {:.2} MiB ({:.1} B per event)",
+        mib(model),
+        ms(clone),
+        mib(kept),
+        std::mem::size_of::<Event>(),
+        mib(checkpoint_bytes),
+        checkpoint_bytes as f64 / count as f64
+    );
+    for fraction in [0.9, 0.5, 0.1] {
+        let to_s = end * fraction;
+        let (mut back, mut fresh) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            replay.seek(end);
+            let started = Instant::now();
+            replay.seek(to_s);
+            back.push(started.elapsed());
+            let started = Instant::now();
+            let upto = sorted.partition_point(|e| e.at.as_secs_f64() <= to_s);
+            let rebuilt = Timeline::from_events("bench", &sorted[..upto]);
+            fresh.push(started.elapsed());
+            assert_eq!(rebuilt.event_count(), replay.timeline().event_count());
+        }
+        back.sort();
+        fresh.sort();
+        let (back, fresh) = (back[back.len() / 2], fresh[fresh.len() / 2]);
+        let ratio = back.as_secs_f64() / fresh.as_secs_f64();
+        println!(
+            "  end → {:>2.0}% of the run: backward scrub {:>7.3} ms, from zero {:>8.1} ms, ratio {ratio:.4}",
+            fraction * 100.0,
+            ms(back),
+            ms(fresh)
+        );
+    }
+}
+
+/// The heap a timeline's lanes hold, roughly (series by capacity).
+fn model_bytes(timeline: &Timeline) -> usize {
+    use std::mem::size_of;
+    let lane = |l: &Lane| {
+        let marks =
+            |m: &[stallscope::gui::lanes::Mark]| m.iter().map(|m| size_of_val(m) + m.text.capacity()).sum::<usize>();
+        size_of::<Lane>()
+            + l.bytes.capacity() * size_of::<PlotPoint>()
+            + (l.output_ticks.capacity() + l.keepalive_ticks.capacity() + l.lifecycle_ticks.capacity()) * 8
+            + l.timers.iter().map(|t| size_of_val(t) + t.progress.capacity() * size_of::<PlotPoint>()).sum::<usize>()
+            + marks(&l.notes)
+            + marks(&l.attempts)
+            + marks(&l.fired)
+            + marks(&l.hops)
+            + marks(&l.low_buckets)
+    };
+    timeline.lanes.iter().map(lane).sum()
 }

@@ -23,6 +23,12 @@ click 962 44 5        # Run, then let the stories play out
 shot live
 click 186 12 2        # History
 shot history
+click 230 43 1        # Filter runs: the silent stall's run
+DISPLAY=:97 xdotool windowfocus "$WID" type "silent-stall"; sleep 1
+click 1086 91 3       # its Open button: it opens paused at its end
+DISPLAY=:97 xdotool windowfocus "$WID" key Escape Home space; sleep 1.3
+DISPLAY=:97 xdotool key space; sleep 1
+shot replay           # played 1.3 s from the start: the stall, not yet retried
 click 255 12 1        # Tunables
 click 440 133 1       # the idle timeout's field: a bad edit shows its message
 DISPLAY=:97 xdotool windowfocus "$WID" type "x"; sleep 1

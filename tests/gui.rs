@@ -7,8 +7,12 @@ use std::time::{Duration, Instant};
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
-use stallscope::core::event::Outcome;
+use stallscope::core::category::{Category, TimerKind};
+use stallscope::core::event::{Event, EventKind, Outcome};
+use stallscope::core::failover::Target;
+use stallscope::gui::lanes::Timeline;
 use stallscope::gui::live::Choice;
+use stallscope::gui::timeline::{Clock, TimelineView};
 use stallscope::gui::{App, Launch, Tab};
 
 /// A scratch directory removed when the test ends.
@@ -65,7 +69,7 @@ fn wait_for(h: &mut Harness<'_, App>, what: &str, shown: impl Fn(&Harness<'_, Ap
 }
 
 fn finished(app: &App, streams: usize) -> bool {
-    !app.live.is_running() && app.live.timeline.lanes.len() == streams
+    !app.live.is_running() && app.live.timeline().lanes.len() == streams
 }
 
 /// Presses Run and waits until the run's `streams` streams have ended.
@@ -93,7 +97,7 @@ fn a_scenario_run_started_from_the_ui_fills_its_lanes() {
     h.run();
     assert_eq!(h.state().prefs.form.choice, Choice::Scenario("healthy".into()));
     run_to_end(&mut h, 4);
-    let lanes = &h.state().live.timeline.lanes;
+    let lanes = &h.state().live.timeline().lanes;
     assert!(lanes.iter().all(|l| l.outcome == Some(Outcome::Ok)));
     assert!(lanes.iter().all(|l| l.total_bytes > 0 && !l.output_ticks.is_empty() && l.bytes.len() > 1));
     // The summary strip and each lane's header say how the streams ended.
@@ -108,7 +112,7 @@ fn a_stall_shows_the_fired_timer_the_backoff_and_the_retry() {
     let mut h = app(dir.path());
     choose(&mut h, "silent-stall", 1);
     run_to_end(&mut h, 1);
-    let lane = &h.state().live.timeline.lanes[0];
+    let lane = &h.state().live.timeline().lanes[0];
     assert_eq!(lane.outcome, Some(Outcome::Ok));
     assert_eq!(lane.attempt_count, 2);
     assert!(lane.fired.iter().any(|m| m.text == "idle timer fired"), "{:?}", lane.fired);
@@ -155,10 +159,10 @@ fn a_stored_run_opens_from_the_history_in_the_timeline() {
     h.get_by_label_contains("from-test");
     h.get_by_label("Open run 1").click();
     step_until(&mut h, "the stored run to open", |app| {
-        app.prefs.tab == Tab::Live && !app.live.timeline.lanes.is_empty()
+        app.prefs.tab == Tab::Live && !app.live.timeline().lanes.is_empty()
     });
     h.get_by_label_contains("Showing stored run 1 · from-test · rate-limited-ms");
-    let lanes = &h.state().live.timeline.lanes;
+    let lanes = &h.state().live.timeline().lanes;
     assert_eq!(lanes.len(), 2);
     // The server's Retry-After shaped the sleep, and the store kept why.
     assert!(lanes.iter().all(|l| l.sleeps.iter().any(|s| s.reason == "retry-after-ms")), "{:?}", lanes[0].sleeps);
@@ -229,4 +233,154 @@ fn two_stored_runs_compare_by_tunables_and_outcomes() {
     h.get_by_label("Tunables that differ: 1");
     h.get_by_label("STALLSCOPE_TCP_KEEPCNT");
     h.get_by_label("Streams whose outcome changed: 0");
+}
+
+/// A harness over the timeline view alone, showing `timeline` as ended.
+fn timeline_harness(timeline: Timeline) -> Harness<'static, (TimelineView, Timeline)> {
+    let builder = Harness::builder().with_size(egui::vec2(1200.0, 700.0));
+    builder.with_context_setup(|ctx| ctx.set_fonts(stallscope::gui::fonts())).build_ui_state(
+        |ui, (view, timeline): &mut (TimelineView, Timeline)| {
+            let end = timeline.end_s();
+            view.ui(ui, timeline, Clock::Ended(end));
+        },
+        (TimelineView::default(), timeline),
+    )
+}
+
+#[test]
+fn every_lane_plot_spans_the_same_pixels_as_the_axis_whatever_its_header_holds() {
+    // Headers of very different widths: a short label, a long one that
+    // cannot wrap, and a long error.
+    let mut timeline = Timeline::new();
+    let short = timeline.add_part("ok", 0.0);
+    let long = timeline.add_part("a-scenario-label-far-too-long-for-any-lane-header-to-hold", 0.0);
+    let target = Target::new("sim", "model");
+    let at = |ms| Duration::from_millis(ms);
+    for (part, stream) in [(short, 0), (long, 1), (short, 2)] {
+        let event = |ms, kind| Event { at: at(ms), stream, attempt: 1, kind };
+        timeline.ingest(part, &event(0, EventKind::CallStarted { target: target.clone(), context_tokens: None }));
+        timeline.ingest(part, &event(50, EventKind::ChunkReceived { bytes: 10 }));
+    }
+    let error = EventKind::ErrorClassified {
+        category: Category::Timeout,
+        timer: Some(TimerKind::Idle),
+        status: None,
+        retryable: false,
+        rule: "builtin:an-unbreakable-rule-name-that-runs-on-and-on-and-on-and-on".into(),
+        message: "stalled".into(),
+    };
+    timeline.ingest(short, &Event { at: at(80), stream: 2, attempt: 1, kind: error });
+    let mut h = timeline_harness(timeline);
+    h.run();
+    let axis = h.get_by_label("Time axis").rect();
+    let plots: Vec<egui::Rect> = h.query_all_by_label_contains("Plot of ").map(|node| node.rect()).collect();
+    assert_eq!(plots.len(), 3);
+    for plot in plots {
+        assert_eq!((plot.left(), plot.right()), (axis.left(), axis.right()), "a lane's plot against the axis");
+    }
+}
+
+/// Records one silent-stall call and opens it from the history.
+fn open_a_stored_stall(h: &mut Harness<'_, App>) {
+    choose(h, "silent-stall", 1);
+    run_to_end(h, 1);
+    h.get_by_label("History").click();
+    wait_for(h, "the history to list run 1", |h| h.query_by_label("Open run 1").is_some());
+    h.get_by_label("Open run 1").click();
+    step_until(h, "the stored run to open", |app| app.live.playback().is_some());
+}
+
+fn cursor(h: &Harness<'_, App>) -> f64 {
+    h.state().live.playback().expect("a stored run is shown").position_s()
+}
+
+fn shown(h: &Harness<'_, App>) -> (u64, Option<Outcome>) {
+    let timeline = h.state().live.timeline();
+    (timeline.event_count(), timeline.lanes.first().and_then(|l| l.outcome))
+}
+
+#[test]
+fn a_stored_run_plays_steps_and_scrubs_back_on_the_lanes() {
+    let dir = Scratch::new("replay");
+    let mut h = app(dir.path());
+    open_a_stored_stall(&mut h);
+    // Opened paused at its end: the whole run, as recorded.
+    let (total, outcome) = shown(&h);
+    assert_eq!(outcome, Some(Outcome::Ok));
+    let end = h.state().live.playback().unwrap().duration_s();
+    assert!(end > 0.5, "a stall takes a while: {end}");
+    h.get_by_label("Play");
+
+    // Home: the run's first moment, the call not finished.
+    h.key_press(egui::Key::Home);
+    h.step();
+    let (at_start, outcome) = shown(&h);
+    assert_eq!((cursor(&h), outcome), (0.0, None));
+    assert!(at_start < total, "{at_start} of {total}");
+
+    // A step shows the next moment's events and nothing more.
+    h.get_by_label("Step forward").click();
+    h.step();
+    let stepped = shown(&h).0;
+    assert!(stepped > at_start && cursor(&h) > 0.0, "{stepped} events at {}", cursor(&h));
+    h.key_press(egui::Key::ArrowLeft);
+    h.step();
+    assert_eq!((shown(&h).0, cursor(&h)), (at_start, 0.0));
+
+    // Play: each frame moves the cursor by its dt (kittest: a quarter
+    // second, of which a frame takes at most a tenth) at 1×.
+    h.get_by_label("Play").click();
+    h.step();
+    h.run_steps(4);
+    let played = cursor(&h);
+    assert!(played > 0.3 && played < 0.55, "{played}");
+    assert!(shown(&h).0 > at_start);
+    h.get_by_label("Pause");
+    // Space pauses (after the frame that takes the key in has moved on);
+    // the cursor stays put.
+    h.key_press(egui::Key::Space);
+    h.step();
+    let paused = cursor(&h);
+    assert!((paused - played - 0.1).abs() < 1e-6, "{paused} after {played}");
+    h.run_steps(3);
+    assert_eq!(cursor(&h), paused);
+    assert!(!h.state().live.playback().unwrap().is_playing());
+
+    // At 1000× the rest of the run plays in a frame, and stops at its end.
+    h.get_by_label("Speed").click();
+    h.run();
+    h.get_by_label("1000×").click();
+    h.run();
+    assert_eq!(h.state().live.playback().unwrap().speed(), 1000.0);
+    h.key_press(egui::Key::Space);
+    h.run_steps(3);
+    assert_eq!((cursor(&h), shown(&h)), (end, (total, Some(Outcome::Ok))));
+    h.get_by_label("Play");
+
+    // The scrubber back to before the stall: the lane is running again,
+    // with the events up to there only.
+    h.get_by_label("Cursor").set_value_accesskit(paused);
+    h.run();
+    assert!((cursor(&h) - paused).abs() < 1e-9, "{}", cursor(&h));
+    let (scrubbed, outcome) = shown(&h);
+    assert_eq!(outcome, None);
+    assert!(scrubbed > at_start && scrubbed < total, "{scrubbed} of {total}");
+    h.get_by_label_contains(&format!("{scrubbed} of {total} events"));
+    // End: everything again.
+    h.key_press(egui::Key::End);
+    h.step();
+    assert_eq!(shown(&h), (total, Some(Outcome::Ok)));
+}
+
+#[test]
+fn typing_a_space_in_a_field_does_not_play_the_stored_run() {
+    let dir = Scratch::new("replay-typing");
+    let mut h = app(dir.path());
+    open_a_stored_stall(&mut h);
+    let field = h.get_by_label("Prompt");
+    field.focus();
+    field.type_text(" ");
+    h.key_press(egui::Key::Space);
+    h.run_steps(2);
+    assert!(!h.state().live.playback().unwrap().is_playing());
 }

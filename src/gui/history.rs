@@ -1,5 +1,5 @@
 //! The history view: the stored runs as a sortable, filterable table;
-//! opening one (its events become a timeline, built off the UI thread);
+//! opening one (its events become a replay, built off the UI thread);
 //! and comparing two (tunables that differ, outcomes side by side, streams
 //! whose outcome changed). Every database read runs on a background
 //! thread and is picked up by a later frame.
@@ -12,7 +12,7 @@ use egui::{Color32, RichText, Ui};
 use egui_extras::{Column, TableBuilder};
 use serde::{Deserialize, Serialize};
 
-use super::lanes::Timeline;
+use super::replay::Replay;
 use crate::store::runs::{RunRecord, RunSummary, tunables_diff, utc_minute};
 use crate::store::{RunId, Store};
 
@@ -43,8 +43,8 @@ pub struct OpenedRun {
     pub id: RunId,
     /// A title: id, label, scenario.
     pub title: String,
-    /// Its streams.
-    pub timeline: Timeline,
+    /// Its events, ready to play back.
+    pub replay: Replay,
 }
 
 /// Two runs side by side.
@@ -181,8 +181,8 @@ impl HistoryView {
             move || {
                 let store = open_store(&db)?.ok_or("the database is gone")?;
                 let events = store.run_events(id).map_err(|e| e.to_string())?;
-                let timeline = Timeline::from_events(title.clone(), &events);
-                Ok(OpenedRun { id, title, timeline })
+                let replay = Replay::new(title.clone(), events);
+                Ok(OpenedRun { id, title, replay })
             },
             move || ctx.request_repaint(),
         ));

@@ -3,6 +3,10 @@
 //! shapes the lanes draw: cumulative bytes, event ticks, each timer's
 //! progress toward its threshold, backoff sleeps, attempts, failover hops
 //! and the outcome. Times are seconds from the start of the run.
+//!
+//! A [`Checkpoint`] remembers how far each lane had grown, so a timeline can
+//! be rewound to an earlier point of its own history in time proportional
+//! to its lanes, not its events (replay scrubs backward this way).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -12,7 +16,7 @@ use crate::core::category::{Category, TimerKind};
 use crate::core::event::{Event, EventClass, EventKind, Outcome, SleepReason, StreamId};
 
 /// Every stream of what is shown: one run, or several scenarios run together.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Timeline {
     /// The lanes in the order their streams started.
     pub lanes: Vec<Lane>,
@@ -33,7 +37,7 @@ pub struct Part {
 }
 
 /// One stream's life.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Lane {
     /// The part it belongs to.
     pub part: usize,
@@ -222,6 +226,89 @@ impl Timeline {
     }
 }
 
+/// How far a [`Timeline`] had grown at one point of its history: enough to
+/// [rewind](Timeline::rewind) it there later. The series only grow, so a
+/// checkpoint keeps their lengths, plus the few values that change in place
+/// (a lane's totals, its armed timers); it costs a couple of hundred bytes
+/// per lane, whatever the number of events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    events: u64,
+    end_s: f64,
+    lanes: Vec<LaneCheckpoint>,
+}
+
+impl Checkpoint {
+    /// Events the timeline had taken in when this was taken.
+    pub fn event_count(&self) -> u64 {
+        self.events
+    }
+
+    /// The bytes this checkpoint holds, roughly (for memory budgets).
+    pub fn size_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.lanes.iter().map(LaneCheckpoint::size_bytes).sum::<usize>()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct LaneCheckpoint {
+    /// Lengths of the lane's series, in the order [`Lane::series_lengths`] lists them.
+    lengths: [usize; SERIES],
+    last_s: f64,
+    total_bytes: u64,
+    outcome: Option<Outcome>,
+    finished_s: Option<f64>,
+    last_error: Option<String>,
+    retries: BTreeMap<Category, u32>,
+    target: String,
+    attempt_count: u32,
+    open: [Option<usize>; TIMER_KINDS],
+    /// The armed timers: the only tracks that change after they are pushed.
+    armed: Vec<ArmedTrack>,
+}
+
+impl LaneCheckpoint {
+    fn size_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.last_error.as_ref().map_or(0, String::capacity)
+            + self.target.capacity()
+            + self.retries.len() * std::mem::size_of::<(Category, u32)>()
+            + self.armed.capacity() * std::mem::size_of::<ArmedTrack>()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ArmedTrack {
+    index: usize,
+    progress: usize,
+    last_reset: f64,
+}
+
+/// The number of series a lane grows (see [`Lane::series_lengths`]).
+const SERIES: usize = 11;
+
+impl Timeline {
+    /// Where this timeline stands now, to [`rewind`](Self::rewind) to later.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint { events: self.events, end_s: self.end_s, lanes: self.lanes.iter().map(Lane::checkpoint).collect() }
+    }
+
+    /// Goes back to `checkpoint`, which must have been taken from this
+    /// timeline earlier while it took in the same events it has since (as
+    /// replay does); the result equals the timeline as it was then.
+    pub fn rewind(&mut self, checkpoint: &Checkpoint) {
+        debug_assert!(checkpoint.events <= self.events, "a checkpoint from this timeline's past");
+        let kept = checkpoint.lanes.len();
+        self.lanes.truncate(kept);
+        self.index.retain(|_, lane| *lane < kept);
+        for (lane, mark) in self.lanes.iter_mut().zip(&checkpoint.lanes) {
+            lane.rewind(mark);
+        }
+        self.events = checkpoint.events;
+        self.end_s = checkpoint.end_s;
+    }
+}
+
 /// The run at a glance.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
@@ -320,6 +407,109 @@ impl Lane {
             _ => {}
         }
         self.notes.push(Mark { at_s: at, text: describe(&event.kind) });
+    }
+
+    /// The lengths of every series the lane grows, in a fixed order.
+    fn series_lengths(&self) -> [usize; SERIES] {
+        // Listing every field makes a new one a compile error here until
+        // it is sorted into "grows" (a length), "changes" (kept whole in
+        // the checkpoint) or "fixed".
+        let Lane {
+            part: _,
+            stream: _,
+            started_s: _,
+            last_s: _,
+            bytes,
+            total_bytes: _,
+            output_ticks,
+            keepalive_ticks,
+            lifecycle_ticks,
+            timers,
+            sleeps,
+            attempts,
+            hops,
+            fired,
+            low_buckets,
+            notes,
+            outcome: _,
+            finished_s: _,
+            last_error: _,
+            retries: _,
+            target: _,
+            attempt_count: _,
+            open: _,
+        } = self;
+        [
+            bytes.len(),
+            output_ticks.len(),
+            keepalive_ticks.len(),
+            lifecycle_ticks.len(),
+            timers.len(),
+            sleeps.len(),
+            attempts.len(),
+            hops.len(),
+            fired.len(),
+            low_buckets.len(),
+            notes.len(),
+        ]
+    }
+
+    fn checkpoint(&self) -> LaneCheckpoint {
+        let armed = self
+            .open
+            .iter()
+            .flatten()
+            .map(|&index| {
+                let track = &self.timers[index];
+                ArmedTrack { index, progress: track.progress.len(), last_reset: track.last_reset }
+            })
+            .collect();
+        LaneCheckpoint {
+            lengths: self.series_lengths(),
+            last_s: self.last_s,
+            total_bytes: self.total_bytes,
+            outcome: self.outcome,
+            finished_s: self.finished_s,
+            last_error: self.last_error.clone(),
+            retries: self.retries.clone(),
+            target: self.target.clone(),
+            attempt_count: self.attempt_count,
+            open: self.open,
+            armed,
+        }
+    }
+
+    fn rewind(&mut self, mark: &LaneCheckpoint) {
+        let [bytes, output, keepalive, lifecycle, timers, sleeps, attempts, hops, fired, low, notes] = mark.lengths;
+        self.bytes.truncate(bytes);
+        self.output_ticks.truncate(output);
+        self.keepalive_ticks.truncate(keepalive);
+        self.lifecycle_ticks.truncate(lifecycle);
+        self.timers.truncate(timers);
+        self.sleeps.truncate(sleeps);
+        self.attempts.truncate(attempts);
+        self.hops.truncate(hops);
+        self.fired.truncate(fired);
+        self.low_buckets.truncate(low);
+        self.notes.truncate(notes);
+        // A track closed by then never changed again; an armed one may have
+        // been reset or closed since.
+        for armed in &mark.armed {
+            let track = &mut self.timers[armed.index];
+            track.progress.truncate(armed.progress);
+            track.last_reset = armed.last_reset;
+            track.open = true;
+            track.fired = false;
+        }
+        self.last_s = mark.last_s;
+        self.total_bytes = mark.total_bytes;
+        self.outcome = mark.outcome;
+        self.finished_s = mark.finished_s;
+        self.last_error.clone_from(&mark.last_error);
+        self.retries.clone_from(&mark.retries);
+        self.target.clone_from(&mark.target);
+        self.attempt_count = mark.attempt_count;
+        self.open = mark.open;
     }
 
     /// A timer restarts its budget.
@@ -519,6 +709,75 @@ mod tests {
             event(1200, 0, 2, EventKind::SseReceived { class: EventClass::Content, chars: 4, progress: true }),
             event(1300, 0, 2, EventKind::Finished { outcome: Outcome::Ok, attempts: 2, stop_reason: None }),
         ]
+    }
+
+    /// Two streams interleaved in time: the stall that recovers, and a call
+    /// under a deadline that hits a rate limit, fails over and fails.
+    fn two_streams() -> Vec<Event> {
+        let (p, q) = (Target::new("p", "m"), Target::new("q", "m"));
+        let mut events = stalled_then_ok();
+        let second = |ms, attempt, kind| event(ms, 1, attempt, kind);
+        events.extend([
+            second(20, 0, EventKind::CallStarted { target: p.clone(), context_tokens: Some(10) }),
+            second(20, 0, EventKind::TimerArmed { timer: TimerKind::Deadline, after: Duration::from_secs(2) }),
+            second(20, 1, EventKind::AttemptStarted { target: p.clone(), credential: Some(0) }),
+            second(20, 1, EventKind::TimerArmed { timer: TimerKind::Ttfb, after: Duration::from_millis(500) }),
+            second(
+                90,
+                1,
+                EventKind::RateLimitLow { bucket: "requests".into(), remaining: 1, limit: None, reset: None },
+            ),
+            second(
+                90,
+                1,
+                EventKind::ErrorClassified {
+                    category: Category::RateLimit,
+                    timer: None,
+                    status: Some(429),
+                    retryable: true,
+                    rule: "builtin".into(),
+                    message: "HTTP 429".into(),
+                },
+            ),
+            second(95, 1, EventKind::FailedOver { from: p, to: q.clone(), reason: Category::RateLimit }),
+            second(95, 2, EventKind::AttemptStarted { target: q, credential: None }),
+            second(95, 2, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_millis(300) }),
+            second(150, 2, EventKind::ChunkReceived { bytes: 10 }),
+            second(300, 2, EventKind::ChunkReceived { bytes: 12 }),
+            second(600, 2, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_millis(300) }),
+            second(600, 2, EventKind::Finished { outcome: Outcome::Failed, attempts: 2, stop_reason: None }),
+        ]);
+        events.sort_by_key(|e| e.at);
+        events
+    }
+
+    #[test]
+    fn rewinding_to_a_checkpoint_then_taking_events_again_gives_the_same_timeline() {
+        let events = two_streams();
+        let build = |n: usize| Timeline::from_events("x", &events[..n]);
+        let mut whole = Timeline::new();
+        let part = whole.add_part("x", 0.0);
+        let mut checkpoints = vec![whole.checkpoint()];
+        for event in &events {
+            whole.ingest(part, event);
+            checkpoints.push(whole.checkpoint());
+        }
+        assert_eq!(whole, build(events.len()));
+        // From every later point, back to every checkpoint and forward again.
+        for (at, checkpoint) in checkpoints.iter().enumerate() {
+            assert_eq!(checkpoint.event_count(), at as u64);
+            for to in at..=events.len() {
+                for from in to..=events.len() {
+                    let mut timeline = build(from);
+                    timeline.rewind(checkpoint);
+                    assert_eq!(timeline, build(at), "rewound from {from} to {at}");
+                    for event in &events[at..to] {
+                        timeline.ingest(part, event);
+                    }
+                    assert_eq!(timeline, build(to), "rewound from {from} to {at}, then forward to {to}");
+                }
+            }
+        }
     }
 
     #[test]

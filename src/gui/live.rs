@@ -1,7 +1,7 @@
 //! The live view: what to run (a built-in scenario, every failure story at
 //! once, or a configured provider), how many calls, the **Run** and
 //! **Stop** buttons, and the timeline of the run going on, or of a stored
-//! run opened from the history.
+//! run opened from the history, played back with a transport bar.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -10,8 +10,11 @@ use egui::{Color32, RichText, Ui};
 use serde::{Deserialize, Serialize};
 
 use super::lanes::Timeline;
+use super::playback::{Change, Command, Playback};
+use super::replay::Replay;
 use super::runner::{Runner, Update};
-use super::timeline::TimelineView;
+use super::timeline::{Clock, TimelineView};
+use super::transport;
 use crate::providers::Dialect;
 use crate::session::{Recording, RunSource, SessionPlan};
 use crate::sim::builtin_names;
@@ -118,19 +121,32 @@ enum Showing {
         /// Its clock when it ended.
         ended_s: Option<f64>,
     },
-    /// A run read from the store.
+    /// A run read from the store, played back.
     Stored {
         /// Its title.
         title: String,
+        /// Its events and the lanes as of the cursor.
+        replay: Box<Replay>,
+        /// The cursor.
+        playback: Playback,
     },
+}
+
+/// Brings the lanes to the cursor if it moved; returns whether playback
+/// wants another frame.
+fn follow(replay: &mut Replay, playback: &Playback, change: Change) -> bool {
+    if change.moved {
+        replay.seek(playback.position_s());
+    }
+    change.needs_repaint
 }
 
 /// The live view's state that does not persist.
 #[derive(Debug, Default)]
 pub struct Live {
     runner: Option<Runner>,
-    /// The streams shown.
-    pub timeline: Timeline,
+    /// The streams of the run started from here.
+    timeline: Timeline,
     showing: Showing,
     /// One line per finished part: its report summary or its error.
     pub results: Vec<String>,
@@ -173,12 +189,45 @@ impl Live {
         self.runner.as_ref().is_some_and(Runner::is_running)
     }
 
-    /// Shows a stored run.
-    pub fn show_stored(&mut self, title: String, timeline: Timeline) {
+    /// Shows a stored run, paused at its end.
+    pub fn show_stored(&mut self, title: String, replay: Replay) {
         self.stop();
-        self.timeline = timeline;
+        self.timeline = Timeline::new();
         self.results.clear();
-        self.showing = Showing::Stored { title };
+        let playback = Playback::new(replay.duration_s());
+        self.showing = Showing::Stored { title, replay: Box::new(replay), playback };
+    }
+
+    /// The streams shown: the run going on, or a stored run as of its cursor.
+    pub fn timeline(&self) -> &Timeline {
+        match &self.showing {
+            Showing::Stored { replay, .. } => replay.timeline(),
+            Showing::Nothing | Showing::Live { .. } => &self.timeline,
+        }
+    }
+
+    /// The playback of the stored run shown, if one is.
+    pub fn playback(&self) -> Option<&Playback> {
+        match &self.showing {
+            Showing::Stored { playback, .. } => Some(playback),
+            Showing::Nothing | Showing::Live { .. } => None,
+        }
+    }
+
+    /// Lets `dt_s` seconds pass for a stored run being played; returns
+    /// true while it plays (another frame is wanted).
+    pub fn advance(&mut self, dt_s: f64) -> bool {
+        let Showing::Stored { replay, playback, .. } = &mut self.showing else { return false };
+        let change = playback.advance(dt_s);
+        follow(replay, playback, change)
+    }
+
+    /// Carries out a transport command on the stored run shown; returns
+    /// true when it plays (another frame is wanted).
+    pub fn command(&mut self, command: Command) -> bool {
+        let Showing::Stored { replay, playback, .. } = &mut self.showing else { return false };
+        let change = playback.apply(command, replay.moments());
+        follow(replay, playback, change)
     }
 
     /// Takes in what arrived from the run; returns true when its last part
@@ -214,11 +263,12 @@ impl Live {
     }
 
     /// The present on the timeline's clock.
-    pub fn now_s(&self) -> f64 {
+    pub fn clock(&self) -> Clock {
         match &self.showing {
-            Showing::Live { started, ended_s: None } => started.elapsed().as_secs_f64(),
-            Showing::Live { ended_s: Some(end), .. } => *end,
-            _ => self.timeline.end_s(),
+            Showing::Live { started, ended_s: None } => Clock::Live(started.elapsed().as_secs_f64()),
+            Showing::Live { ended_s: Some(end), .. } => Clock::Ended(*end),
+            Showing::Stored { playback, .. } => Clock::Cursor(playback.position_s()),
+            Showing::Nothing => Clock::Ended(self.timeline.end_s()),
         }
     }
 
@@ -289,14 +339,22 @@ impl Live {
         if let Some(why) = blocked {
             ui.label(RichText::new(why).color(Color32::LIGHT_RED));
         }
+        let mut commands = Vec::new();
         match &self.showing {
             Showing::Nothing => {
                 ui.label("Pick a source and press Run: lanes fill in as the streams go.");
             }
-            Showing::Stored { title } => {
+            Showing::Stored { title, replay, playback } => {
                 ui.label(RichText::new(format!("Showing stored {title}")).strong());
+                let events = (replay.timeline().event_count(), replay.total_events());
+                commands = [transport::shortcuts(ui), transport::bar(ui, playback, events)].concat();
             }
             Showing::Live { .. } => {}
+        }
+        for command in commands {
+            if self.command(command) {
+                ui.ctx().request_repaint();
+            }
         }
         if !self.results.is_empty() {
             let failed = self.results.iter().filter(|r| r.contains("could not run")).count();
@@ -314,9 +372,8 @@ impl Live {
             });
         }
         ui.separator();
-        let live = matches!(self.showing, Showing::Live { ended_s: None, .. });
-        let now = self.now_s();
-        view.ui(ui, &self.timeline, now, live);
+        let clock = self.clock();
+        view.ui(ui, self.timeline(), clock);
         run
     }
 }

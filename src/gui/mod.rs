@@ -12,8 +12,11 @@ pub mod decimate;
 pub mod history;
 pub mod lanes;
 pub mod live;
+pub mod playback;
+pub mod replay;
 pub mod runner;
 pub mod timeline;
+pub mod transport;
 pub mod tunables;
 
 use std::path::PathBuf;
@@ -103,7 +106,7 @@ pub struct App {
 
 /// egui's fonts with Hack behind Ubuntu in proportional text too, for
 /// the arrows and shapes the lanes and legends use (→ ■ ▲ ▼).
-fn fonts() -> egui::FontDefinitions {
+pub fn fonts() -> egui::FontDefinitions {
     let mut fonts = egui::FontDefinitions::default();
     if let Some(family) = fonts.families.get_mut(&egui::FontFamily::Proportional) {
         let at = family.iter().position(|f| f == "Ubuntu-Light").map_or(0, |i| i + 1);
@@ -213,12 +216,18 @@ impl eframe::App for App {
             self.prefs.history.refresh(&self.db, ctx);
         }
         if let Some(opened) = self.prefs.history.poll() {
-            self.live.show_stored(opened.title, opened.timeline);
+            self.live.show_stored(opened.title, opened.replay);
             self.prefs.timeline.fit();
             self.prefs.tab = Tab::Live;
         }
         if self.live.is_running() {
             ctx.request_repaint_after(Duration::from_millis(33));
+        }
+        // At most a tenth of a second per frame: a slow frame (a big jump
+        // folded into the lanes) must not make the next jump bigger still.
+        let dt = ctx.input(|i| i.stable_dt).min(0.1);
+        if self.live.advance(f64::from(dt)) {
+            ctx.request_repaint();
         }
     }
 

@@ -3,8 +3,12 @@
 //! linked time axis. Only the lanes scrolled into view are drawn, and each
 //! series is reduced to the plot's pixel columns, so a frame's cost
 //! follows the window's size, not the run's.
+//!
+//! Every row (the axis and each lane) is split by [`lane_columns`], so
+//! every plot spans the same pixels whatever its header holds: a time is
+//! at the same x in every lane.
 
-use egui::{Color32, RichText, Ui};
+use egui::{Color32, Rect, RichText, Ui, UiBuilder};
 use egui_plot::{Line, MarkerShape, Plot, PlotPoint, PlotPoints, Points, Polygon, Text, VLine};
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +16,26 @@ use super::decimate;
 use super::lanes::{Lane, Summary, Timeline};
 use crate::core::category::TimerKind;
 use crate::core::event::Outcome;
+
+/// Where the present is on a timeline's clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Clock {
+    /// A run going on, this many seconds in.
+    Live(f64),
+    /// A finished run, which ended this many seconds in.
+    Ended(f64),
+    /// A stored run played back, its cursor this many seconds in.
+    Cursor(f64),
+}
+
+impl Clock {
+    /// Seconds from the run's start to the present.
+    pub fn now_s(self) -> f64 {
+        match self {
+            Clock::Live(s) | Clock::Ended(s) | Clock::Cursor(s) => s,
+        }
+    }
+}
 
 /// How lanes are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -74,6 +98,29 @@ impl Default for TimelineView {
 const LANE_HEIGHT: f32 = 74.0;
 const COMPACT_HEIGHT: f32 = 20.0;
 const HEADER_WIDTH: f32 = 230.0;
+const AXIS_HEIGHT: f32 = 26.0;
+
+/// A row split into its header, [`HEADER_WIDTH`] wide, and its plot, which
+/// starts `gap` further right and takes the rest. The split depends on
+/// nothing the header holds (a long label is cut, never pushes the plot).
+pub fn lane_columns(row: Rect, gap: f32) -> (Rect, Rect) {
+    let split = (row.left() + HEADER_WIDTH).min(row.right());
+    let header = Rect::from_min_max(row.min, egui::pos2(split, row.bottom()));
+    let plot = Rect::from_min_max(egui::pos2((split + gap).min(row.right()), row.top()), row.max);
+    (header, plot)
+}
+
+/// A time axis label: milliseconds when the visible span is under a
+/// second, seconds otherwise, with the decimals that tell marks `step_s`
+/// apart.
+pub fn time_label(value_s: f64, step_s: f64, span_s: f64) -> String {
+    let (scale, unit) = if span_s < 1.0 { (1000.0, "ms") } else { (1.0, "s") };
+    let (value, step) = (value_s * scale, step_s * scale);
+    let decimals = if step >= 1.0 || step <= 0.0 { 0 } else { (-step.log10() - 1e-9).ceil().min(6.0) as usize };
+    // Rounding error must not print a mark at zero as "-0".
+    let value = if value.abs() < step.abs() * 1e-6 { 0.0 } else { value };
+    format!("{value:.decimals$} {unit}")
+}
 
 /// Colours, shared with the legend.
 mod colour {
@@ -88,6 +135,7 @@ mod colour {
     pub const HOP: Color32 = Color32::from_rgb(200, 110, 255);
     pub const ATTEMPT: Color32 = Color32::from_rgb(170, 170, 170);
     pub const LOW_BUCKET: Color32 = Color32::from_rgb(255, 220, 0);
+    pub const CURSOR: Color32 = Color32::from_rgb(255, 255, 255);
 }
 
 fn timer_colour(kind: TimerKind) -> Color32 {
@@ -135,9 +183,14 @@ pub fn summary_text(summary: &Summary) -> String {
 }
 
 impl TimelineView {
-    /// Draws the timeline; `now_s` is the present on its clock (the live
-    /// run's elapsed time, or the end of a stored run).
-    pub fn ui(&mut self, ui: &mut Ui, timeline: &Timeline, now_s: f64, live: bool) {
+    /// Draws the timeline as of `clock`; a replay's cursor is drawn across
+    /// every lane.
+    pub fn ui(&mut self, ui: &mut Ui, timeline: &Timeline, clock: Clock) {
+        let (now_s, live) = (clock.now_s(), matches!(clock, Clock::Live(_)));
+        let cursor = match clock {
+            Clock::Cursor(s) => Some(s),
+            Clock::Live(_) | Clock::Ended(_) => None,
+        };
         ui.label(RichText::new(summary_text(&timeline.summary())).strong());
         self.controls(ui, live);
         legend(ui);
@@ -148,8 +201,11 @@ impl TimelineView {
         }
         let range = self.x_range(timeline, now_s, live);
         let link = egui::Id::unique("timeline-x");
+        // The lanes' scroll area may keep room for its bar; the axis above
+        // it must be exactly as wide as the rows below.
+        let width = ui.available_width() - ui.spacing().scroll.allocated_width();
         if !self.compact {
-            self.axis(ui, link, range);
+            self.axis(ui, link, range, width, cursor);
         }
         let row_height = if self.compact { COMPACT_HEIGHT } else { LANE_HEIGHT };
         egui::ScrollArea::vertical().auto_shrink([false, false]).show_rows(ui, row_height, order.len(), |ui, rows| {
@@ -158,7 +214,8 @@ impl TimelineView {
                 if self.compact {
                     ui.horizontal(|ui| lane_header(ui, timeline, lane, now_s, false));
                 } else {
-                    self.lane(ui, timeline, lane, link, range, now_s);
+                    let row = LaneRow { link, range, width, now_s, cursor };
+                    self.lane(ui, timeline, lane, &row);
                 }
             }
         });
@@ -249,29 +306,35 @@ impl TimelineView {
     }
 
     /// The shared time axis above the lanes.
-    fn axis(&mut self, ui: &mut Ui, link: egui::Id, range: Option<(f64, f64)>) {
-        ui.horizontal(|ui| {
-            ui.add_space(HEADER_WIDTH + ui.spacing().item_spacing.x);
-            Plot::new(link.with("axis"))
-                .height(26.0)
-                .link_axis(link, [true, false])
-                .show_axes([true, false])
-                .show_grid([false, false])
-                .show_background(false)
-                .allow_zoom([true, false])
-                .allow_drag([true, false])
-                .allow_scroll(false)
-                .show_x(false)
-                .show_y(false)
-                .x_axis_formatter(|mark, _| format!("{:.1} s", mark.value))
-                .show(ui, |plot| {
-                    if let Some((a, b)) = range {
-                        plot.set_plot_bounds_x(a..=b);
-                    }
-                    plot.set_plot_bounds_y(0.0..=1.0);
-                    self.note_user_zoom(plot);
-                });
-        });
+    fn axis(&mut self, ui: &mut Ui, link: egui::Id, range: Option<(f64, f64)>, width: f32, cursor: Option<f64>) {
+        let (row, _) = ui.allocate_exact_size(egui::vec2(width, AXIS_HEIGHT), egui::Sense::hover());
+        let (_, area) = lane_columns(row, ui.spacing().item_spacing.x);
+        let mut child = ui.new_child(UiBuilder::new().max_rect(area).id_salt("axis"));
+        let response = Plot::new(link.with("axis"))
+            .width(area.width())
+            .height(area.height())
+            .link_axis(link, [true, false])
+            .show_axes([true, false])
+            .show_grid([false, false])
+            .show_background(false)
+            .allow_zoom([true, false])
+            .allow_drag([true, false])
+            .allow_scroll(false)
+            .show_x(false)
+            .show_y(false)
+            .x_axis_formatter(|mark, range| time_label(mark.value, mark.step_size, range.end() - range.start()))
+            .show(&mut child, |plot| {
+                if let Some((a, b)) = range {
+                    plot.set_plot_bounds_x(a..=b);
+                }
+                plot.set_plot_bounds_y(0.0..=1.0);
+                self.note_user_zoom(plot);
+                if let Some(at) = cursor {
+                    plot.vline(cursor_line(at));
+                }
+            });
+        let label = || egui::WidgetInfo::labeled(egui::Role::Figure, true, "Time axis");
+        response.response.widget_info(label);
     }
 
     fn note_user_zoom(&mut self, plot: &egui_plot::PlotUi<'_>) {
@@ -283,50 +346,67 @@ impl TimelineView {
         }
     }
 
-    fn lane(
-        &mut self,
-        ui: &mut Ui,
-        timeline: &Timeline,
-        lane: &Lane,
-        link: egui::Id,
-        range: Option<(f64, f64)>,
-        now_s: f64,
-    ) {
-        ui.horizontal(|ui| {
-            ui.allocate_ui_with_layout(
-                egui::vec2(HEADER_WIDTH, LANE_HEIGHT - 4.0),
-                egui::Layout::top_down(egui::Align::Min),
-                |ui| lane_header(ui, timeline, lane, now_s, true),
-            );
-            let response = Plot::new(link.with(("lane", lane.part, lane.stream)))
-                .height(LANE_HEIGHT - 4.0)
-                .link_axis(link, [true, false])
-                .link_cursor(link, [true, false])
-                .show_axes([false, false])
-                .show_grid([true, false])
-                .allow_zoom([true, false])
-                .allow_drag([true, false])
-                .allow_scroll(false)
-                .allow_double_click_reset(false)
-                .show_x(false)
-                .show_y(false)
-                .show(ui, |plot| {
-                    if let Some((a, b)) = range {
-                        plot.set_plot_bounds_x(a..=b);
-                    }
-                    plot.set_plot_bounds_y(-0.1..=1.18);
-                    self.note_user_zoom(plot);
-                    let bounds = plot.plot_bounds();
-                    let columns = plot.response().rect.width().max(1.0) as usize;
-                    draw_lane(plot, lane, bounds.min()[0], bounds.max()[0], columns, now_s);
-                    let per_pixel = bounds.width() / columns as f64;
-                    plot.pointer_coordinate().and_then(|p| lane.describe_near(p.x, per_pixel * 6.0))
-                });
-            if let Some(text) = response.inner {
-                response.response.on_hover_text_at_pointer(text);
-            }
-        });
+    fn lane(&mut self, ui: &mut Ui, timeline: &Timeline, lane: &Lane, row: &LaneRow) {
+        let LaneRow { link, range, width, now_s, cursor } = *row;
+        let size = egui::vec2(width.min(ui.available_width()), LANE_HEIGHT - ui.spacing().item_spacing.y);
+        let (rect, _) = ui.allocate_exact_size(size, egui::Sense::hover());
+        let (header, area) = lane_columns(rect, ui.spacing().item_spacing.x);
+        let id = (lane.part, lane.stream);
+        let mut header_ui = ui.new_child(
+            UiBuilder::new().max_rect(header).id_salt(("header", id)).layout(egui::Layout::top_down(egui::Align::Min)),
+        );
+        header_ui.set_clip_rect(header.intersect(ui.clip_rect()));
+        lane_header(&mut header_ui, timeline, lane, now_s, true);
+        let mut plot_ui = ui.new_child(UiBuilder::new().max_rect(area).id_salt(("plot", id)));
+        let response = Plot::new(link.with(("lane", lane.part, lane.stream)))
+            .width(area.width())
+            .height(area.height())
+            .link_axis(link, [true, false])
+            .link_cursor(link, [true, false])
+            .show_axes([false, false])
+            .show_grid([true, false])
+            .allow_zoom([true, false])
+            .allow_drag([true, false])
+            .allow_scroll(false)
+            .allow_double_click_reset(false)
+            .show_x(false)
+            .show_y(false)
+            .show(&mut plot_ui, |plot| {
+                if let Some((a, b)) = range {
+                    plot.set_plot_bounds_x(a..=b);
+                }
+                plot.set_plot_bounds_y(-0.1..=1.18);
+                self.note_user_zoom(plot);
+                let bounds = plot.plot_bounds();
+                let columns = plot.response().rect.width().max(1.0) as usize;
+                draw_lane(plot, lane, bounds.min()[0], bounds.max()[0], columns, now_s);
+                if let Some(at) = cursor {
+                    plot.vline(cursor_line(at));
+                }
+                let per_pixel = bounds.width() / columns as f64;
+                plot.pointer_coordinate().and_then(|p| lane.describe_near(p.x, per_pixel * 6.0))
+            });
+        let name = format!("Plot of {} stream {}", timeline.label(lane), lane.stream);
+        response.response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Figure, true, &name));
+        if let Some(text) = response.inner {
+            response.response.on_hover_text_at_pointer(text);
+        }
     }
+}
+
+/// What every lane row of a frame shares.
+#[derive(Debug, Clone, Copy)]
+struct LaneRow {
+    link: egui::Id,
+    range: Option<(f64, f64)>,
+    width: f32,
+    now_s: f64,
+    cursor: Option<f64>,
+}
+
+/// The replay cursor, drawn across a plot.
+fn cursor_line(at_s: f64) -> VLine {
+    VLine::new("cursor", at_s).color(colour::CURSOR).width(1.5).allow_hover(false)
 }
 
 fn filter_name(filter: OutcomeFilter) -> &'static str {
@@ -352,7 +432,9 @@ fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: 
     let outcome = outcome_name(lane.outcome);
     let title = format!("{} #{}", timeline.label(lane), lane.stream);
     let headline = RichText::new(format!("{title}  {outcome}")).color(outcome_colour(lane.outcome)).strong();
-    ui.label(headline);
+    // One line, cut with "…" (the whole of it on hover), so a long label
+    // leaves room for the rest of the header.
+    ui.add(egui::Label::new(headline).truncate());
     let detail = format!(
         "{} · {} attempt(s) · {:.2} s · {} B",
         lane.target,
@@ -486,5 +568,46 @@ fn draw_lane(plot: &mut egui_plot::PlotUi<'_>, lane: &Lane, x_min: f64, x_max: f
             )
             .anchor(egui::Align2::LEFT_CENTER),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_labels_switch_from_seconds_to_milliseconds_as_the_view_narrows() {
+        // (value, step between marks, visible span) → label
+        let cases = [
+            (30.0, 10.0, 60.0, "30 s"),
+            (2.5, 0.5, 5.0, "2.5 s"),
+            (2.5, 0.1, 1.2, "2.5 s"),
+            (0.3, 0.1, 0.9, "300 ms"),
+            (0.02, 0.01, 0.05, "20 ms"),
+            (0.0015, 0.0001, 0.005, "1.5 ms"),
+            (0.00125, 0.00001, 0.0002, "1.25 ms"),
+            (0.0, 1.0, 10.0, "0 s"),
+            (-1e-17, 0.001, 0.01, "0 ms"),
+            (-0.2, 0.1, 3.0, "-0.2 s"),
+        ];
+        for (value, step, span, label) in cases {
+            assert_eq!(time_label(value, step, span), label, "{value} s, marks {step} s apart, {span} s shown");
+        }
+    }
+
+    #[test]
+    fn a_row_splits_at_the_header_width_whatever_its_height_or_width() {
+        for row in [
+            Rect::from_min_size(egui::pos2(8.0, 100.0), egui::vec2(1200.0, 70.0)),
+            Rect::from_min_size(egui::pos2(8.0, 900.0), egui::vec2(800.0, 26.0)),
+        ] {
+            let (header, plot) = lane_columns(row, 8.0);
+            assert_eq!((header.left(), header.right()), (8.0, 8.0 + HEADER_WIDTH));
+            assert_eq!((plot.left(), plot.right()), (16.0 + HEADER_WIDTH, row.right()));
+            assert_eq!((header.top(), plot.bottom()), (row.top(), row.bottom()));
+        }
+        // Narrower than a header: the plot is empty, never inverted.
+        let (_, plot) = lane_columns(Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(100.0, 20.0)), 8.0);
+        assert_eq!(plot.width(), 0.0);
     }
 }
