@@ -384,3 +384,34 @@ fn typing_a_space_in_a_field_does_not_play_the_stored_run() {
     h.run_steps(2);
     assert!(!h.state().live.playback().unwrap().is_playing());
 }
+
+/// After a recorded run, an edited tunable and What-if replay the run in
+/// virtual time: a fidelity badge, the summary of what changed, and each
+/// stream's recorded lane beside its what-if lane on one time axis.
+#[test]
+fn what_if_replays_the_run_just_recorded_under_an_edit() {
+    let dir = Scratch::new("whatif");
+    let mut h = app(dir.path());
+    choose(&mut h, "silent-stall", 2);
+    run_to_end(&mut h, 2);
+    h.state_mut().prefs.tunables.edits.insert("STALLSCOPE_SSE_IDLE_TIMEOUT_S".into(), "0.4".into());
+    h.run();
+    h.get_by_label("What-if on run 1").click();
+    step_until(&mut h, "the what-if to finish", |app| app.live.whatif.outcome().is_some());
+    h.get_by_label_contains("replay faithful");
+    h.get_by_label_contains("What-if on run 1: STALLSCOPE_SSE_IDLE_TIMEOUT_S=0.4");
+    let outcome = h.state().live.whatif.outcome().unwrap();
+    assert!(outcome.fidelity.is_exact(), "{:?}", outcome.fidelity);
+    let lanes = &h.state().live.timeline().lanes;
+    let parts: Vec<(usize, u64)> = lanes.iter().map(|l| (l.part, l.stream)).collect();
+    assert_eq!(parts, [(0, 0), (1, 0), (0, 1), (1, 1)], "recorded and what-if lanes interleave per stream");
+    // The idle timer fires 0.6 s sooner in each what-if lane.
+    let fired = |i: usize| lanes[i].fired[0].at_s;
+    for stream in [0, 2] {
+        assert!((fired(stream) - fired(stream + 1) - 0.6).abs() < 0.01, "{} vs {}", fired(stream), fired(stream + 1));
+    }
+    // Unticking the box shows the run's own lanes again.
+    h.get_by_label("What-if lanes").click();
+    h.run();
+    assert_eq!(h.state().live.timeline().lanes.len(), 2);
+}

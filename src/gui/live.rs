@@ -1,7 +1,8 @@
 //! The live view: what to run (a built-in scenario, every failure story at
 //! once, or a configured provider), how many calls, the **Run** and
 //! **Stop** buttons, and the timeline of the run going on, or of a stored
-//! run opened from the history, played back with a transport bar.
+//! run opened from the history, played back with a transport bar; and
+//! **What-if** on the run shown, under the tunables being edited.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -15,9 +16,11 @@ use super::replay::Replay;
 use super::runner::{Runner, Update};
 use super::timeline::{Clock, TimelineView};
 use super::transport;
+use super::whatif::WhatIfView;
 use crate::providers::Dialect;
 use crate::session::{Recording, RunSource, SessionPlan};
 use crate::sim::builtin_names;
+use crate::store::RunId;
 
 /// What the next run calls.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,6 +144,17 @@ fn follow(replay: &mut Replay, playback: &Playback, change: Change) -> bool {
     change.needs_repaint
 }
 
+/// What the live view's buttons asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing.
+    None,
+    /// Run the form's choice.
+    Run,
+    /// Replay the run shown under the edited tunables.
+    WhatIf,
+}
+
 /// The live view's state that does not persist.
 #[derive(Debug, Default)]
 pub struct Live {
@@ -150,6 +164,13 @@ pub struct Live {
     showing: Showing,
     /// One line per finished part: its report summary or its error.
     pub results: Vec<String>,
+    /// The stored run a what-if would replay: the one opened, or the one
+    /// just recorded (when a run recorded exactly one).
+    replayable: Option<RunId>,
+    /// Runs recorded by the run going on.
+    recorded: Vec<RunId>,
+    /// The what-if of the run shown.
+    pub whatif: WhatIfView,
 }
 
 impl Live {
@@ -167,6 +188,8 @@ impl Live {
         };
         self.timeline = Timeline::new();
         self.results.clear();
+        (self.replayable, self.recorded) = (None, Vec::new());
+        self.whatif.clear();
         let mut sessions = Vec::with_capacity(plans.len());
         for (label, plan) in plans {
             self.timeline.add_part(label, 0.0);
@@ -189,17 +212,31 @@ impl Live {
         self.runner.as_ref().is_some_and(Runner::is_running)
     }
 
-    /// Shows a stored run, paused at its end.
-    pub fn show_stored(&mut self, title: String, replay: Replay) {
+    /// Shows stored run `id`, paused at its end.
+    pub fn show_stored(&mut self, title: String, id: RunId, replay: Replay) {
         self.stop();
         self.timeline = Timeline::new();
         self.results.clear();
+        self.replayable = Some(id);
+        self.whatif.clear();
         let playback = Playback::new(replay.duration_s());
         self.showing = Showing::Stored { title, replay: Box::new(replay), playback };
     }
 
-    /// The streams shown: the run going on, or a stored run as of its cursor.
+    /// Replays the run shown under `changes` (`NAME=VALUE`), from `db`.
+    pub fn start_whatif(&mut self, db: Option<PathBuf>, changes: Vec<String>, ctx: &egui::Context) {
+        match (db, self.replayable) {
+            (Some(db), Some(run)) => self.whatif.start(db, run, changes, ctx),
+            _ => self.results.push("What-if needs a recorded run: record a run, or open one from the history".into()),
+        }
+    }
+
+    /// The streams shown: the what-if's lanes when shown, the run going on,
+    /// or a stored run as of its cursor.
     pub fn timeline(&self) -> &Timeline {
+        if let Some(timeline) = self.whatif.timeline() {
+            return timeline;
+        }
         match &self.showing {
             Showing::Stored { replay, .. } => replay.timeline(),
             Showing::Nothing | Showing::Live { .. } => &self.timeline,
@@ -239,6 +276,9 @@ impl Live {
             match update {
                 Update::Event { part, event } => self.timeline.ingest(part, &event),
                 Update::PartDone { part, result } => {
+                    if let Ok(outcome) = &result {
+                        self.recorded.extend(outcome.report.run_id);
+                    }
                     let label = self.timeline.parts.get(part).map_or("", |p| p.label.as_str());
                     self.results.push(match result {
                         Ok(outcome) => {
@@ -256,6 +296,9 @@ impl Live {
             }
         }
         let ended = was_running && !runner.is_running();
+        if ended && let [run] = self.recorded[..] {
+            self.replayable = Some(run);
+        }
         if ended && let Showing::Live { ended_s, started } = &mut self.showing {
             *ended_s = Some(started.elapsed().as_secs_f64().max(self.timeline.end_s()));
         }
@@ -264,6 +307,9 @@ impl Live {
 
     /// The present on the timeline's clock.
     pub fn clock(&self) -> Clock {
+        if let Some(timeline) = self.whatif.timeline() {
+            return Clock::Ended(timeline.end_s());
+        }
         match &self.showing {
             Showing::Live { started, ended_s: None } => Clock::Live(started.elapsed().as_secs_f64()),
             Showing::Live { ended_s: Some(end), .. } => Clock::Ended(*end),
@@ -272,8 +318,8 @@ impl Live {
         }
     }
 
-    /// Draws the form, the status and the timeline. Returns true when Run
-    /// was pressed.
+    /// Draws the form, the status and the timeline. Returns what a button
+    /// asked for.
     pub fn ui(
         &mut self,
         ui: &mut Ui,
@@ -281,8 +327,8 @@ impl Live {
         view: &mut TimelineView,
         providers: &[String],
         blocked: Option<String>,
-    ) -> bool {
-        let mut run = false;
+    ) -> Action {
+        let mut action = Action::None;
         ui.horizontal_wrapped(|ui| {
             // egui writes a combo box's label after it; separators keep the pairs apart.
             let source = egui::ComboBox::from_label("Source").selected_text(form.choice.title()).width(240.0);
@@ -323,10 +369,24 @@ impl Live {
             if let Some(why) = &blocked {
                 button.on_disabled_hover_text(why);
             } else if button.clicked() {
-                run = true;
+                action = Action::Run;
             }
             if ui.add_enabled(running, egui::Button::new("Stop")).clicked() {
                 self.stop();
+            }
+            if let Some(run) = self.replayable {
+                ui.separator();
+                let can = !running && !self.whatif.is_running() && blocked.is_none();
+                let button = ui.add_enabled(can, egui::Button::new(format!("What-if on run {run}")));
+                let button = button.on_hover_text(
+                    "Replay this run's network behaviour through the core under the tunables being edited, \
+                     in virtual time, and show what would change",
+                );
+                if let Some(why) = &blocked {
+                    button.on_disabled_hover_text(why);
+                } else if button.clicked() {
+                    action = Action::WhatIf;
+                }
             }
             if running {
                 ui.spinner();
@@ -371,9 +431,10 @@ impl Live {
                 }
             });
         }
+        self.whatif.ui(ui);
         ui.separator();
         let clock = self.clock();
         view.ui(ui, self.timeline(), clock);
-        run
+        action
     }
 }

@@ -18,6 +18,7 @@ pub mod runner;
 pub mod timeline;
 pub mod transport;
 pub mod tunables;
+pub mod whatif;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,7 +30,7 @@ use crate::session::{RunSource, settings_for};
 use crate::store::Store;
 use budget::BudgetView;
 use history::HistoryView;
-use live::{Choice, Live, RunForm};
+use live::{Action, Choice, Live, RunForm};
 use timeline::TimelineView;
 use tunables::TunablesEditor;
 
@@ -216,9 +217,12 @@ impl eframe::App for App {
             self.prefs.history.refresh(&self.db, ctx);
         }
         if let Some(opened) = self.prefs.history.poll() {
-            self.live.show_stored(opened.title, opened.replay);
+            self.live.show_stored(opened.title, opened.id, opened.replay);
             self.prefs.timeline.fit();
             self.prefs.tab = Tab::Live;
+        }
+        if self.live.whatif.poll() {
+            self.prefs.timeline.fit();
         }
         if self.live.is_running() {
             ctx.request_repaint_after(Duration::from_millis(33));
@@ -238,8 +242,13 @@ impl eframe::App for App {
                 let blocked = self.blocked();
                 let providers = self.providers.clone().unwrap_or_default();
                 let Prefs { form, timeline, .. } = &mut self.prefs;
-                if self.live.ui(ui, form, timeline, &providers, blocked) {
-                    self.start_run(ui.ctx());
+                match self.live.ui(ui, form, timeline, &providers, blocked) {
+                    Action::Run => self.start_run(ui.ctx()),
+                    Action::WhatIf => {
+                        let changes = self.prefs.tunables.assignments();
+                        self.live.start_whatif(self.db.clone(), changes, ui.ctx());
+                    }
+                    Action::None => {}
                 }
             }
             Tab::History => self.prefs.history.ui(ui, &self.db),

@@ -179,7 +179,12 @@ async fn replay(
     assumptions: Assumptions,
     watcher: Option<Arc<dyn EventSink>>,
 ) -> (HashMap<StreamId, StreamCourse>, BTreeMap<u64, Vec<Played>>) {
-    let epoch = Instant::now();
+    // The replay starts where the recording's first call started, so both
+    // share one clock: replayed events line up with recorded ones, and
+    // "now" in the run means the same in both.
+    let first_call = recording.streams.iter().filter_map(|s| s.attempts.first()).map(|a| a.started).min();
+    let now = Instant::now();
+    let epoch = now.checked_sub(first_call.unwrap_or_default()).unwrap_or(now);
     let playback = Arc::new(Playback {
         recording: Arc::new(recording.clone()),
         assumptions,

@@ -1,0 +1,205 @@
+//! The app's what-if: a recorded run replayed under the tunables being
+//! edited, on a background thread (the library's `replay::whatif` does the
+//! work), shown as a fidelity badge, the diff table, and the recorded and
+//! what-if lanes interleaved per stream on one time axis.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, channel};
+
+use egui::{Color32, RichText, Ui};
+
+use super::lanes::Timeline;
+use crate::core::event::{Event, StreamId, VecSink};
+use crate::replay::outcome::StreamCourse;
+use crate::replay::recording::Recording;
+use crate::replay::whatif::{Fidelity, WhatIf, WhatIfReport, fidelity, what_if_watched};
+use crate::store::{RunId, Store};
+
+/// A what-if's result, ready to show.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The run replayed.
+    pub run: RunId,
+    /// What changed.
+    pub report: WhatIfReport,
+    /// How faithfully the run replays unchanged.
+    pub fidelity: Fidelity,
+    /// Each stream's recorded lane followed by its what-if lane.
+    pub timeline: Timeline,
+}
+
+/// The what-if of the run shown, if one was asked for.
+#[derive(Debug, Default)]
+pub struct WhatIfView {
+    pending: Option<Receiver<Result<Outcome, String>>>,
+    outcome: Option<Outcome>,
+    error: Option<String>,
+    /// Whether the lanes show the recorded and what-if lanes.
+    pub show_lanes: bool,
+}
+
+impl WhatIfView {
+    /// Replays run `run` of the database `db` under `changes` (`NAME=VALUE`).
+    pub fn start(&mut self, db: PathBuf, run: RunId, changes: Vec<String>, ctx: &egui::Context) {
+        let (tx, rx) = channel();
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(compute(&db, run, changes));
+            ctx.request_repaint();
+        });
+        (self.pending, self.error) = (Some(rx), None);
+    }
+
+    /// Forgets the what-if (another run is shown).
+    pub fn clear(&mut self) {
+        *self = WhatIfView::default();
+    }
+
+    /// Takes in a finished what-if; true when one arrived.
+    pub fn poll(&mut self) -> bool {
+        let Some(rx) = &self.pending else { return false };
+        let Ok(result) = rx.try_recv() else { return false };
+        self.pending = None;
+        match result {
+            Ok(outcome) => {
+                self.outcome = Some(outcome);
+                self.show_lanes = true;
+            }
+            Err(e) => self.error = Some(e),
+        }
+        true
+    }
+
+    /// Whether a what-if is being computed.
+    pub fn is_running(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// The finished what-if, if any.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref()
+    }
+
+    /// The lanes to show instead of the run's own, when asked for.
+    pub fn timeline(&self) -> Option<&Timeline> {
+        self.outcome.as_ref().filter(|_| self.show_lanes).map(|o| &o.timeline)
+    }
+
+    /// Draws the badge, the summary and the diff table.
+    pub fn ui(&mut self, ui: &mut Ui) {
+        if self.is_running() {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("Replaying the run under the edited tunables…");
+            });
+        }
+        if let Some(error) = &self.error {
+            ui.label(RichText::new(format!("What-if could not run: {error}")).color(Color32::LIGHT_RED));
+        }
+        let Some(outcome) = &self.outcome else { return };
+        let report = &outcome.report;
+        ui.horizontal_wrapped(|ui| {
+            badge(ui, &outcome.fidelity);
+            ui.separator();
+            let changes = if report.overrides.is_empty() { "no change".to_owned() } else { report.overrides.join(" ") };
+            let s = &report.summary;
+            ui.label(format!(
+                "What-if on run {}: {changes} — {} of {} streams changed, {} saved, {} lost, {} false positives, \
+                 {} resting on an assumption, {} unknown",
+                outcome.run, s.changed, s.streams, s.saved, s.lost, s.false_positives, s.assumed, s.unknown
+            ));
+            ui.checkbox(&mut self.show_lanes, "What-if lanes");
+        });
+        egui::CollapsingHeader::new(format!("What changed ({} streams)", report.summary.changed))
+            .default_open(report.summary.changed > 0 && report.streams.len() <= 20)
+            .show(ui, |ui| diff_table(ui, report));
+    }
+}
+
+/// Green when the unchanged replay reproduces the recording, amber when
+/// some streams do not: their what-if is less certain.
+fn badge(ui: &mut Ui, fidelity: &Fidelity) {
+    let (colour, text) = if fidelity.is_exact() {
+        (Color32::from_rgb(80, 200, 120), "replay faithful")
+    } else {
+        (Color32::from_rgb(240, 180, 60), "replay approximate")
+    };
+    ui.label(RichText::new(format!("● {text}")).color(colour).strong()).on_hover_text(format!(
+        "Replayed unchanged, {} of {} streams reproduce the recording (outcome, attempts, hops, categories, \
+         timers within 5 ms); worst timer drift {:.1} ms",
+        fidelity.reproduced,
+        fidelity.streams,
+        fidelity.worst_drift_s * 1000.0
+    ));
+}
+
+fn diff_table(ui: &mut Ui, report: &WhatIfReport) {
+    egui::Grid::new("whatif-diff").striped(true).num_columns(4).show(ui, |ui| {
+        for title in ["stream", "before", "after", "why it differs or what it assumes"] {
+            ui.label(RichText::new(title).strong());
+        }
+        ui.end_row();
+        for stream in report.streams.iter().filter(|s| s.changed || !s.assumptions.is_empty()) {
+            ui.label(stream.stream.to_string());
+            ui.label(course(&stream.before));
+            ui.label(course(&stream.after));
+            let mut notes: Vec<String> = stream
+                .false_positives
+                .iter()
+                .map(|f| format!("false positive: {} in healthy attempt {}", f.timer, f.attempt))
+                .collect();
+            notes.extend(stream.assumptions.iter().cloned());
+            ui.label(notes.join("\n"));
+            ui.end_row();
+        }
+    });
+}
+
+/// `ok, 2 attempts, idle at 1.10 s (+1.00)`.
+fn course(c: &StreamCourse) -> String {
+    let mut text = format!("{}, {} attempt(s)", c.outcome, c.attempts);
+    for f in &c.fired {
+        text.push_str(&format!(", {} at {:.2} s (+{:.2})", f.timer, f.at_s, f.detected_after_s));
+    }
+    text
+}
+
+/// Loads, replays and lays out run `run`.
+fn compute(db: &PathBuf, run: RunId, changes: Vec<String>) -> Result<Outcome, String> {
+    let store = Store::open(db).map_err(|e| e.to_string())?;
+    let recording = Recording::load(&store, run).map_err(|e| e.to_string())?;
+    let fidelity = fidelity(&recording).map_err(|e| e.to_string())?;
+    let replayed = Arc::new(VecSink::new());
+    let whatif = WhatIf { overrides: changes, ..WhatIf::default() };
+    let report = what_if_watched(&recording, &whatif, Some(replayed.clone())).map_err(|e| e.to_string())?;
+    let recorded = store.run_events(run).map_err(|e| e.to_string())?;
+    let timeline = interleaved(run, recorded, replayed.events());
+    Ok(Outcome { run, report, fidelity, timeline })
+}
+
+/// One timeline with each stream's recorded lane followed by its what-if
+/// lane, both from the run's epoch.
+fn interleaved(run: RunId, recorded: Vec<Event>, replayed: Vec<Event>) -> Timeline {
+    let mut by_stream: BTreeMap<StreamId, (Vec<Event>, Vec<Event>)> = BTreeMap::new();
+    for event in recorded {
+        by_stream.entry(event.stream).or_default().0.push(event);
+    }
+    for event in replayed {
+        by_stream.entry(event.stream).or_default().1.push(event);
+    }
+    let mut timeline = Timeline::new();
+    let (before, after) = (timeline.add_part(format!("run {run}"), 0.0), timeline.add_part("what-if", 0.0));
+    for (mut recorded, replayed) in by_stream.into_values() {
+        // The store groups a run's events by stream; within one, by time.
+        recorded.sort_by_key(|e| e.at);
+        for event in &recorded {
+            timeline.ingest(before, event);
+        }
+        for event in &replayed {
+            timeline.ingest(after, event);
+        }
+    }
+    timeline
+}
