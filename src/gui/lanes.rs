@@ -22,6 +22,9 @@ pub struct Timeline {
     pub lanes: Vec<Lane>,
     /// The sources the lanes come from (one per scenario of a combined run).
     pub parts: Vec<Part>,
+    /// Whether the parts are the same streams under different settings (a
+    /// run and its what-if): lanes are then read stream by stream.
+    pub parts_compared: bool,
     index: HashMap<(usize, StreamId), usize>,
     end_s: f64,
     events: u64,

@@ -40,7 +40,8 @@ impl Clock {
 /// How lanes are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum SortBy {
-    /// By part, then stream number (the order calls were started).
+    /// By part, then stream number (the order calls were started); by
+    /// stream, then part, when the parts are a run and its what-if.
     #[default]
     Start,
     /// Failed first, then partial, cancelled, running and ok.
@@ -283,6 +284,9 @@ impl TimelineView {
             })
             .collect();
         match self.sort {
+            SortBy::Start if timeline.parts_compared => {
+                order.sort_by_key(|&i| (timeline.lanes[i].stream, timeline.lanes[i].part));
+            }
             SortBy::Start => order.sort_by_key(|&i| (timeline.lanes[i].part, timeline.lanes[i].stream)),
             SortBy::Outcome => order.sort_by_key(|&i| outcome_rank(timeline.lanes[i].outcome)),
             SortBy::Elapsed => order

@@ -145,16 +145,42 @@ fn diff_table(ui: &mut Ui, report: &WhatIfReport) {
             ui.label(stream.stream.to_string());
             ui.label(course(&stream.before));
             ui.label(course(&stream.after));
-            let mut notes: Vec<String> = stream
-                .false_positives
-                .iter()
-                .map(|f| format!("false positive: {} in healthy attempt {}", f.timer, f.attempt))
-                .collect();
+            let mut notes = differences(&stream.before, &stream.after);
+            notes.extend(
+                stream
+                    .false_positives
+                    .iter()
+                    .map(|f| format!("false positive: {} in healthy attempt {}", f.timer, f.attempt)),
+            );
             notes.extend(stream.assumptions.iter().cloned());
             ui.label(notes.join("\n"));
             ui.end_row();
         }
     });
+}
+
+/// What differs between two courses, in words.
+fn differences(before: &StreamCourse, after: &StreamCourse) -> Vec<String> {
+    let mut notes = Vec::new();
+    if before.outcome != after.outcome {
+        notes.push(format!("{} → {}", before.outcome, after.outcome));
+    }
+    let timers = |c: &StreamCourse| c.fired.iter().map(|f| f.timer.name()).collect::<Vec<_>>().join(", ");
+    let (was, now) = (timers(before), timers(after));
+    if was != now {
+        let none = |t: String| if t.is_empty() { "no timer".to_owned() } else { t };
+        notes.push(format!("{} fires instead of {}", none(now), none(was)));
+    }
+    if before.attempts != after.attempts {
+        notes.push(format!("{} attempts instead of {}", after.attempts, before.attempts));
+    }
+    if let (Some(was), Some(now)) = (before.elapsed_s, after.elapsed_s)
+        && (was - now).abs() >= 0.001
+    {
+        let (how_much, which) = if now < was { (was - now, "sooner") } else { (now - was, "later") };
+        notes.push(format!("ends {how_much:.2} s {which}"));
+    }
+    notes
 }
 
 /// `ok, 2 attempts, idle at 1.10 s (+1.00)`.
@@ -190,6 +216,7 @@ fn interleaved(run: RunId, recorded: Vec<Event>, replayed: Vec<Event>) -> Timeli
         by_stream.entry(event.stream).or_default().1.push(event);
     }
     let mut timeline = Timeline::new();
+    timeline.parts_compared = true;
     let (before, after) = (timeline.add_part(format!("run {run}"), 0.0), timeline.add_part("what-if", 0.0));
     for (mut recorded, replayed) in by_stream.into_values() {
         // The store groups a run's events by stream; within one, by time.
