@@ -68,7 +68,7 @@ pub fn chrome_trace(streams: &[(StreamId, Vec<Event>)]) -> Value {
                     }
                     trace.push(instant(pid, ts, &format!("attempt {} ended: {end}", event.attempt), args));
                 }
-                EventKind::TimerFired { timer, after } => {
+                EventKind::TimerFired { timer, after, .. } => {
                     let args = json!({"after_ms": after.as_secs_f64() * 1e3});
                     trace.push(instant(pid, ts, &format!("{timer} timer fired"), args));
                 }
@@ -117,7 +117,7 @@ mod tests {
         let events = vec![
             at(0, 1, EventKind::AttemptStarted { target: target.clone(), credential: None }),
             at(5, 1, EventKind::ChunkReceived { bytes: 10 }),
-            at(1000, 1, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1) }),
+            at(1000, 1, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1), lag: None }),
             at(
                 1000,
                 1,

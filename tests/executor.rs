@@ -468,7 +468,7 @@ async fn timeout_retries_escalate_the_timers() {
         .kinds()
         .into_iter()
         .filter_map(|k| match k {
-            EventKind::TimerFired { timer: TimerKind::Ttfb, after } => Some(after),
+            EventKind::TimerFired { timer: TimerKind::Ttfb, after, .. } => Some(after),
             _ => None,
         })
         .collect();

@@ -200,7 +200,12 @@ fn every_kind() -> Vec<EventKind> {
     }
     for timer in TimerKind::ALL {
         kinds.push(EventKind::TimerArmed { timer, after: Duration::from_millis(1500) });
-        kinds.push(EventKind::TimerFired { timer, after: Duration::from_secs(2) });
+        kinds.push(EventKind::TimerFired { timer, after: Duration::from_secs(2), lag: None });
+        kinds.push(EventKind::TimerFired {
+            timer,
+            after: Duration::from_secs(2),
+            lag: Some(Duration::from_micros(1500)),
+        });
     }
     for category in Category::ALL {
         kinds.push(EventKind::PartialRecovered { chars: 7, category });

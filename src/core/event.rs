@@ -274,6 +274,12 @@ pub enum EventKind {
         timer: TimerKind,
         /// Its budget.
         after: Duration,
+        /// How late our own runtime was running when it fired (the run's
+        /// lag probe over the recent past, or this timer's own late
+        /// wake-up, whichever is larger); `None` where it was not measured
+        /// (virtual-time replays, older recordings). See [`super::lag`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lag: Option<Duration>,
     },
     /// Rate-limit headers were read.
     RateLimitObserved {
@@ -470,7 +476,11 @@ mod tests {
             EventKind::SseReceived { class: EventClass::ToolCall, chars: 3, progress: true },
             EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_millis(1500) },
             EventKind::TimerDisarmed { timer: TimerKind::Ttfb, reason: "large context".into() },
-            EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(2) },
+            EventKind::TimerFired {
+                timer: TimerKind::Idle,
+                after: Duration::from_secs(2),
+                lag: Some(Duration::from_millis(3)),
+            },
             EventKind::RateLimitObserved { requests_remaining: Some(0), tokens_remaining: None, exhausted_reset: None },
             EventKind::RateLimitLow {
                 bucket: "tokens".into(),

@@ -653,7 +653,7 @@ impl<'a> CallState<'a> {
     }
 
     fn backoff_crosses_deadline(&self, budget: Duration, sleep: Duration) -> Classification {
-        self.emit(EventKind::TimerFired { timer: TimerKind::Deadline, after: budget });
+        self.emit(EventKind::TimerFired { timer: TimerKind::Deadline, after: budget, lag: None });
         let mut c = self.builtin(
             self.report.attempts,
             Category::Timeout,

@@ -276,7 +276,7 @@ async fn govern(
                     // The connect timer lives in the HTTP client; when it
                     // is what fired, the timeline marks it like ours.
                     if let Failure::Timeout { timer: TimerKind::Connect, after } = failure {
-                        scope.emit(EventKind::TimerFired { timer: TimerKind::Connect, after });
+                        scope.emit(EventKind::TimerFired { timer: TimerKind::Connect, after, lag: None });
                     }
                     return Err(failure);
                 }
@@ -549,6 +549,6 @@ async fn fire(scope: &AttemptScope<'_>, fired: (TimerKind, Duration)) -> Failure
 }
 
 fn timed_out(scope: &AttemptScope<'_>, (timer, after): (TimerKind, Duration)) -> Failure {
-    scope.emit(EventKind::TimerFired { timer, after });
+    scope.emit(EventKind::TimerFired { timer, after, lag: None });
     Failure::Timeout { timer, after }
 }

@@ -51,6 +51,7 @@ pub mod failover;
 pub mod failure;
 pub mod fleet;
 pub mod governor;
+pub mod lag;
 pub mod policy;
 pub mod ratelimit;
 pub mod redact;

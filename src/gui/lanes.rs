@@ -620,7 +620,7 @@ pub fn describe(kind: &EventKind) -> String {
         }
         EventKind::TimerArmed { timer, after } => format!("{timer} timer armed: {}", secs(after)),
         EventKind::TimerDisarmed { timer, reason } => format!("{timer} timer off: {reason}"),
-        EventKind::TimerFired { timer, after } => format!("{timer} timer FIRED after {}", secs(after)),
+        EventKind::TimerFired { timer, after, .. } => format!("{timer} timer FIRED after {}", secs(after)),
         EventKind::RateLimitObserved { requests_remaining, tokens_remaining, exhausted_reset } => {
             let n = |v: &Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
             let reset = exhausted_reset.as_ref().map(|d| format!(", resets in {}", secs(d))).unwrap_or_default();
@@ -696,7 +696,7 @@ mod tests {
             idle(0, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(1) }),
             idle(100, EventKind::ChunkReceived { bytes: 50 }),
             idle(100, EventKind::SseReceived { class: EventClass::Lifecycle, chars: 0, progress: false }),
-            idle(1100, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1) }),
+            idle(1100, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1), lag: None }),
             idle(
                 1100,
                 EventKind::BackoffScheduled {
@@ -747,7 +747,11 @@ mod tests {
             second(95, 2, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_millis(300) }),
             second(150, 2, EventKind::ChunkReceived { bytes: 10 }),
             second(300, 2, EventKind::ChunkReceived { bytes: 12 }),
-            second(600, 2, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_millis(300) }),
+            second(
+                600,
+                2,
+                EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_millis(300), lag: None },
+            ),
             second(600, 2, EventKind::Finished { outcome: Outcome::Failed, attempts: 2, stop_reason: None }),
         ]);
         events.sort_by_key(|e| e.at);

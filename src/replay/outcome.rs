@@ -157,7 +157,11 @@ mod tests {
             at(1100, 1, EventKind::SseReceived { class: EventClass::Content, chars: 2, progress: true }),
             at(1300, 1, EventKind::ChunkReceived { bytes: 10 }),
             at(1300, 1, EventKind::SseReceived { class: EventClass::Keepalive, chars: 0, progress: false }),
-            at(2100, 1, EventKind::TimerFired { timer: TimerKind::DataStall, after: Duration::from_secs(1) }),
+            at(
+                2100,
+                1,
+                EventKind::TimerFired { timer: TimerKind::DataStall, after: Duration::from_secs(1), lag: None },
+            ),
             at(
                 2100,
                 1,

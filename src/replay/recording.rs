@@ -311,7 +311,7 @@ mod tests {
             at(9, 1, EventKind::ChunkReceived { bytes: 30 }),
             at(9, 1, EventKind::SseReceived { class: EventClass::Content, chars: 3, progress: true }),
             at(9, 1, EventKind::SseReceived { class: EventClass::Keepalive, chars: 0, progress: false }),
-            at(50, 1, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_millis(41) }),
+            at(50, 1, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_millis(41), lag: None }),
             at(50, 1, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Idle }, stop_reason: None }),
             at(
                 50,

@@ -65,7 +65,8 @@ pub mod kind {
     pub const TIMER_ARMED: i64 = 7;
     /// `TimerDisarmed`: `code` timer; detail reason.
     pub const TIMER_DISARMED: i64 = 8;
-    /// `TimerFired`: `code` timer, `value` budget in ns.
+    /// `TimerFired`: `code` timer, `value` budget in ns, `aux` the runtime's
+    /// lag in ns when it was measured (NULL otherwise).
     pub const TIMER_FIRED: i64 = 9;
     /// `RateLimitObserved`: `value` requests left, `aux` tokens left; detail `{"reset_ns"}`.
     pub const RATE_LIMIT_OBSERVED: i64 = 10;
@@ -439,8 +440,12 @@ fn encode_columns(event: &Event) -> Option<Row> {
         EventKind::TimerDisarmed { timer, reason } => {
             (TIMER_DISARMED, Some(timer_code(*timer)), None, None, json(reason))
         }
-        EventKind::TimerFired { timer, after } => {
-            (TIMER_FIRED, Some(timer_code(*timer)), Some(ns(*after)?), None, None)
+        EventKind::TimerFired { timer, after, lag } => {
+            let lag = match lag {
+                Some(lag) => Some(ns(*lag)?),
+                None => None,
+            };
+            (TIMER_FIRED, Some(timer_code(*timer)), Some(ns(*after)?), lag, None)
         }
         EventKind::RateLimitObserved { requests_remaining, tokens_remaining, exhausted_reset } => {
             let reset = match exhausted_reset {
@@ -737,7 +742,14 @@ fn decode_kind(row: &Columns<'_>) -> Option<EventKind> {
         }
         TIMER_ARMED => EventKind::TimerArmed { timer: timer_from(code()?)?, after: duration(value()?)? },
         TIMER_DISARMED => EventKind::TimerDisarmed { timer: timer_from(code()?)?, reason: text()? },
-        TIMER_FIRED => EventKind::TimerFired { timer: timer_from(code()?)?, after: duration(value()?)? },
+        TIMER_FIRED => EventKind::TimerFired {
+            timer: timer_from(code()?)?,
+            after: duration(value()?)?,
+            lag: match row.aux {
+                Some(lag) => Some(duration(lag)?),
+                None => None,
+            },
+        },
         RATE_LIMIT_OBSERVED => {
             let u64_of = |v: Option<i64>| match v {
                 Some(v) => u64::try_from(v).ok().map(Some),
