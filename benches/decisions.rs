@@ -112,6 +112,7 @@ fn stream_costs(c: &mut Criterion) {
                     epoch: tokio::time::Instant::now(),
                     wall_epoch: std::time::SystemTime::now(),
                     bodies: stallscope::core::policy::BodySettings::default(),
+                    lag: None,
                     stream: 1,
                     attempt: 1,
                     deadline: None,

@@ -23,6 +23,11 @@
 //! commits early once half the budget is waiting, so the budget is left
 //! for bursts.
 //!
+//! The run's own scheduling lag (the lag probe's readings, a few per
+//! second) travels the same channel and is committed with the events; a
+//! reading that finds the channel full is dropped and counted among the
+//! run's dropped events.
+//!
 //! Crash safety: a crash loses at most the events not yet committed (one
 //! flush interval's worth). [`RecorderHandle::finish`] commits everything and
 //! completes the run; dropping the handle without finishing commits what is
@@ -38,6 +43,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::core::event::{Event, EventKind, EventSink, RecordedBody, StreamId};
+use crate::core::lag_probe::LagSample;
 use crate::report::RunReport;
 use crate::store::{Drops, RunId, RunStart, Store, StoreError};
 
@@ -162,6 +168,7 @@ impl Recorder {
 /// What travels to the writer.
 enum Message {
     Event(Event),
+    Lag(LagSample),
     /// Commit everything before this, then answer.
     Flush(SyncSender<Result<(), StoreError>>),
     /// Commit everything, complete the run, answer with the dropped count, stop.
@@ -182,6 +189,7 @@ impl std::fmt::Debug for Message {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Message::Event(_) => "Event",
+            Message::Lag(_) => "Lag",
             Message::Flush(_) => "Flush",
             Message::Finish(..) => "Finish",
             Message::Close => "Close",
@@ -225,6 +233,12 @@ impl EventSink for RecorderSink {
         // the writer died. Either way the stream goes on.
         if self.tx.try_send(Message::Event(event)).is_err() {
             self.counters.count_lost(stream, 1, 0);
+        }
+    }
+
+    fn runtime_lag(&self, sample: LagSample) {
+        if self.tx.try_send(Message::Lag(sample)).is_err() {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -313,6 +327,7 @@ const STREAM_DROPS_EVERY: Duration = Duration::from_secs(1);
 #[derive(Default)]
 struct Batch {
     events: Vec<Event>,
+    lag: Vec<LagSample>,
     /// When the oldest of them arrived.
     oldest: Option<Instant>,
     /// Bytes of the bodies among them, counted in the body budget until committed.
@@ -362,10 +377,13 @@ impl Writer {
 
     fn handle(&mut self, message: Message, batch: &mut Batch) -> Next {
         match message {
+            Message::Lag(sample) => {
+                batch.oldest.get_or_insert_with(Instant::now);
+                batch.lag.push(sample);
+                Next::Continue
+            }
             Message::Event(event) => {
-                if batch.events.is_empty() {
-                    batch.oldest = Some(Instant::now());
-                }
+                batch.oldest.get_or_insert_with(Instant::now);
                 batch.body_bytes += body_bytes(&event.kind).unwrap_or(0);
                 batch.events.push(event);
                 if batch.events.len() >= self.options.batch_events
@@ -403,11 +421,11 @@ impl Writer {
         batch.oldest = None;
         let moved = self.counters.dropped.load(Ordering::Relaxed) != self.written_drops;
         let streams = moved && (streams_now || self.streams_written.elapsed() >= STREAM_DROPS_EVERY);
-        if batch.events.is_empty() && !streams {
+        if batch.events.is_empty() && batch.lag.is_empty() && !streams {
             return Ok(());
         }
         let drops = self.counters.drops(streams);
-        let result = self.store.append(self.run, &batch.events, Some(&drops));
+        let result = self.store.append(self.run, &batch.events, &batch.lag, Some(&drops));
         match &result {
             Ok(()) if streams => {
                 self.written_drops = drops.events;
@@ -415,7 +433,7 @@ impl Writer {
             }
             Ok(()) => {}
             Err(e) => {
-                tracing::warn!(run = self.run, lost = batch.events.len(), error = %e, "recorder: a batch of events was not written");
+                tracing::warn!(run = self.run, lost = batch.events.len() + batch.lag.len(), error = %e, "recorder: a batch of events was not written");
                 let mut lost: HashMap<StreamId, (u64, u64)> = HashMap::new();
                 for event in &batch.events {
                     let entry = lost.entry(event.stream).or_default();
@@ -425,11 +443,13 @@ impl Writer {
                 for (stream, (events, bodies)) in lost {
                     self.counters.count_lost(stream, events, bodies);
                 }
+                self.counters.dropped.fetch_add(batch.lag.len() as u64, Ordering::Relaxed);
             }
         }
         self.counters.body_bytes.fetch_sub(batch.body_bytes, Ordering::Relaxed);
         batch.body_bytes = 0;
         batch.events.clear();
+        batch.lag.clear();
         result
     }
 }
@@ -458,6 +478,20 @@ mod tests {
             assert!(Instant::now() < deadline, "the event was never committed");
             std::thread::sleep(Duration::from_millis(5));
         }
+        drop(handle);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn lag_readings_are_committed_with_the_run() {
+        let dir = std::env::temp_dir().join(format!("stallscope-recorder-lag-{}", std::process::id()));
+        let path = dir.join("runs.db");
+        let start = RunStart::new(None, None, &crate::tunables::Tunables::defaults(), &[]);
+        let (sink, handle) = Recorder::start(&path, start).unwrap();
+        let sample = LagSample { at: Duration::from_millis(100), lag: Duration::from_millis(7) };
+        sink.runtime_lag(sample);
+        handle.flush().unwrap();
+        assert_eq!(Store::open(&path).unwrap().runtime_lag(handle.run_id()).unwrap(), [sample]);
         drop(handle);
         let _ = std::fs::remove_dir_all(dir);
     }

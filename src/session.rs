@@ -5,6 +5,12 @@
 //! The CLI's `run` and the app's **Run** button differ only in how they
 //! show progress, so both call [`run_session`] and pass their own sink and
 //! progress callback.
+//!
+//! A lag probe runs beside the calls on the same runtime for the whole run
+//! ([`crate::core::lag_probe`]): every timer that fires carries how late
+//! the runtime was, the probe's readings go to the sink beside the events,
+//! and the outcome says how many timeouts the client's own overload makes
+//! untrustworthy.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +22,7 @@ use crate::config::{ConfigError, ConfigFile, Layers, Settings};
 use crate::core::event::{Event, EventSink};
 use crate::core::executor::{CallReport, Origin};
 use crate::core::failover::Target;
+use crate::core::lag_probe::{LagProbe, LagSample, LagSummary};
 use crate::core::transport::ClientCache;
 use crate::providers::Dialect;
 use crate::providers::setup::{ProviderConfig, SetupError, key_counts};
@@ -124,6 +131,9 @@ pub struct SessionOutcome {
     pub report: RunReport,
     /// Events the recorder could not keep (it fell behind).
     pub dropped_events: u64,
+    /// The timers that fired and how many the runtime's own lag makes
+    /// untrustworthy.
+    pub lag: LagSummary,
 }
 
 /// Runs the plan to the end (or until `cancel`). Events go to the recorder
@@ -172,11 +182,14 @@ pub async fn run_session(
     };
     let clients = ClientCache::new();
     let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    let executor = executor(&settings, &providers, &clients, sink, origin, lookup)?;
+    let mut executor = executor(&settings, &providers, &clients, sink, origin, lookup)?;
+    let probe = LagProbe::start(origin.epoch, Arc::clone(&executor.sink));
+    executor.lag = Some(probe.meter());
     let run_plan =
         RunPlan { requests: plan.requests, concurrency: plan.concurrency, target, prompt: plan.prompt.clone() };
     let started = tokio::time::Instant::now();
     let reports = run_calls(&executor, &run_plan, cancel, on_finish).await;
+    let lag = probe.stop();
     let mut report =
         RunReport::new(scenario_name(&plan.source), settings.tunables.snapshot(), &reports, started.elapsed());
     report.seed = Some(origin.seed);
@@ -189,7 +202,7 @@ pub async fn run_session(
         let stored = report.clone();
         dropped_events = blocking(move || handle.finish(&stored)).await?;
     }
-    Ok(SessionOutcome { report, dropped_events })
+    Ok(SessionOutcome { report, dropped_events, lag })
 }
 
 /// Runs database work off the runtime's workers: opening (and perhaps
@@ -297,6 +310,12 @@ impl EventSink for Tee {
                 sink.emit(event.clone());
             }
             last.emit(event);
+        }
+    }
+
+    fn runtime_lag(&self, sample: LagSample) {
+        for sink in &self.0 {
+            sink.runtime_lag(sample);
         }
     }
 }

@@ -114,6 +114,13 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     } else {
         print_report(&outcome.report, out)?;
     }
+    // Timeouts the client's own lateness may have caused (stderr under
+    // --json, whose stdout is one object).
+    match outcome.lag.overload_note() {
+        Some(note) if args.json => eprintln!("stallscope: {note}"),
+        Some(note) => writeln!(out, "{note}")?,
+        None => {}
+    }
     Ok(())
 }
 

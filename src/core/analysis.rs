@@ -645,6 +645,7 @@ mod tests {
             cancel: &cancel,
             wall_epoch: SystemTime::UNIX_EPOCH,
             bodies: crate::core::policy::BodySettings::default(),
+            lag: None,
         };
         let (target, input) = (Target::new("p", "m"), CallInput::default());
         let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };

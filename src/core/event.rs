@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::category::{Category, TimerKind};
 use super::failover::Target;
 use super::failure::TransportKind;
+use super::lag_probe::LagSample;
 
 /// Identifies one call within a run.
 pub type StreamId = u64;
@@ -408,6 +409,10 @@ pub enum EventKind {
 pub trait EventSink: Send + Sync {
     /// Delivers one event.
     fn emit(&self, event: Event);
+
+    /// Delivers one reading of the run's own scheduling lag (the lag
+    /// probe's, about no stream). Sinks that keep no such series ignore it.
+    fn runtime_lag(&self, _sample: LagSample) {}
 }
 
 /// A sink that discards everything.
@@ -452,6 +457,10 @@ impl EventSink for VecSink {
 impl<S: EventSink + ?Sized> EventSink for std::sync::Arc<S> {
     fn emit(&self, event: Event) {
         (**self).emit(event);
+    }
+
+    fn runtime_lag(&self, sample: LagSample) {
+        (**self).runtime_lag(sample);
     }
 }
 

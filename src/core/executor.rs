@@ -26,6 +26,7 @@ use super::failover::Target;
 use super::failure::Failure;
 use super::fleet::{Fleet, RetryPermit};
 use super::governor::{AttemptProgress, AttemptScope, LowBucket, run_attempt};
+use super::lag_probe::LagMeter;
 use super::policy::CorePolicy;
 use super::retry_after::DelaySource;
 use super::upstream::{AttemptRequest, CallInput, Upstreams};
@@ -154,6 +155,9 @@ pub struct Executor {
     /// Every call's random numbers (jitter) come from this seed and the
     /// call's stream id, so a run repeated with its seed sleeps the same.
     pub seed: u64,
+    /// The run's lag probe, read when a timer fires (`TimerFired::lag`);
+    /// `None` where lag is not measured (virtual time).
+    pub lag: Option<LagMeter>,
 }
 
 /// What the loop decided after a failure.
@@ -265,6 +269,7 @@ impl<'a> CallState<'a> {
             cancel,
             wall_epoch: self.exec.wall_epoch,
             bodies: self.exec.policy.bodies,
+            lag: self.exec.lag.as_ref(),
         }
     }
 
@@ -332,7 +337,7 @@ impl<'a> CallState<'a> {
                     {
                         // Sleeping would cross the deadline: end now rather
                         // than wake up out of time (seed 000 §4, :801).
-                        return self.fail(self.backoff_crosses_deadline(budget, sleep));
+                        return self.fail(self.backoff_crosses_deadline(at, budget, sleep));
                     }
                     let reason = match (&classification.server_delay, requested) {
                         (Some(delay), Some(_)) => SleepReason::ServerRequested { header: delay_header(&delay.source) },
@@ -652,8 +657,9 @@ impl<'a> CallState<'a> {
         }
     }
 
-    fn backoff_crosses_deadline(&self, budget: Duration, sleep: Duration) -> Classification {
-        self.emit(EventKind::TimerFired { timer: TimerKind::Deadline, after: budget, lag: None });
+    fn backoff_crosses_deadline(&self, due: Instant, budget: Duration, sleep: Duration) -> Classification {
+        let lag = self.exec.lag.as_ref().map(|meter| meter.timer_fired(budget, due, Instant::now()));
+        self.emit(EventKind::TimerFired { timer: TimerKind::Deadline, after: budget, lag });
         let mut c = self.builtin(
             self.report.attempts,
             Category::Timeout,

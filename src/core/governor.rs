@@ -29,6 +29,7 @@ use super::category::TimerKind;
 use super::event::{AttemptPhase, Event, EventClass, EventKind, EventSink, RecordedBody, StreamId};
 use super::evidence::{BodyCapture, recorded_error_body, recorded_headers};
 use super::failure::{Failure, TransportKind};
+use super::lag_probe::LagMeter;
 use super::policy::{AttemptTimers, BodySettings};
 use super::ratelimit::RateLimits;
 use super::upstream::{AttemptRequest, Body, Decoded, Upstream};
@@ -55,6 +56,9 @@ pub struct AttemptScope<'a> {
     pub wall_epoch: SystemTime,
     /// What of the body the recording keeps.
     pub bodies: BodySettings,
+    /// The run's lag probe, read when a timer fires; `None` reports no lag
+    /// (virtual time).
+    pub lag: Option<&'a LagMeter>,
 }
 
 impl AttemptScope<'_> {
@@ -66,6 +70,13 @@ impl AttemptScope<'_> {
     /// The wall clock at `now`, as the run's decisions see it.
     fn wall_at(&self, now: Instant) -> SystemTime {
         self.wall_epoch + now.saturating_duration_since(self.epoch)
+    }
+
+    /// Reports a timer with `budget` due at `due` that fired at `now`, with
+    /// the runtime's lag when a probe measures it.
+    pub fn timer_fired(&self, timer: TimerKind, budget: Duration, due: Instant, now: Instant) {
+        let lag = self.lag.map(|meter| meter.timer_fired(budget, due, now));
+        self.emit_at(now, EventKind::TimerFired { timer, after: budget, lag });
     }
 
     /// Emits one event stamped `at` (saves a clock read per chunk).
@@ -274,9 +285,10 @@ async fn govern(
                 Ok(response) => break response,
                 Err(failure) => {
                     // The connect timer lives in the HTTP client; when it
-                    // is what fired, the timeline marks it like ours.
-                    if let Failure::Timeout { timer: TimerKind::Connect, after } = failure {
-                        scope.emit(EventKind::TimerFired { timer: TimerKind::Connect, after, lag: None });
+                    // is what fired, the timeline marks it like ours (its
+                    // budget ran from about when the request began).
+                    if let Failure::Timeout { timer: TimerKind::Connect, after: budget } = failure {
+                        scope.timer_fired(TimerKind::Connect, budget, after(started, budget), Instant::now());
                     }
                     return Err(failure);
                 }
@@ -492,13 +504,21 @@ fn far_future() -> Instant {
     [100 * 365, 365, 30].iter().find_map(|days| now.checked_add(Duration::from_secs(days * 24 * 3600))).unwrap_or(now)
 }
 
+/// A timer that expired, noticed at `now`.
+#[derive(Debug, Clone, Copy)]
+struct Fired {
+    timer: TimerKind,
+    clock: Clock,
+    now: Instant,
+}
+
 /// Handles the shared sleep's deadline having passed at `now`. Resets only
 /// ever move clocks later, so the sleep is re-armed lazily here instead of
 /// on every chunk: it wakes at the earliest deadline it knew of and either
 /// reports the timer that expired or sleeps on to the new earliest one.
-fn on_wake(clocks: &Clocks, sleep: Pin<&mut Sleep>, now: Instant) -> Option<(TimerKind, Duration)> {
+fn on_wake(clocks: &Clocks, sleep: Pin<&mut Sleep>, now: Instant) -> Option<Fired> {
     match clocks.earliest() {
-        Some((kind, clock)) if clock.fires_at <= now => Some((kind, clock.budget)),
+        Some((timer, clock)) if clock.fires_at <= now => Some(Fired { timer, clock, now }),
         Some((_, clock)) => {
             sleep.reset(clock.fires_at);
             None
@@ -530,7 +550,7 @@ pub const CLOSE_DELAY: Duration = Duration::from_millis(100);
 
 /// Reports a timer that fired while the response body was being read, and
 /// hands the body to a task that closes it [`CLOSE_DELAY`] later.
-fn timed_out_reading(scope: &AttemptScope<'_>, fired: (TimerKind, Duration), body: Body) -> Failure {
+fn timed_out_reading(scope: &AttemptScope<'_>, fired: Fired, body: Body) -> Failure {
     tokio::spawn(async move {
         tokio::time::sleep(CLOSE_DELAY).await;
         drop(body);
@@ -542,13 +562,13 @@ fn timed_out_reading(scope: &AttemptScope<'_>, fired: (TimerKind, Duration), bod
 /// before the caller drops the request: tearing down a connection costs
 /// more than noticing a stall, and timers due at the same moment should all
 /// be noticed first.
-async fn fire(scope: &AttemptScope<'_>, fired: (TimerKind, Duration)) -> Failure {
+async fn fire(scope: &AttemptScope<'_>, fired: Fired) -> Failure {
     let failure = timed_out(scope, fired);
     tokio::task::yield_now().await;
     failure
 }
 
-fn timed_out(scope: &AttemptScope<'_>, (timer, after): (TimerKind, Duration)) -> Failure {
-    scope.emit(EventKind::TimerFired { timer, after, lag: None });
-    Failure::Timeout { timer, after }
+fn timed_out(scope: &AttemptScope<'_>, Fired { timer, clock, now }: Fired) -> Failure {
+    scope.timer_fired(timer, clock.budget, clock.fires_at, now);
+    Failure::Timeout { timer, after: clock.budget }
 }

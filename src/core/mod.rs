@@ -52,6 +52,7 @@ pub mod failure;
 pub mod fleet;
 pub mod governor;
 pub mod lag;
+pub mod lag_probe;
 pub mod policy;
 pub mod ratelimit;
 pub mod redact;

@@ -219,6 +219,8 @@ async fn replay(
         epoch,
         wall_epoch: wall_clock(recording.meta.epoch_unix_ns),
         seed: recording.meta.seed,
+        // Virtual time: our own lateness is not measured.
+        lag: None,
     };
     let calls: Vec<Call> = recording
         .streams

@@ -8,6 +8,8 @@
 //!   clock, rules, pools) as JSON, the schema a run was recorded with,
 //!   dropped bodies per run and dropped events per stream, how and when
 //!   each attempt ended, and the `bodies` table.
+//! - 3: the run's own scheduling lag, one reading per 100 ms
+//!   (`sql/0003_runtime_lag.sql`).
 //!
 //! Migrations only ever move forward. A database whose version is newer
 //! than [`SCHEMA_VERSION`] was written by a newer stallscope and is refused
@@ -16,7 +18,11 @@
 use rusqlite_migration::{M, Migrations};
 
 /// Every migration, in order: migration `i` takes the schema to version `i + 1`.
-const STEPS: &[M<'static>] = &[M::up(include_str!("sql/0001_init.sql")), M::up(include_str!("sql/0002_replay.sql"))];
+const STEPS: &[M<'static>] = &[
+    M::up(include_str!("sql/0001_init.sql")),
+    M::up(include_str!("sql/0002_replay.sql")),
+    M::up(include_str!("sql/0003_runtime_lag.sql")),
+];
 
 /// The migrations, applied by [`super::Store::open`].
 pub(crate) const MIGRATIONS: Migrations<'static> = Migrations::from_slice(STEPS);

@@ -3,8 +3,8 @@
 //! One file holds every recorded run: its tunables and providers (secrets
 //! removed), what replay needs beyond them ([`RunMeta`]), its events in
 //! compact form ([`events`]) with any recorded bodies compressed beside
-//! them, what the recorder could not keep, and its report once it
-//! completes. The default file is in the platform data directory
+//! them, the client's own scheduling lag while it ran ([`lag`]), what the
+//! recorder could not keep, and its report once it completes. The default file is in the platform data directory
 //! ([`Store::default_path`]).
 //!
 //! Opening never damages a file it cannot use: a file that is not a
@@ -20,6 +20,7 @@
 //! [`Store::mark_interrupted`]).
 
 pub mod events;
+mod lag;
 pub mod migrations;
 mod report;
 pub mod runs;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::core::event::{Event, StreamId};
+use crate::core::lag_probe::LagSample;
 use crate::report::RunReport;
 
 pub use migrations::SCHEMA_VERSION;
@@ -331,13 +333,24 @@ impl Store {
 
     /// Appends a batch of a run's events in one transaction.
     pub fn append_events(&mut self, run: RunId, events: &[Event]) -> Result<(), StoreError> {
-        self.append(run, events, None)
+        self.append(run, events, &[], None)
     }
 
-    /// Appends a batch and, when given, sets the run's drop counts in the
-    /// same transaction (the recorder keeps them current so a crash still
-    /// shows how many events were lost).
-    pub(crate) fn append(&mut self, run: RunId, events: &[Event], drops: Option<&Drops>) -> Result<(), StoreError> {
+    /// Appends readings of a run's own scheduling lag in one transaction.
+    pub fn append_runtime_lag(&mut self, run: RunId, samples: &[LagSample]) -> Result<(), StoreError> {
+        self.append(run, &[], samples, None)
+    }
+
+    /// Appends a batch of events and lag readings and, when given, sets the
+    /// run's drop counts in the same transaction (the recorder keeps them
+    /// current so a crash still shows how many events were lost).
+    pub(crate) fn append(
+        &mut self,
+        run: RunId,
+        events: &[Event],
+        lag: &[LagSample],
+        drops: Option<&Drops>,
+    ) -> Result<(), StoreError> {
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let result = (|| {
             let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -346,6 +359,7 @@ impl Store {
                 return Ok(0);
             }
             events::write(&tx, run, events)?;
+            lag::write(&tx, run, lag)?;
             let changed = tx.execute(
                 "UPDATE runs SET events = events + ?2, dropped_events = max(dropped_events, coalesce(?3, 0)), \
                  dropped_bodies = max(dropped_bodies, coalesce(?4, 0)) WHERE id = ?1",
@@ -452,6 +466,12 @@ impl Store {
     /// Every event of a run in time order (for export).
     pub fn run_events(&self, run: RunId) -> Result<Vec<Event>, StoreError> {
         events::read_run(&self.conn, run).map_err(|e| self.read_err(run, e))
+    }
+
+    /// A run's own scheduling lag, one reading per period in time order
+    /// (none for runs recorded before it was measured).
+    pub fn runtime_lag(&self, run: RunId) -> Result<Vec<LagSample>, StoreError> {
+        lag::read(&self.conn, run).map_err(|e| self.read_err(run, e))
     }
 
     /// The streams of a run that have events, in order.

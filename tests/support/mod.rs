@@ -195,6 +195,7 @@ impl Harness {
             epoch: tokio::time::Instant::now(),
             wall_epoch: std::time::SystemTime::now(),
             seed: 0,
+            lag: None,
         };
         Harness { executor, sink }
     }
