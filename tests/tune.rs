@@ -72,9 +72,10 @@ async fn a_ping_flood_among_healthy_streams_is_caught_sooner_by_a_shorter_data_s
     assert_eq!(caught, [(0, 1), (1, 1)], "{evidence:#?}");
     for c in &evidence.caught {
         assert_eq!(c.before_timer, Some(TimerKind::DataStall));
-        // The recorded stall went unnoticed for 0.5 s; this value notices it
-        // the difference sooner (the live timer's own lateness aside).
-        assert!((c.sooner_s - (0.5 - value)).abs() < 0.01, "{c:?}");
+        // The stall went unnoticed for 0.5 s after the last reasoning
+        // token; this value notices it at least the difference sooner
+        // (sooner still when it fires between two of the tokens).
+        assert!(c.sooner_s > 0.5 - value - 0.001, "{c:?}");
     }
     assert!(evidence.false_positives.is_empty());
     assert_eq!((evidence.healthy_streams, evidence.healthy_retries), (2, 2));
@@ -160,8 +161,12 @@ async fn check_puts_one_setting_in_a_sentence() {
     // Content every 25 ms: an idle timeout of 20 ms ends every healthy
     // attempt, and the retries after them were never recorded.
     let checked = check(&recording, &[("SSE_IDLE_TIMEOUT_S", "0.02")]).unwrap();
-    assert_eq!(checked.false_positive_attempts(), 4, "{checked:#?}");
+    // Every healthy attempt the replay reaches fires (with four streams
+    // failing at once, the fleet's retry budget may keep one from its
+    // healthy retry).
+    let reached = checked.healthy_streams + checked.healthy_retries;
+    assert_eq!((checked.healthy_streams, checked.false_positive_attempts()), (2, reached), "{checked:#?}");
     let sentence = checked.sentence();
-    assert!(sentence.contains("but fired on 4 of the 2 healthy streams and 2 healthy retries"), "{sentence}");
-    assert!(sentence.contains("rest on assuming stall=silence, attempt=last-to-target)"), "{sentence}");
+    assert!(sentence.contains(&format!("but fired on {reached} of the 2 healthy streams and ")), "{sentence}");
+    assert!(sentence.contains("on assuming stall=silence, attempt=last-to-target)"), "{sentence}");
 }

@@ -117,11 +117,14 @@ pub struct Checked {
     /// Completed attempts after a failed one (a healthy retry), reached by
     /// the replay: checked too.
     pub healthy_retries: usize,
-    /// Streams that failed and would have finished.
+    /// Streams that fail with the run's own tunables (replayed, as every
+    /// count here) and would have finished.
     pub saved: usize,
-    /// Streams that finished and would have failed.
+    /// Streams that finish with the run's own tunables and would have
+    /// failed.
     pub lost: usize,
-    /// Streams whose outcome the replay cannot tell.
+    /// Streams whose outcome the replay can tell with the run's own
+    /// tunables and cannot with these.
     pub unknown: usize,
     /// The what-if assumptions in force where the recording ends.
     pub assumptions: Assumptions,
@@ -207,9 +210,9 @@ impl Checked {
             false_positives: Vec::new(),
             healthy_streams: 0,
             healthy_retries: 0,
-            saved: report.summary.saved,
-            lost: report.summary.lost,
-            unknown: report.summary.unknown,
+            saved: 0,
+            lost: 0,
+            unknown: 0,
             assumptions: report.assumptions,
             assumed: Vec::new(),
         };
@@ -230,6 +233,11 @@ impl Checked {
             if !stream.assumptions.is_empty() {
                 checked.assumed.push(Assumed { stream: stream.stream, what: stream.assumptions.clone() });
             }
+            let (before, after) = (unchanged.after.outcome, stream.after.outcome);
+            let finished = |outcome: &str| outcome == "ok" || outcome == "partial";
+            checked.saved += usize::from(before == "failed" && finished(after));
+            checked.lost += usize::from(finished(before) && after == "failed");
+            checked.unknown += usize::from(before != "unknown" && after == "unknown");
             if let Some(caught) = first_caught(recorded, &unchanged.after.fired, stream) {
                 checked.sooner_s += caught.sooner_s;
                 checked.caught.push(caught);
