@@ -642,3 +642,118 @@ fn a_bad_scenario_file_names_the_line_and_what_is_allowed() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tune` prints each timer's verdict with its evidence, then the
+/// suggestions as `--set` lines and a `.env` block; `--json` has a fixed
+/// shape; a run with nothing to catch says why it cannot be tuned.
+#[test]
+fn tune_prints_set_lines_an_env_block_and_a_fixed_json_shape() {
+    let dir = temp("tune");
+    let db = dir.join("runs.db");
+    let path = db.to_str().unwrap();
+    stdout(&stallscope(&["run", "--scenario", "ping-flood-stall", "--db", path], &[]));
+    stdout(&stallscope(&["run", "--scenario", "healthy", "--db", path], &[]));
+
+    let out = stdout(&stallscope(&["tune", "1", "--db", path], &[]));
+    assert!(out.contains("\ndata_stall (STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S): 0.5 s → "), "{out}");
+    assert!(out.contains("would have caught this stall"), "{out}");
+    let set = out
+        .split_whitespace()
+        .skip_while(|w| *w != "--set")
+        .find(|w| w.starts_with("SSE_DATA_STALL_TIMEOUT_S="))
+        .unwrap_or_else(|| panic!("{out}"));
+    let env = out.split("As .env:\n").nth(1).unwrap_or_else(|| panic!("{out}"));
+    assert!(env.lines().any(|line| line == format!("STALLSCOPE_{set}")), "{out}");
+
+    let json = stdout(&stallscope(&["tune", "1", "--db", path, "--json"], &[]));
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().map(String::as_str).collect::<Vec<_>>().join(",");
+    assert_eq!(
+        keys(&report),
+        "assumptions,combined,fidelity,healthy_retries,healthy_streams,probes,run,suggested,timers"
+    );
+    assert_eq!(
+        keys(&report["timers"][0]),
+        "current_s,evidence,next_tighter,probes,suggested_s,tightest_s,timer,tunable,verdict"
+    );
+    assert_eq!(
+        keys(&report["combined"]),
+        "assumed,assumptions,caught,false_positives,healthy_retries,healthy_streams,lost,saved,settings,sooner_s,unknown"
+    );
+    let timers: Vec<&str> = report["timers"].as_array().unwrap().iter().map(|t| t["timer"].as_str().unwrap()).collect();
+    assert_eq!(timers, ["ttfb", "idle", "data_stall", "total"]);
+    assert_eq!(report["combined"]["false_positives"], serde_json::json!([]));
+
+    let cases: [(&[&str], &str); 3] = [
+        (&["tune", "2", "--db", path], "run 2 cannot be tuned: no timer fired"),
+        (&["tune", "9", "--db", path], "no run 9"),
+        (&["--set", "SSE_IDLE_TIMEOUT_S=1", "tune", "1", "--db", path], "--set SSE_IDLE_TIMEOUT_S=1: tune searches"),
+    ];
+    for (args, wanted) in cases {
+        let output = stallscope(args, &[]);
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success() && err.contains(wanted), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `explain` lists every rule tried, with why, up to the one that matched,
+/// for a response given on the command line (with the config file's rules)
+/// or a recorded attempt (with the verdict the run recorded).
+#[test]
+fn explain_names_each_rule_tried_and_the_match() {
+    let out =
+        stdout(&stallscope(&["explain", "--status", "429", "--header", "retry-after: 3", "--body", "slow down"], &[]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "failure: HTTP 429: slow down", "{out}");
+    assert_eq!(lines[1], "rules tried, in order (no user rules, then the built-ins for HTTP error responses):");
+    assert!(lines[2].starts_with("  no    builtin: context overflow: the body has none of"), "{out}");
+    assert_eq!(lines[3], "  no    builtin: status 429 insufficient_quota: the body lacks \"insufficient_quota\"");
+    assert_eq!(lines[4], "  MATCH builtin: status 429: status 429");
+    assert_eq!(lines[5], "verdict: rate_limit by builtin: status 429; rate_limit is retried");
+    assert_eq!(lines[6], "the server asked to wait 3.000 s (header value \"3\")");
+
+    let dir = temp("explain");
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[[classifier.rule]]\nname = \"vllm\"\nbody_contains = \"queue full\"\ncategory = \"rate_limit\"\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let out = stdout(&stallscope(&["--config", config, "explain", "--status", "500", "--body", "Queue Full"], &[]));
+    assert!(out.contains("(1 user rule, then the built-ins for HTTP error responses)"), "{out}");
+    assert!(out.contains("  MATCH user rule 1 (vllm): the body or error contains \"queue full\"\n"), "{out}");
+    assert!(!out.contains("builtin:"), "no built-in is tried after a match: {out}");
+
+    let out = stdout(&stallscope(&["explain", "--kind", "reset", "--body", "peer went away"], &[]));
+    assert!(out.contains("  MATCH builtin: connection reset: the transport reported reset\n"), "{out}");
+
+    let db = dir.join("runs.db");
+    let path = db.to_str().unwrap();
+    stdout(&stallscope(&["run", "--scenario", "rate-limited-seconds", "--db", path], &[]));
+    let out = stdout(&stallscope(&["explain", "--run", "1", "--stream", "0", "--db", path], &[]));
+    assert!(out.starts_with("attempt 1 of stream 0 of run 1, with the headers the recorder keeps\n"), "{out}");
+    assert!(out.contains("  MATCH builtin: status 429: status 429\n"), "{out}");
+    assert!(out.contains("the server asked to wait 1.000 s (header value \"1\")"), "{out}");
+    assert!(out.ends_with("recorded verdict (the run's own rules): rate_limit by builtin: status 429\n"), "{out}");
+
+    let cases: [(&[&str], &str); 6] = [
+        (&["explain"], "explain needs a failure: give --status"),
+        (&["explain", "--kind", "gateway"], "--kind gateway is not accepted; allowed: refused, unreachable"),
+        (&["explain", "--status", "500", "--header", "no colon"], "--header \"no colon\" is not accepted"),
+        (&["explain", "--timer", "idle", "--status", "500"], "--status does not go with --kind timeout"),
+        (&["explain", "--timer", "nap"], "--timer nap is not accepted; allowed: connect, ttfb, idle"),
+        (
+            &["explain", "--run", "1", "--stream", "0", "--attempt", "2", "--db", path],
+            "attempt 2 of stream 0 completed",
+        ),
+    ];
+    for (args, wanted) in cases {
+        let output = stallscope(args, &[]);
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success() && err.contains(wanted), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

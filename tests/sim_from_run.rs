@@ -4,11 +4,12 @@
 //! outcome, attempts, failures and the timers that fire must be the
 //! recording's.
 
-use std::path::PathBuf;
+mod recorded;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use recorded::record;
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::{AttemptEnd, EventKind, RecordedBody, SleepReason, VecSink};
 use stallscope::core::executor::{Call, Origin};
@@ -19,39 +20,9 @@ use stallscope::providers::setup::ProviderConfig;
 use stallscope::replay::outcome::StreamCourse;
 use stallscope::replay::recording::Recording;
 use stallscope::run::executor;
-use stallscope::session::{Recording as Record, RunSource, SessionPlan, run_session, settings_for};
+use stallscope::session::{RunSource, settings_for};
 use stallscope::sim::{STREAM_HEADER, SimServer};
-use stallscope::store::Store;
 use tokio_util::sync::CancellationToken;
-
-/// Runs `scenario` in `dialect` (two calls at once), recorded into a
-/// database of its own with `sets` on top of the scenario's tunables, and
-/// loads the recording.
-async fn record(scenario: &str, dialect: Dialect, sets: &[&str]) -> Recording {
-    let db = scratch(&format!("{scenario}-{}", dialect.name()));
-    let plan = SessionPlan {
-        source: RunSource::Scenario { name: scenario.to_owned(), dialect },
-        requests: 2,
-        concurrency: 2,
-        prompt: "Say hello.".to_owned(),
-        overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
-        edits: Vec::new(),
-        recording: Some(Record { db: db.clone(), label: None }),
-        seed: Some(7),
-    };
-    let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_| {}).await.unwrap();
-    let run = outcome.report.run_id.unwrap();
-    let recording = tokio::task::spawn_blocking(move || Recording::load(&Store::open(&db).unwrap(), run).unwrap());
-    recording.await.unwrap()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("stallscope-simrun-{}-{n}-{name}.db", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    path
-}
 
 /// Serves `recording` at `speed` and calls every recorded stream again
 /// through the real core, with the scenario's tunables and provider rows

@@ -4,46 +4,15 @@
 //! under changed tunables (it must show what the change would do, and say
 //! where it had to assume).
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod recorded;
 
+use recorded::record;
 use stallscope::core::category::TimerKind;
 use stallscope::providers::Dialect;
 use stallscope::replay::recording::Recording;
 use stallscope::replay::upstream::{Assumptions, StallAssumption};
 use stallscope::replay::whatif::{WhatIf, WhatIfReport, fidelity, what_if};
-use stallscope::session::{Recording as Record, RunSource, SessionPlan, run_session};
 use stallscope::sim::builtin_names;
-use stallscope::store::Store;
-use tokio_util::sync::CancellationToken;
-
-/// Runs `scenario` in `dialect` once, recorded into a database of its own
-/// (with `sets` on top of the scenario's tunables), and loads the recording.
-async fn record(scenario: &str, dialect: Dialect, sets: &[&str]) -> Recording {
-    let db = scratch(&format!("{scenario}-{}-{}", dialect.name(), sets.join(",").replace(['=', '.'], "_")));
-    let plan = SessionPlan {
-        source: RunSource::Scenario { name: scenario.to_owned(), dialect },
-        requests: 2,
-        concurrency: 2,
-        prompt: "Say hello.".to_owned(),
-        overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
-        edits: Vec::new(),
-        recording: Some(Record { db: db.clone(), label: None }),
-        seed: Some(7),
-    };
-    let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_| {}).await.unwrap();
-    let run = outcome.report.run_id.unwrap();
-    let recording = tokio::task::spawn_blocking(move || Recording::load(&Store::open(&db).unwrap(), run).unwrap());
-    recording.await.unwrap()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("stallscope-whatif-{}-{n}-{name}.db", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    path
-}
 
 fn whatif(recording: &Recording, sets: &[&str], assumptions: Assumptions) -> WhatIfReport {
     let whatif = WhatIf { overrides: sets.iter().map(|s| (*s).to_owned()).collect(), assumptions };

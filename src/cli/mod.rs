@@ -3,10 +3,12 @@
 //! Data goes to stdout (`--json` where it is data); messages go to stderr.
 
 mod budget;
+mod explain;
 mod run;
 mod runs;
 mod sim;
 mod tunables;
+mod tune;
 mod whatif;
 
 use std::io::Write;
@@ -53,6 +55,12 @@ pub enum Command {
     /// What changed tunables (--set) would have done to a recorded run,
     /// replayed through the core in virtual time.
     Whatif(whatif::Args),
+    /// The tightest stream timers a recorded run supports, each checked by
+    /// what-if on the run, as --set lines and a .env block.
+    Tune(whatif::Args),
+    /// How one failure would be classified with the configured rules: each
+    /// rule tried and the one that matched.
+    Explain(explain::Args),
 }
 
 impl Cli {
@@ -81,6 +89,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Some(Command::Tunables(args)) => tunables::run(args, &cli.settings()?, out),
         Some(Command::Budget(args)) => budget::run(args, &cli.settings()?, out),
         Some(Command::Whatif(args)) => whatif::run(&cli, args, out),
+        Some(Command::Tune(args)) => tune::run(&cli, args, out),
+        Some(Command::Explain(args)) => explain::run(&cli, args, out),
         None => crate::gui::open(crate::gui::Launch { config: cli.config_path(), overrides: cli.overrides.clone() }),
     }
 }

@@ -13,7 +13,8 @@ use crate::replay::upstream::{Assumptions, AttemptAssumption, StallAssumption};
 use crate::replay::whatif::{WhatIf, WhatIfReport, what_if};
 use crate::store::RunId;
 
-/// Options of `stallscope whatif`.
+/// Options of `stallscope whatif` and `stallscope tune`: a recorded run
+/// and how to replay it.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The recorded run.
@@ -32,17 +33,34 @@ pub struct Args {
 }
 
 pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
-    let assumptions = parse_assumptions(&args.assume)?;
-    let store = args.db.open()?;
-    let recording = Recording::load(&store, args.run)?;
+    let (recording, assumptions) = args.load()?;
     let report = what_if(&recording, &WhatIf { overrides: cli.overrides.clone(), assumptions })?;
-    if args.json {
-        serde_json::to_writer(&mut *out, &report)?;
-        writeln!(out)?;
-    } else {
-        print(&report, out)?;
+    args.write(&report, print, out)
+}
+
+impl Args {
+    /// The run, loaded for replay, and the assumptions given.
+    pub(super) fn load(&self) -> Result<(Recording, Assumptions)> {
+        let assumptions = parse_assumptions(&self.assume)?;
+        let store = self.db.open()?;
+        Ok((Recording::load(&store, self.run)?, assumptions))
     }
-    Ok(())
+
+    /// Writes `report` as one line of JSON with `--json`, else with `print`.
+    pub(super) fn write<T: serde::Serialize>(
+        &self,
+        report: &T,
+        print: fn(&T, &mut dyn Write) -> Result<()>,
+        out: &mut dyn Write,
+    ) -> Result<()> {
+        if self.json {
+            serde_json::to_writer(&mut *out, report)?;
+            writeln!(out)?;
+            Ok(())
+        } else {
+            print(report, out)
+        }
+    }
 }
 
 fn parse_assumptions(given: &[String]) -> Result<Assumptions> {

@@ -2,9 +2,11 @@
 //! ([`recording`]), played back through the real core in virtual time by a
 //! recorded [`upstream`], under the recorded or changed tunables
 //! ([`whatif`]), and each stream's course read the same way from the
-//! recording and from its replay ([`outcome`]).
+//! recording and from its replay ([`outcome`]); the tightest timers a
+//! recording supports, each checked by what-if ([`tune`]).
 
 pub mod outcome;
 pub mod recording;
+pub mod tune;
 pub mod upstream;
 pub mod whatif;

@@ -320,30 +320,37 @@ impl Fidelity {
 
 /// Replays `recording` unchanged and says how faithfully it reproduces.
 pub fn fidelity(recording: &Recording) -> Result<Fidelity, WhatIfError> {
-    let report = what_if(recording, &WhatIf::default())?;
-    let tolerance = FIDELITY_TOLERANCE.as_secs_f64();
-    let mut fidelity = Fidelity { reproduced: 0, streams: report.streams.len(), worst_drift_s: 0.0 };
-    for stream in &report.streams {
-        let (before, after) = (&stream.before, &stream.after);
-        let same_timers = before.fired.len() == after.fired.len()
-            && before.fired.iter().zip(&after.fired).all(|(b, a)| b.timer == a.timer && b.attempt == a.attempt);
-        let drift = if same_timers {
-            before.fired.iter().zip(&after.fired).map(|(b, a)| (b.at_s - a.at_s).abs()).fold(0.0, f64::max)
-        } else {
-            f64::INFINITY
-        };
-        if same_timers {
-            fidelity.worst_drift_s = fidelity.worst_drift_s.max(drift);
+    Ok(Fidelity::of(&what_if(recording, &WhatIf::default())?))
+}
+
+impl Fidelity {
+    /// How faithfully `report`, a replay with the recorded tunables,
+    /// reproduces its recording.
+    pub fn of(report: &WhatIfReport) -> Fidelity {
+        let tolerance = FIDELITY_TOLERANCE.as_secs_f64();
+        let mut fidelity = Fidelity { reproduced: 0, streams: report.streams.len(), worst_drift_s: 0.0 };
+        for stream in &report.streams {
+            let (before, after) = (&stream.before, &stream.after);
+            let same_timers = before.fired.len() == after.fired.len()
+                && before.fired.iter().zip(&after.fired).all(|(b, a)| b.timer == a.timer && b.attempt == a.attempt);
+            let drift = if same_timers {
+                before.fired.iter().zip(&after.fired).map(|(b, a)| (b.at_s - a.at_s).abs()).fold(0.0, f64::max)
+            } else {
+                f64::INFINITY
+            };
+            if same_timers {
+                fidelity.worst_drift_s = fidelity.worst_drift_s.max(drift);
+            }
+            let same = before.outcome == after.outcome
+                && before.attempts == after.attempts
+                && before.hops == after.hops
+                && before.categories == after.categories
+                && drift <= tolerance
+                && stream.assumptions.is_empty();
+            fidelity.reproduced += usize::from(same);
         }
-        let same = before.outcome == after.outcome
-            && before.attempts == after.attempts
-            && before.hops == after.hops
-            && before.categories == after.categories
-            && drift <= tolerance
-            && stream.assumptions.is_empty();
-        fidelity.reproduced += usize::from(same);
+        fidelity
     }
-    Ok(fidelity)
 }
 
 fn wall_clock(unix_ns: i64) -> SystemTime {
