@@ -21,7 +21,8 @@ fn whatif(recording: &Recording, sets: &[&str], assumptions: Assumptions) -> Wha
 
 /// With the recorded tunables and seed, what-if reproduces the recording:
 /// the same outcomes, attempts, hops and categories, and every timer fires
-/// within 5 ms of when it fired live — for every built-in scenario in every
+/// within 5 ms of when it fired live (beyond the lag our own runtime
+/// recorded at that moment) — for every built-in scenario in every
 /// dialect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_tunables_reproduce_every_recorded_scenario() {

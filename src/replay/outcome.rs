@@ -43,6 +43,10 @@ pub struct FiredTimer {
     /// last byte (idle, TTFB, total, deadline) or last progress event
     /// (data stall), or its start when nothing came.
     pub detected_after_s: f64,
+    /// How late our own runtime ran when it fired, in seconds, when that
+    /// was measured (live runs; a replay in virtual time is never late).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_s: Option<f64>,
 }
 
 impl StreamCourse {
@@ -110,13 +114,14 @@ impl CourseBuilder {
                 course.attempts += 1;
                 (self.last_byte, self.last_progress) = (event.at, event.at);
             }
-            EventKind::TimerFired { timer, .. } => {
+            EventKind::TimerFired { timer, lag, .. } => {
                 let since = if *timer == TimerKind::DataStall { self.last_progress } else { self.last_byte };
                 course.fired.push(FiredTimer {
                     timer: *timer,
                     attempt: event.attempt,
                     at_s: secs(event.at),
                     detected_after_s: event.at.saturating_sub(since).as_secs_f64(),
+                    lag_s: lag.map(|lag| lag.as_secs_f64()),
                 });
             }
             EventKind::FailedOver { from, to, .. } => course.hops.push(format!("{from} → {to}")),
