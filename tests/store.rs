@@ -314,6 +314,7 @@ fn stream_report(index: u64, outcome: &'static str, elapsed_ms: f64) -> StreamRe
         retry_after_ms: vec![None, Some(94655.19882300001)],
         retry_counts: BTreeMap::from([("timeout".to_owned(), Used { used: 1, budget: 3 })]),
         rate_limits_low: vec![LowBucketReport { bucket: "tokens".into(), remaining: 12, limit: Some(1000) }],
+        diagnosis: None,
     }
 }
 
@@ -332,6 +333,7 @@ fn report() -> RunReport {
             stream_report(1, "failed", 3000.5),
             stream_report(2, "ok", 55794.528960999996),
         ],
+        diagnosis: None,
     }
 }
 

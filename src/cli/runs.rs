@@ -46,7 +46,8 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// One run's report (the same JSON `run --json` printed).
+    /// One run's report (the same JSON `run --json` printed), with every
+    /// stream's verdict computed from its recorded events.
     Show {
         /// The run.
         id: RunId,
@@ -79,10 +80,9 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
                 print_list(&runs, out)?;
             }
         }
-        RunsCommand::Show { id, json } => match (store.run_report_json(*id)?, *json) {
-            (Some(report), true) => writeln!(out, "{report}")?,
-            (Some(_), false) => {
-                let report = store.run_report(*id)?.context("the run's report cannot be read")?;
+        RunsCommand::Show { id, json } => match (store.diagnosed_report(*id)?, *json) {
+            (Some(report), true) => writeln!(out, "{}", serde_json::to_string(&report)?)?,
+            (Some(report), false) => {
                 super::run::print_report(&report, out)?;
                 if let Some(record) = store.run(*id)? {
                     print_recording(&record, out)?;

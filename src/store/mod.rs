@@ -30,6 +30,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::core::event::{Event, StreamId};
+use crate::diagnosis::{Diagnosis, Evidence, Topic, diagnose, diagnose_with, recorded_limits};
 use crate::report::RunReport;
 
 pub use migrations::SCHEMA_VERSION;
@@ -442,6 +443,44 @@ impl Store {
     /// The stored report text (what `runs show --json` prints).
     pub fn run_report_json(&self, id: RunId) -> Result<Option<String>, StoreError> {
         runs::report_text(&self.conn, id).map_err(|e| self.err(e))
+    }
+
+    /// The report of a completed run with every stream's verdict computed
+    /// from its stored events, so runs recorded before verdicts existed
+    /// get them too (what `runs show` prints); `None` for an unknown or
+    /// unfinished run.
+    pub fn diagnosed_report(&self, id: RunId) -> Result<Option<RunReport>, StoreError> {
+        let Some(mut report) = self.run_report(id)? else { return Ok(None) };
+        let streams: Vec<StreamId> = report.streams.iter().map(|s| s.index).collect();
+        report.attach_diagnoses(self.diagnoses(id, &streams)?);
+        Ok(Some(report))
+    }
+
+    /// The verdicts on `streams` of a run, from their stored events, read
+    /// against the retry limits the run was recorded with. A stream that
+    /// lost events to a recorder that fell behind says so in its evidence.
+    pub fn diagnoses(&self, run: RunId, streams: &[StreamId]) -> Result<Vec<(StreamId, Diagnosis)>, StoreError> {
+        let record = self.run(run)?.ok_or_else(|| StoreError::NoSuchRun { path: self.path.clone(), run })?;
+        let limits = recorded_limits(&record.tunables);
+        streams
+            .iter()
+            .map(|&stream| {
+                let events = self.events(run, stream)?;
+                let mut diagnosis = match &limits {
+                    Some(limits) => diagnose_with(&events, limits),
+                    None => diagnose(&events),
+                };
+                if let Some(&lost) = record.dropped_by_stream.get(&stream).filter(|&&n| n > 0) {
+                    diagnosis.evidence.push(Evidence {
+                        topic: Topic::Recording,
+                        attempt: None,
+                        at_ms: None,
+                        text: format!("{lost} of this stream's events were not recorded (the recorder fell behind)"),
+                    });
+                }
+                Ok((stream, diagnosis))
+            })
+            .collect()
     }
 
     /// One stream's events in time order.
