@@ -221,8 +221,12 @@ pub(super) fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(note) = record.replay_note() {
         eprintln!("note: {note}");
     }
+    let recorded = store.recorded_run(args.id)?;
     let text = if args.format == "jsonl" {
-        export::jsonl(&store.run_events(args.id)?, args.bodies)?
+        let events = store.run_events(args.id)?;
+        let collector = recorded.collector();
+        events.iter().for_each(|e| collector.push(e));
+        export::jsonl(&events, args.bodies, &recorded.diagnoses(&collector))?
     } else {
         if args.bodies {
             bail!("--bodies is for --format jsonl: a chrome-trace never holds bodies");
@@ -232,7 +236,8 @@ pub(super) fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
             .into_iter()
             .map(|s| Ok((s, store.events(args.id, s)?)))
             .collect::<Result<Vec<_>>>()?;
-        serde_json::to_string(&export::chrome_trace(&streams))? + "\n"
+        let diagnoses: Vec<_> = streams.iter().map(|(s, events)| (*s, recorded.diagnose(*s, events))).collect();
+        serde_json::to_string(&export::chrome_trace(&streams, &diagnoses))? + "\n"
     };
     match &args.output {
         Some(path) => std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?,

@@ -51,16 +51,17 @@ mod call;
 mod collector;
 mod facts;
 mod reading;
+mod recorded;
 mod summary;
 mod text;
 pub mod verdict;
 
 use crate::core::event::Event;
-use crate::core::policy::{CorePolicy, RetrySettings};
-use crate::tunables::Tunables;
+use crate::core::policy::RetrySettings;
 
 pub use call::UNTRUSTED;
 pub use collector::Collector;
+pub use recorded::RecordedRun;
 pub use summary::summarize;
 pub use verdict::{Basis, DeniedBy, Diagnosis, Evidence, RunDiagnosis, Severity, Topic, VerdictGroup, VerdictKind};
 
@@ -83,13 +84,6 @@ fn fold(events: &[Event], limits: Option<&RetrySettings>) -> Diagnosis {
         facts.push(event);
     }
     call::judge(&facts, limits)
-}
-
-/// The retry settings a run was recorded with, from its stored tunables
-/// snapshot (`None` when the snapshot cannot be read back).
-pub fn recorded_limits(snapshot: &serde_json::Map<String, serde_json::Value>) -> Option<RetrySettings> {
-    let tunables = Tunables::from_snapshot(snapshot).ok()?;
-    CorePolicy::from_tunables(&tunables).ok().map(|p| p.retry)
 }
 
 #[cfg(test)]

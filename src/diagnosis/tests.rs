@@ -9,6 +9,7 @@ use crate::core::category::{Category, TimerKind};
 use crate::core::event::{AttemptEnd, AttemptPhase, EventClass, EventKind, Outcome, SleepReason};
 use crate::core::failover::Target;
 use crate::core::failure::TransportKind;
+use crate::core::policy::CorePolicy;
 use crate::tunables::Tunables;
 
 /// Builds one stream's events, a millisecond clock at a time.

@@ -30,7 +30,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::core::event::{Event, StreamId};
-use crate::diagnosis::{Diagnosis, Evidence, Topic, diagnose, diagnose_with, recorded_limits};
+use crate::diagnosis::{Diagnosis, RecordedRun};
 use crate::report::RunReport;
 
 pub use migrations::SCHEMA_VERSION;
@@ -456,31 +456,18 @@ impl Store {
         Ok(Some(report))
     }
 
-    /// The verdicts on `streams` of a run, from their stored events, read
-    /// against the retry limits the run was recorded with. A stream that
-    /// lost events to a recorder that fell behind says so in its evidence.
+    /// The verdicts on `streams` of a run, from their stored events (see
+    /// [`RecordedRun`]).
     pub fn diagnoses(&self, run: RunId, streams: &[StreamId]) -> Result<Vec<(StreamId, Diagnosis)>, StoreError> {
+        let recorded = self.recorded_run(run)?;
+        streams.iter().map(|&stream| Ok((stream, recorded.diagnose(stream, &self.events(run, stream)?)))).collect()
+    }
+
+    /// What a run's verdicts are read against: the limits it was recorded
+    /// with and the events it lost per stream.
+    pub fn recorded_run(&self, run: RunId) -> Result<RecordedRun, StoreError> {
         let record = self.run(run)?.ok_or_else(|| StoreError::NoSuchRun { path: self.path.clone(), run })?;
-        let limits = recorded_limits(&record.tunables);
-        streams
-            .iter()
-            .map(|&stream| {
-                let events = self.events(run, stream)?;
-                let mut diagnosis = match &limits {
-                    Some(limits) => diagnose_with(&events, limits),
-                    None => diagnose(&events),
-                };
-                if let Some(&lost) = record.dropped_by_stream.get(&stream).filter(|&&n| n > 0) {
-                    diagnosis.evidence.push(Evidence {
-                        topic: Topic::Recording,
-                        attempt: None,
-                        at_ms: None,
-                        text: format!("{lost} of this stream's events were not recorded (the recorder fell behind)"),
-                    });
-                }
-                Ok((stream, diagnosis))
-            })
-            .collect()
+        Ok(RecordedRun::new(&record.tunables, &record.dropped_by_stream))
     }
 
     /// One stream's events in time order.
