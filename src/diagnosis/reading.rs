@@ -361,9 +361,9 @@ fn success(t: &Try) -> Reading {
         (TimerKind::Total, t.offset(t.stopped_at())),
     ];
     let (closest, share) = closest_timer(t, &observed);
+    let seen = |timer_kind| observed.iter().find(|(k, _)| *k == timer_kind).map_or(Duration::ZERO, |(_, d)| *d);
     let used = closest.map_or(0.0, |(timer_kind, budget_d)| {
-        let seen = observed.iter().find(|(k, _)| *k == timer_kind).map_or(Duration::ZERO, |(_, d)| *d);
-        seen.as_secs_f64() / budget_d.as_secs_f64().max(f64::MIN_POSITIVE)
+        seen(timer_kind).as_secs_f64() / budget_d.as_secs_f64().max(f64::MIN_POSITIVE)
     });
     let took = t.offset(t.stopped_at());
     let summary = format!(
@@ -377,9 +377,20 @@ fn success(t: &Try) -> Reading {
     let mut reading = match closest {
         Some((timer_kind, budget_d)) if used >= SLOW_SHARE => {
             let tunable = timer_tunable(timer_kind);
+            let what = match timer_kind {
+                TimerKind::Ttfb => "the wait for the first byte",
+                TimerKind::Idle => "the longest silence",
+                TimerKind::DataStall => "the longest wait between progress events",
+                _ => "the attempt",
+            };
             Reading::new(
                 VerdictKind::HealthySlow,
-                format!("the {} timer came within {share} of its {}", timer(timer_kind), budget(budget_d)),
+                format!(
+                    "{what} ({}) used {share} of the {} timer's {}",
+                    secs(seen(timer_kind)),
+                    timer(timer_kind),
+                    budget(budget_d)
+                ),
             )
             .governed(tunable, format!("a tighter {tunable} would cut healthy streams like this one off"))
         }
