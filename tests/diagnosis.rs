@@ -13,7 +13,9 @@ use stallscope::core::failover::Target;
 use stallscope::diagnosis::{DeniedBy, Diagnosis, Severity, Topic, UNTRUSTED, VerdictKind};
 use stallscope::providers::Dialect;
 use stallscope::report::RunReport;
+use stallscope::run::rig;
 use stallscope::session::{Recording, RunSource, SessionPlan, run_session};
+use stallscope::sim::builtin;
 use stallscope::store::Store;
 use stallscope::store::runs::RunStart;
 use stallscope::tunables::Tunables;
@@ -36,9 +38,15 @@ async fn record(
     calls: usize,
     cancel: CancellationToken,
 ) -> [RunReport; 2] {
-    let db = scratch(scenario);
+    let source = RunSource::Scenario { name: scenario.to_owned(), dialect };
+    record_source(source, sets, calls, cancel).await
+}
+
+/// Runs `source` recorded, as [`record`] does.
+async fn record_source(source: RunSource, sets: &[&str], calls: usize, cancel: CancellationToken) -> [RunReport; 2] {
+    let db = scratch("run");
     let plan = SessionPlan {
-        source: RunSource::Scenario { name: scenario.to_owned(), dialect },
+        source,
         requests: calls,
         concurrency: calls,
         prompt: "Say hello.".to_owned(),
@@ -335,4 +343,35 @@ fn the_cli_prints_and_exports_the_verdicts() {
     assert_eq!(verdicts.len(), 2);
     assert_eq!(verdicts[0]["args"]["kind"], "silent_stall");
     let _ = std::fs::remove_file(&db);
+}
+
+/// Connections that fail on loopback, each named for what failed: a TLS
+/// handshake with a listener that speaks plain HTTP, and a SOCKS proxy
+/// where nothing listens.
+#[tokio::test]
+async fn failed_connections_are_named_for_what_failed() {
+    let rig = rig(builtin("healthy").unwrap(), Dialect::OpenAiChat).await.unwrap();
+    let plain = rig.server.base_url();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let socks = format!("PROXY=socks5://127.0.0.1:{closed}");
+    let cases = [
+        (plain.replace("http://", "https://"), None, VerdictKind::TlsFailure),
+        (plain.clone(), Some(socks.as_str()), VerdictKind::ProxyFailure),
+    ];
+    for (url, proxy, kind) in cases {
+        let config = scratch("config").with_extension("toml");
+        let row =
+            format!("[[provider]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\n");
+        std::fs::write(&config, row).unwrap();
+        let mut sets = vec!["FALLBACK_MODELS=off", "RETRY_BUDGET_CONNECTION=1", "PROVIDER_STREAM_BACKOFF_S=0.05"];
+        sets.extend(proxy);
+        let source = RunSource::Config { path: Some(config.clone()), target: None };
+        let [live, stored] = record_source(source, &sets, 1, CancellationToken::new()).await;
+        let d = verdicts(&live)[0];
+        assert_eq!((d.kind, d.severity), (kind, Severity::Failed), "{}", d.summary);
+        assert!(d.summary.contains("p/m at ") && d.summary.contains("2 attempts alike"), "{}", d.summary);
+        assert_eq!(Some(d), verdicts(&stored).first().copied());
+        let _ = std::fs::remove_file(&config);
+    }
+    rig.server.shutdown().await;
 }
