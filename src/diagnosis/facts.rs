@@ -77,9 +77,7 @@ pub(super) struct Try {
     pub burst_progress: u64,
     pub events: u64,
     pub progress: u64,
-    pub keepalives: u64,
     pub keepalives_since_progress: u64,
-    pub first_progress_at: Option<Duration>,
     pub last_progress_at: Option<Duration>,
     pub first_reasoning_at: Option<Duration>,
     pub first_content_at: Option<Duration>,
@@ -139,10 +137,6 @@ impl Try {
         self.end.is_some() || self.classified.is_some()
     }
 
-    fn since_start(&self, at: Duration) -> Duration {
-        at.saturating_sub(self.started_at.unwrap_or(at))
-    }
-
     fn chunk(&mut self, at: Duration, n: usize) {
         let n = n as u64;
         let since = self.last_byte_at.or(self.started_at).unwrap_or(at);
@@ -159,10 +153,7 @@ impl Try {
     fn parsed(&mut self, at: Duration, class: EventClass, progress: bool) {
         self.events += 1;
         match class {
-            EventClass::Keepalive => {
-                self.keepalives += 1;
-                self.keepalives_since_progress += 1;
-            }
+            EventClass::Keepalive => self.keepalives_since_progress += 1,
             EventClass::Reasoning => {
                 self.first_reasoning_at.get_or_insert(at);
             }
@@ -174,7 +165,6 @@ impl Try {
         if progress {
             let since = self.last_progress_at.or(self.headers_at).unwrap_or(at);
             self.longest_no_progress = self.longest_no_progress.max(at.saturating_sub(since));
-            self.first_progress_at.get_or_insert(at);
             self.last_progress_at = Some(at);
             self.progress += 1;
             self.keepalives_since_progress = 0;
@@ -199,7 +189,7 @@ impl Try {
 
     /// Time from the attempt's start to `at`, for evidence.
     pub fn offset(&self, at: Duration) -> Duration {
-        self.since_start(at)
+        at.saturating_sub(self.started_at.unwrap_or(at))
     }
 }
 

@@ -120,9 +120,7 @@ pub(super) fn read(t: &Try) -> Reading {
         Some(AttemptEnd::Status { status }) => answered(t, Some(status)),
         Some(AttemptEnd::InStream { code }) => in_stream(t, code.as_deref()),
         Some(AttemptEnd::Malformed) => malformed(t),
-        Some(AttemptEnd::Cancelled) => {
-            Reading::new(VerdictKind::Cancelled, format!("cancelled {}", phase_words(t.phase)))
-        }
+        Some(AttemptEnd::Cancelled) => Reading::new(VerdictKind::Cancelled, phase_words(t.phase).to_owned()),
         None if t.started_at.is_none() => between_attempts(t),
         None if t.classified.is_some() => answered(t, t.status),
         None => Reading::new(VerdictKind::Incomplete, format!("attempt {} was {}", t.number, phase_words(t.phase))),
@@ -220,7 +218,9 @@ fn timed_out(t: &Try, timer_kind: TimerKind) -> Reading {
             tunable,
             format!("the stream was working, not stalled: raise {tunable} if answers this long are expected"),
         )
-    } else if t.keepalives_since_progress > 0 {
+    } else if timer_kind != TimerKind::Idle && t.keepalives_since_progress > 0 {
+        // Keep-alives until the end (the idle timer firing means even they
+        // had stopped: that is silence).
         let progress = match t.last_progress_at {
             Some(at) => format!("{} until {}", count(t.progress, "progress event"), secs(t.offset(at))),
             None => "no progress event".to_owned(),
