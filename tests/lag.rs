@@ -178,6 +178,14 @@ fn a_starved_runtime_marks_every_timeout_it_causes() {
         note.starts_with(&format!("client overloaded: {0} of {0} timeouts not trustworthy", fired.len())),
         "{note}"
     );
+    // Every verdict a timer decided says it cannot be trusted, in words.
+    let timed_out: std::collections::HashSet<u64> =
+        events.iter().filter(|e| matches!(e.kind, EventKind::TimerFired { .. })).map(|e| e.stream).collect();
+    for stream in outcome.report.streams.iter().filter(|s| timed_out.contains(&s.index)) {
+        let verdict = stream.diagnosis.as_ref().unwrap();
+        assert!(!verdict.trusted, "stream {}: {verdict:?}", stream.index);
+        assert!(verdict.summary.contains("not trustworthy"), "stream {}: {}", stream.index, verdict.summary);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,6 +206,7 @@ async fn a_calm_runs_real_stalls_carry_small_lags_and_are_trusted() {
     }
     assert_eq!((outcome.lag.fired, outcome.lag.untrusted), (20, 0));
     assert_eq!(outcome.lag.overload_note(), None);
+    assert!(outcome.report.streams.iter().all(|s| s.diagnosis.as_ref().unwrap().trusted));
     // The probe ran through the run: a reading per 100 ms, give or take.
     assert!(lags.len() >= 15, "{} readings over a run of {} ms", lags.len(), outcome.report.summary.elapsed_ms);
 }
