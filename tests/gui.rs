@@ -102,7 +102,9 @@ fn a_scenario_run_started_from_the_ui_fills_its_lanes() {
     assert!(lanes.iter().all(|l| l.total_bytes > 0 && !l.output_ticks.is_empty() && l.bytes.len() > 1));
     // The summary strip and each lane's header say how the streams ended.
     h.get_by_label_contains("4 ok · 0 partial · 0 failed");
-    assert_eq!(h.query_all_by_label_contains("healthy #").count(), 4);
+    for stream in 0..4 {
+        h.get_by_label(&format!("healthy #{stream}  ok"));
+    }
     assert!(h.state().live.results[0].contains("recorded as run 1"), "{:?}", h.state().live.results);
 }
 
@@ -166,6 +168,12 @@ fn a_stored_run_opens_from_the_history_in_the_timeline() {
     assert_eq!(lanes.len(), 2);
     // The server's Retry-After shaped the sleep, and the store kept why.
     assert!(lanes.iter().all(|l| l.sleeps.iter().any(|s| s.reason == "retry-after-ms")), "{:?}", lanes[0].sleeps);
+    // A stored lane opens in the detail panel: the 429, with the header
+    // the wait came from.
+    h.get_by_label("Lane run 1 · from-test · rate-limited-ms #1").click();
+    h.run();
+    assert!(h.query_all_by_label_contains("HTTP 429").count() >= 1);
+    assert!(h.query_all_by_label("retry-after-ms").count() >= 1);
 }
 
 #[test]
@@ -410,8 +418,90 @@ fn what_if_replays_the_run_just_recorded_under_an_edit() {
     for stream in [0, 2] {
         assert!((fired(stream) - fired(stream + 1) - 0.6).abs() < 0.01, "{} vs {}", fired(stream), fired(stream + 1));
     }
+    // A what-if lane opens in the detail panel like any other.
+    h.get_by_label("Lane what-if #1").click();
+    h.run();
+    h.get_by_label_contains("idle timer FIRED after 0.400 s");
     // Unticking the box shows the run's own lanes again.
     h.get_by_label("What-if lanes").click();
     h.run();
     assert_eq!(h.state().live.timeline().lanes.len(), 2);
+}
+
+/// The text the last frame put on the clipboard, if any.
+fn copied(h: &Harness<'_, App>) -> Option<String> {
+    h.output().platform_output.commands.iter().find_map(|c| match c {
+        egui::OutputCommand::CopyText(text) => Some(text.clone()),
+        _ => None,
+    })
+}
+
+/// Clicking a lane opens its detail panel: each attempt's response and
+/// timers, and the stream's log with times, which copies as text and as
+/// JSON.
+#[test]
+fn clicking_a_lane_opens_its_details_and_copies_its_log() {
+    let dir = Scratch::new("detail");
+    let mut h = app(dir.path());
+    choose(&mut h, "silent-stall", 1);
+    run_to_end(&mut h, 1);
+    assert!(h.query_by_label("Copy log").is_none(), "no panel before a lane is picked");
+    h.get_by_label("Lane silent-stall #0").click();
+    h.run();
+    // The first attempt got its headers, then its idle timer fired; the
+    // second streamed to the end.
+    h.get_by_label_contains("Attempt 1 → sim/");
+    h.get_by_label_contains("Attempt 2 → sim/");
+    assert_eq!(h.query_all_by_label("HTTP 200 text/event-stream").count(), 2);
+    h.get_by_label_contains("timer: idle 1.000 s, FIRED at");
+    assert_eq!(h.query_all_by_label_contains("ended at ").count(), 2);
+    h.get_by_label_contains(": idle timer fired · ");
+    // Each log line starts with its time on the run's clock.
+    let fired = h.get_by_label_contains("idle timer FIRED after 1.000 s").accesskit_node().value().unwrap_or_default();
+    let at: f64 = fired.split(" s ").next().unwrap().trim().parse().unwrap();
+    assert!((1.0..1.5).contains(&at) && fired.contains("#1"), "{fired}");
+    h.get_by_label("Copy log").click();
+    h.step();
+    let log = copied(&h).expect("the log on the clipboard");
+    assert!(log.starts_with("silent-stall #0 → sim/"), "{log}");
+    assert!(log.contains("idle timer FIRED after 1.000 s") && log.contains("chunks"), "{log}");
+    assert!(log.lines().last().is_some_and(|l| l.contains("#2    finished: ok after 2 attempt(s)")), "{log}");
+    h.get_by_label("Copy JSON").click();
+    h.step();
+    let json: serde_json::Value = serde_json::from_str(&copied(&h).expect("the JSON on the clipboard")).unwrap();
+    assert_eq!((json["outcome"].as_str(), json["attempts"].as_array().map(Vec::len)), (Some("ok"), Some(2)));
+    assert_eq!(json["attempts"][0]["end"], "idle timer fired");
+    h.get_by_label("Close").click();
+    h.run();
+    assert!(h.query_by_label("Copy log").is_none());
+}
+
+/// ↑ and ↓ move the selection between the lanes shown, Esc closes it.
+#[test]
+fn the_keyboard_moves_between_lanes_and_closes_the_panel() {
+    let dir = Scratch::new("detail-keys");
+    let mut h = app(dir.path());
+    choose(&mut h, "healthy", 3);
+    run_to_end(&mut h, 3);
+    h.get_by_label("Lane healthy #0").click();
+    h.run();
+    let selected =
+        |h: &Harness<'_, App>| h.state().prefs.timeline.selected_lane(h.state().live.timeline()).map(|l| l.stream);
+    assert_eq!(selected(&h), Some(0));
+    h.key_press(egui::Key::ArrowDown);
+    h.run();
+    h.key_press(egui::Key::ArrowDown);
+    h.run();
+    assert_eq!(selected(&h), Some(2));
+    h.key_press(egui::Key::ArrowDown);
+    h.run();
+    assert_eq!(selected(&h), Some(2), "the last lane stays selected");
+    h.key_press(egui::Key::ArrowUp);
+    h.run();
+    assert_eq!(selected(&h), Some(1));
+    h.get_by_label_contains("Event log (");
+    h.key_press(egui::Key::Escape);
+    h.run();
+    assert_eq!(selected(&h), None);
+    assert!(h.query_by_label_contains("Event log (").is_none());
 }

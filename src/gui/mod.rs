@@ -9,6 +9,7 @@
 
 pub mod budget;
 pub mod decimate;
+pub mod detail;
 pub mod history;
 pub mod lanes;
 pub mod live;

@@ -8,14 +8,15 @@
 //! every plot spans the same pixels whatever its header holds: a time is
 //! at the same x in every lane.
 
-use egui::{Color32, Rect, RichText, Ui, UiBuilder};
+use egui::{Color32, Key, Modifiers, Rect, RichText, Ui, UiBuilder};
 use egui_plot::{Line, MarkerShape, Plot, PlotPoint, PlotPoints, Points, Polygon, Text, VLine};
 use serde::{Deserialize, Serialize};
 
 use super::decimate;
+use super::detail::{self, PanelAction};
 use super::lanes::{Lane, Summary, Timeline};
 use crate::core::category::TimerKind;
-use crate::core::event::Outcome;
+use crate::core::event::{Outcome, StreamId};
 
 /// Where the present is on a timeline's clock.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -80,6 +81,15 @@ pub struct TimelineView {
     pub text_filter: String,
     #[serde(skip)]
     fit_requested: bool,
+    /// The lane whose detail panel is open: (part, stream).
+    #[serde(skip)]
+    selected: Option<(usize, StreamId)>,
+    /// Positions in the lane order drawn last frame.
+    #[serde(skip)]
+    rows_shown: std::ops::Range<usize>,
+    /// A position the keyboard moved the selection to, to scroll into view.
+    #[serde(skip)]
+    scroll_to: Option<usize>,
 }
 
 impl Default for TimelineView {
@@ -92,6 +102,9 @@ impl Default for TimelineView {
             outcome_filter: OutcomeFilter::All,
             text_filter: String::new(),
             fit_requested: true,
+            selected: None,
+            rows_shown: 0..0,
+            scroll_to: None,
         }
     }
 }
@@ -185,17 +198,24 @@ pub fn summary_text(summary: &Summary) -> String {
 
 impl TimelineView {
     /// Draws the timeline as of `clock`; a replay's cursor is drawn across
-    /// every lane.
+    /// every lane. A selected lane's detail panel opens on the right.
     pub fn ui(&mut self, ui: &mut Ui, timeline: &Timeline, clock: Clock) {
         let (now_s, live) = (clock.now_s(), matches!(clock, Clock::Live(_)));
         let cursor = match clock {
             Clock::Cursor(s) => Some(s),
             Clock::Live(_) | Clock::Ended(_) => None,
         };
-        ui.label(RichText::new(summary_text(&timeline.summary())).strong());
         self.controls(ui, live);
-        legend(ui);
         let order = self.visible_lanes(timeline, now_s);
+        ui.label(RichText::new(summary_text(&timeline.summary_of(order.iter().copied()))).strong());
+        legend(ui);
+        self.keys(ui, timeline, &order);
+        if let Some(lane) = self.selected_lane(timeline) {
+            let panel = egui::Panel::right("lane-detail").resizable(true).default_size(480.0).min_size(300.0);
+            if panel.show(ui, |ui| detail::ui(ui, timeline, lane, now_s)).inner == PanelAction::Close {
+                self.selected = None;
+            }
+        }
         if order.is_empty() {
             ui.label(if timeline.lanes.is_empty() { "No streams yet." } else { "No lane matches the filter." });
             return;
@@ -209,17 +229,74 @@ impl TimelineView {
             self.axis(ui, link, range, width, cursor);
         }
         let row_height = if self.compact { COMPACT_HEIGHT } else { LANE_HEIGHT };
-        egui::ScrollArea::vertical().auto_shrink([false, false]).show_rows(ui, row_height, order.len(), |ui, rows| {
+        let mut scroll = egui::ScrollArea::vertical().auto_shrink([false, false]);
+        if let Some(at) = self.scroll_to.take().filter(|at| !self.rows_shown.contains(at)) {
+            scroll = scroll.vertical_scroll_offset(at as f32 * (row_height + ui.spacing().item_spacing.y));
+        }
+        let mut clicked = None;
+        scroll.show_rows(ui, row_height, order.len(), |ui, rows| {
+            self.rows_shown = rows.clone();
             for &index in &order[rows] {
                 let lane = &timeline.lanes[index];
-                if self.compact {
-                    ui.horizontal(|ui| lane_header(ui, timeline, lane, now_s, false));
+                let selected = self.selected == Some((lane.part, lane.stream));
+                let picked = if self.compact {
+                    let row = ui.horizontal(|ui| lane_header(ui, timeline, lane, now_s, false)).response;
+                    pick(ui, row.rect, lane, &detail::title(timeline, lane), selected)
                 } else {
-                    let row = LaneRow { link, range, width, now_s, cursor };
-                    self.lane(ui, timeline, lane, &row);
+                    let row = LaneRow { link, range, width, now_s, cursor, selected };
+                    self.lane(ui, timeline, lane, &row)
+                };
+                if picked {
+                    clicked = Some((lane.part, lane.stream));
                 }
             }
         });
+        if clicked.is_some() {
+            self.selected = clicked;
+        }
+    }
+
+    /// The lane whose detail panel is open, if it is in `timeline` (a
+    /// replay's cursor may be before its stream started).
+    pub fn selected_lane<'a>(&self, timeline: &'a Timeline) -> Option<&'a Lane> {
+        let (part, stream) = self.selected?;
+        timeline.lanes.iter().find(|l| l.part == part && l.stream == stream)
+    }
+
+    /// Opens the detail panel of `lane` ((part, stream)), or closes it.
+    pub fn select(&mut self, lane: Option<(usize, StreamId)>) {
+        self.selected = lane;
+    }
+
+    /// With a lane selected, ↑ and ↓ select the lane above or below among
+    /// those shown, and Esc closes the panel; not while text is edited.
+    fn keys(&mut self, ui: &mut Ui, timeline: &Timeline, order: &[usize]) {
+        if self.selected.is_none() || ui.ctx().text_edit_focused() {
+            return;
+        }
+        let (up, down, close) = ui.input_mut(|i| {
+            (
+                i.consume_key(Modifiers::NONE, Key::ArrowUp),
+                i.consume_key(Modifiers::NONE, Key::ArrowDown),
+                i.consume_key(Modifiers::NONE, Key::Escape),
+            )
+        });
+        if close {
+            self.selected = None;
+            return;
+        }
+        let key = |i: usize| (timeline.lanes[i].part, timeline.lanes[i].stream);
+        let at = order.iter().position(|&i| Some(key(i)) == self.selected);
+        let next = match (at, up, down) {
+            (Some(at), true, false) => at.checked_sub(1),
+            (Some(at), false, true) => Some(at + 1).filter(|&n| n < order.len()),
+            (None, true, _) | (None, _, true) => (!order.is_empty()).then_some(0),
+            _ => None,
+        };
+        if let Some(next) = next {
+            self.selected = Some(key(order[next]));
+            self.scroll_to = Some(next);
+        }
     }
 
     fn controls(&mut self, ui: &mut Ui, live: bool) {
@@ -350,8 +427,9 @@ impl TimelineView {
         }
     }
 
-    fn lane(&mut self, ui: &mut Ui, timeline: &Timeline, lane: &Lane, row: &LaneRow) {
-        let LaneRow { link, range, width, now_s, cursor } = *row;
+    /// Draws one lane; returns whether it was clicked (to select it).
+    fn lane(&mut self, ui: &mut Ui, timeline: &Timeline, lane: &Lane, row: &LaneRow) -> bool {
+        let LaneRow { link, range, width, now_s, cursor, selected } = *row;
         let size = egui::vec2(width.min(ui.available_width()), LANE_HEIGHT - ui.spacing().item_spacing.y);
         let (rect, _) = ui.allocate_exact_size(size, egui::Sense::hover());
         let (header, area) = lane_columns(rect, ui.spacing().item_spacing.x);
@@ -360,7 +438,11 @@ impl TimelineView {
             UiBuilder::new().max_rect(header).id_salt(("header", id)).layout(egui::Layout::top_down(egui::Align::Min)),
         );
         header_ui.set_clip_rect(header.intersect(ui.clip_rect()));
+        if selected {
+            ui.painter().rect_filled(header, 3.0, ui.visuals().selection.bg_fill.gamma_multiply(0.4));
+        }
         lane_header(&mut header_ui, timeline, lane, now_s, true);
+        let picked = pick(ui, header, lane, &detail::title(timeline, lane), selected);
         let mut plot_ui = ui.new_child(UiBuilder::new().max_rect(area).id_salt(("plot", id)));
         let response = Plot::new(link.with(("lane", lane.part, lane.stream)))
             .width(area.width())
@@ -392,10 +474,22 @@ impl TimelineView {
             });
         let name = format!("Plot of {} stream {}", timeline.label(lane), lane.stream);
         response.response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Figure, true, &name));
+        let clicked = response.response.clicked();
         if let Some(text) = response.inner {
             response.response.on_hover_text_at_pointer(text);
         }
+        picked || clicked
     }
+}
+
+/// Makes `rect` (a lane's header or compact row) a button that selects its
+/// lane, found by screen readers and tests as `Lane <title>`; returns
+/// whether it was clicked (or activated from the keyboard).
+fn pick(ui: &mut Ui, rect: Rect, lane: &Lane, title: &str, selected: bool) -> bool {
+    let response = ui.interact(rect, ui.scope_id().with(("pick", lane.part, lane.stream)), egui::Sense::click());
+    let name = format!("Lane {title}");
+    response.widget_info(|| egui::WidgetInfo::selected(egui::Role::Button, true, selected, &name));
+    response.on_hover_text("Open this stream's details (↑ ↓ to move, Esc to close)").clicked()
 }
 
 /// What every lane row of a frame shares.
@@ -406,6 +500,7 @@ struct LaneRow {
     width: f32,
     now_s: f64,
     cursor: Option<f64>,
+    selected: bool,
 }
 
 /// The replay cursor, drawn across a plot.
@@ -434,7 +529,7 @@ fn outcome_rank(outcome: Option<Outcome>) -> u8 {
 /// The lane's text: which stream, how it ended, how long, why.
 fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: bool) {
     let outcome = outcome_name(lane.outcome);
-    let title = format!("{} #{}", timeline.label(lane), lane.stream);
+    let title = detail::title(timeline, lane);
     let headline = RichText::new(format!("{title}  {outcome}")).color(outcome_colour(lane.outcome)).strong();
     // One line, cut with "…" (the whole of it on hover), so a long label
     // leaves room for the rest of the header.
