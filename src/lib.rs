@@ -28,6 +28,7 @@
 pub mod cli;
 pub mod config;
 pub mod core;
+pub mod diagnosis;
 pub mod export;
 pub mod gui;
 pub mod providers;
