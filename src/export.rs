@@ -4,33 +4,60 @@
 //!
 //! In a trace each stream is its own process track: attempts and backoff
 //! sleeps are spans, timers firing, attempt ends and failover hops are
-//! instant events, and the stream's cumulative bytes are a counter.
+//! instant events, and the stream's cumulative bytes are a counter. The
+//! stream's verdict ([`crate::diagnosis`]) labels its track and is an
+//! instant annotation at its last event, carrying the whole diagnosis.
+//!
+//! In JSON lines, every stream's verdict follows the events, one line each
+//! (`{"stream": N, "diagnosis": {…}}`), and the run's verdicts grouped by
+//! kind close the file (`{"run_diagnosis": {…}}`): a line is an event when
+//! it has a `kind`.
 //!
 //! Recorded bodies are exported only on request: they are large, and a
 //! trace or an event log is usually shared without them.
 
+use std::collections::HashMap;
+
 use serde_json::{Value, json};
 
 use crate::core::event::{Event, EventKind, StreamId};
+use crate::diagnosis::{Diagnosis, summarize};
 
-/// One JSON object per line; recorded bodies only when `bodies`.
-pub fn jsonl(events: &[Event], bodies: bool) -> Result<String, serde_json::Error> {
+/// One JSON object per line: the events (recorded bodies only when
+/// `bodies`), then each stream's verdict, then the run's.
+pub fn jsonl(events: &[Event], bodies: bool, diagnoses: &[(StreamId, Diagnosis)]) -> Result<String, serde_json::Error> {
     let mut out = String::new();
     for event in events.iter().filter(|e| bodies || !matches!(e.kind, EventKind::BodyRecorded { .. })) {
         out.push_str(&serde_json::to_string(event)?);
         out.push('\n');
     }
+    for (stream, diagnosis) in diagnoses {
+        out.push_str(&serde_json::to_string(&json!({"stream": stream, "diagnosis": diagnosis}))?);
+        out.push('\n');
+    }
+    if !diagnoses.is_empty() {
+        out.push_str(&serde_json::to_string(&json!({"run_diagnosis": summarize(diagnoses)}))?);
+        out.push('\n');
+    }
     Ok(out)
 }
 
-/// A Chrome trace of the streams' events (each in time order).
-pub fn chrome_trace(streams: &[(StreamId, Vec<Event>)]) -> Value {
+/// A Chrome trace of the streams' events (each in time order), with each
+/// stream's verdict from `diagnoses` where it has one.
+pub fn chrome_trace(streams: &[(StreamId, Vec<Event>)], diagnoses: &[(StreamId, Diagnosis)]) -> Value {
+    let verdicts: HashMap<StreamId, &Diagnosis> = diagnoses.iter().map(|(stream, d)| (*stream, d)).collect();
     let mut trace = Vec::new();
     for (stream, events) in streams {
         // Process ids must be positive; stream ids start at 0.
         let pid = stream + 1;
+        let verdict = verdicts.get(stream).copied();
         trace.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 1, "args": {"name": format!("stream {stream}")}}));
         trace.push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": 1, "args": {"name": "attempts"}}));
+        if let Some(d) = verdict {
+            let label =
+                if d.trusted { d.kind.name().to_owned() } else { format!("{} (not trustworthy)", d.kind.name()) };
+            trace.push(json!({"name": "process_labels", "ph": "M", "pid": pid, "tid": 1, "args": {"labels": label}}));
+        }
         let mut bytes: u64 = 0;
         let mut open_attempt: Option<(u32, f64, String)> = None;
         let close = |trace: &mut Vec<Value>, open: &mut Option<(u32, f64, String)>, end: f64| {
@@ -87,7 +114,12 @@ pub fn chrome_trace(streams: &[(StreamId, Vec<Event>)]) -> Value {
             }
         }
         if let Some(last) = events.last() {
-            close(&mut trace, &mut open_attempt, last.at.as_secs_f64() * 1e6);
+            let ts = last.at.as_secs_f64() * 1e6;
+            close(&mut trace, &mut open_attempt, ts);
+            if let Some(d) = verdict {
+                let args = serde_json::to_value(d).unwrap_or_else(|_| json!({}));
+                trace.push(instant(pid, ts, &format!("verdict: {}", d.summary), args));
+            }
         }
     }
     json!({ "traceEvents": trace, "displayTimeUnit": "ms" })
@@ -133,7 +165,7 @@ mod tests {
             at(1060, 2, EventKind::ChunkReceived { bytes: 5 }),
             at(1100, 2, EventKind::Finished { outcome: Outcome::Ok, attempts: 2, stop_reason: None }),
         ];
-        let trace = chrome_trace(&[(0, events.clone())]);
+        let trace = chrome_trace(&[(0, events.clone())], &[]);
         let items = trace["traceEvents"].as_array().unwrap();
         let spans: Vec<(&str, f64, f64)> = items
             .iter()
@@ -150,7 +182,7 @@ mod tests {
         assert!(items.iter().any(|e| e["ph"] == "i" && e["name"] == "idle timer fired"));
         assert!(items.iter().all(|e| e["pid"] == 1));
 
-        let lines = jsonl(&events, false).unwrap();
+        let lines = jsonl(&events, false, &[]).unwrap();
         assert_eq!(lines.lines().count(), events.len());
         let back: Event = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
         assert_eq!(back, events[0]);
@@ -173,7 +205,7 @@ mod tests {
             at(900, 2, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: Some("stop".into()) }),
             at(950, 2, EventKind::Finished { outcome: Outcome::Ok, attempts: 2, stop_reason: None }),
         ];
-        let trace = chrome_trace(&[(0, events)]);
+        let trace = chrome_trace(&[(0, events)], &[]);
         let items = trace["traceEvents"].as_array().unwrap();
         let spans: Vec<(f64, f64)> = items
             .iter()
@@ -202,11 +234,50 @@ mod tests {
             at(1, 1, EventKind::ChunkReceived { bytes: 10 }),
             at(2, 1, EventKind::BodyRecorded { body: body.clone() }),
         ];
-        assert_eq!(jsonl(&events, false).unwrap().lines().count(), 1);
-        let with = jsonl(&events, true).unwrap();
+        assert_eq!(jsonl(&events, false, &[]).unwrap().lines().count(), 1);
+        let with = jsonl(&events, true, &[]).unwrap();
         let back: Vec<Event> = with.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(back, events);
-        let trace = chrome_trace(&[(0, events)]).to_string();
+        let trace = chrome_trace(&[(0, events)], &[]).to_string();
         assert!(!trace.contains("body"), "{trace}");
+    }
+
+    /// A stream's verdict labels its track and is an instant at its last
+    /// event carrying the whole diagnosis; in JSON lines it follows the
+    /// events, then the run's verdicts.
+    #[test]
+    fn verdicts_annotate_the_trace_and_follow_the_events() {
+        let target = Target::new("p", "m");
+        let events = vec![
+            at(0, 0, EventKind::CallStarted { target: target.clone(), context_tokens: None }),
+            at(0, 1, EventKind::AttemptStarted { target, credential: None }),
+            at(
+                2,
+                1,
+                EventKind::AttemptEnded {
+                    end: AttemptEnd::Transport { kind: TransportKind::Refused },
+                    stop_reason: None,
+                },
+            ),
+            at(3, 1, EventKind::Finished { outcome: Outcome::Failed, attempts: 1, stop_reason: None }),
+        ];
+        let diagnoses = [(0, crate::diagnosis::diagnose(&events))];
+        let trace = chrome_trace(&[(0, events.clone())], &diagnoses);
+        let items = trace["traceEvents"].as_array().unwrap();
+        let labels = items.iter().find(|e| e["name"] == "process_labels").unwrap();
+        assert_eq!(labels["args"]["labels"], "refused");
+        let verdict = items.iter().find(|e| e["name"].as_str().unwrap().starts_with("verdict: ")).unwrap();
+        assert_eq!((verdict["ph"].as_str(), verdict["ts"].as_f64()), (Some("i"), Some(3000.0)));
+        assert_eq!(
+            (verdict["args"]["kind"].as_str(), verdict["args"]["severity"].as_str()),
+            (Some("refused"), Some("failed"))
+        );
+
+        let lines: Vec<Value> =
+            jsonl(&events, false, &diagnoses).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), events.len() + 2);
+        assert!(lines[..events.len()].iter().all(|l| l.get("kind").is_some()));
+        assert_eq!((&lines[4]["stream"], &lines[4]["diagnosis"]["kind"]), (&json!(0), &json!("refused")));
+        assert_eq!(lines[5]["run_diagnosis"]["groups"][0]["summary"], "1 of 1 streams: connection refused (1 failed)");
     }
 }

@@ -1,13 +1,20 @@
 //! The report of a run, in the JSON shape outside tools rely on
 //! (`stallscope run --json`, `stallscope runs show --json`).
+//!
+//! Every stream carries its verdict (`diagnosis`: `kind`, `severity`,
+//! `summary`, `evidence`, `tunable`, `suggestion`, `trusted`, `basis`; see
+//! [`crate::diagnosis`]) and the run its verdicts grouped by kind
+//! (`diagnosis.groups`). Both are `null` in a report made without the
+//! run's events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::core::event::Outcome;
+use crate::core::event::{Outcome, StreamId};
 use crate::core::executor::{CallReport, Used};
+use crate::diagnosis::{Diagnosis, RunDiagnosis, diagnose, summarize};
 
 /// A whole run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -25,6 +32,8 @@ pub struct RunReport {
     pub summary: Summary,
     /// Every call, in index order.
     pub streams: Vec<StreamReport>,
+    /// The streams' verdicts grouped by kind.
+    pub diagnosis: Option<RunDiagnosis>,
 }
 
 /// Counts by outcome.
@@ -81,6 +90,8 @@ pub struct StreamReport {
     pub retry_counts: BTreeMap<String, Used>,
     /// Rate-limit buckets that ran low (a tenth of their limit or less).
     pub rate_limits_low: Vec<LowBucketReport>,
+    /// The verdict on the stream.
+    pub diagnosis: Option<Diagnosis>,
 }
 
 /// A rate-limit bucket that ran low.
@@ -170,6 +181,7 @@ impl From<&CallReport> for StreamReport {
                 .iter()
                 .map(|b| LowBucketReport { bucket: b.bucket.to_owned(), remaining: b.remaining, limit: b.limit })
                 .collect(),
+            diagnosis: None,
         }
     }
 }
@@ -193,6 +205,20 @@ impl RunReport {
                 Outcome::Cancelled => summary.cancelled += 1,
             }
         }
-        RunReport { run_id: None, scenario, seed: None, tunables, summary, streams }
+        RunReport { run_id: None, scenario, seed: None, tunables, summary, streams, diagnosis: None }
+    }
+
+    /// Gives every stream its verdict from `diagnoses` (a stream without
+    /// one had no events recorded, and is diagnosed as such) and the run
+    /// its summary.
+    pub fn attach_diagnoses(&mut self, diagnoses: Vec<(StreamId, Diagnosis)>) {
+        let mut by_stream: HashMap<StreamId, Diagnosis> = diagnoses.into_iter().collect();
+        let mut all = Vec::with_capacity(self.streams.len());
+        for s in &mut self.streams {
+            let diagnosis = by_stream.remove(&s.index).unwrap_or_else(|| diagnose(&[]));
+            all.push((s.index, diagnosis.clone()));
+            s.diagnosis = Some(diagnosis);
+        }
+        self.diagnosis = Some(summarize(&all));
     }
 }

@@ -17,6 +17,7 @@ use crate::core::event::{Event, EventSink};
 use crate::core::executor::{CallReport, Origin};
 use crate::core::failover::Target;
 use crate::core::transport::ClientCache;
+use crate::diagnosis::Collector;
 use crate::providers::Dialect;
 use crate::providers::setup::{ProviderConfig, SetupError, key_counts};
 use crate::recorder::{Recorder, RecorderOptions};
@@ -164,12 +165,12 @@ pub async fn run_session(
         }
         None => None,
     };
-    let sink: Arc<dyn EventSink> = match (&recorder, watcher) {
-        (Some((recorder, _)), Some(watcher)) => Arc::new(Tee(vec![Arc::new(recorder.clone()), watcher])),
-        (Some((recorder, _)), None) => Arc::new(recorder.clone()),
-        (None, Some(watcher)) => watcher,
-        (None, None) => Arc::new(crate::core::event::NullSink),
-    };
+    // Every stream's events are folded for its verdict as they come.
+    let verdicts = Arc::new(Collector::new(Some(settings.policy.retry.clone())));
+    let mut sinks: Vec<Arc<dyn EventSink>> = vec![verdicts.clone()];
+    sinks.extend(recorder.as_ref().map(|(recorder, _)| Arc::new(recorder.clone()) as Arc<dyn EventSink>));
+    sinks.extend(watcher);
+    let sink: Arc<dyn EventSink> = Arc::new(Tee(sinks));
     let clients = ClientCache::new();
     let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let executor = executor(&settings, &providers, &clients, sink, origin, lookup)?;
@@ -180,6 +181,7 @@ pub async fn run_session(
     let mut report =
         RunReport::new(scenario_name(&plan.source), settings.tunables.snapshot(), &reports, started.elapsed());
     report.seed = Some(origin.seed);
+    report.attach_diagnoses(verdicts.diagnoses());
     if let Some(rig) = rig {
         rig.server.shutdown().await;
     }

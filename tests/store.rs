@@ -314,6 +314,7 @@ fn stream_report(index: u64, outcome: &'static str, elapsed_ms: f64) -> StreamRe
         retry_after_ms: vec![None, Some(94655.19882300001)],
         retry_counts: BTreeMap::from([("timeout".to_owned(), Used { used: 1, budget: 3 })]),
         rate_limits_low: vec![LowBucketReport { bucket: "tokens".into(), remaining: 12, limit: Some(1000) }],
+        diagnosis: None,
     }
 }
 
@@ -332,6 +333,7 @@ fn report() -> RunReport {
             stream_report(1, "failed", 3000.5),
             stream_report(2, "ok", 55794.528960999996),
         ],
+        diagnosis: None,
     }
 }
 
@@ -806,12 +808,22 @@ fn export_shows_response_headers_and_bodies_only_on_request() {
     };
     let (lines, note) = export(&[]);
     assert!(note.is_empty(), "a full recording needs no note: {note}");
-    let exported: Vec<Event> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let exported = exported_events(&lines);
     assert_eq!(exported, events[..3]);
     assert!(lines.contains(r#"["retry-after-ms","700"]"#), "{lines}");
     let (lines, _) = export(&["--bodies"]);
-    let exported: Vec<Event> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let exported = exported_events(&lines);
     assert_eq!(exported, events);
+}
+
+/// The events of a JSON-lines export (the lines with a `kind`; the
+/// verdicts that follow them have none).
+fn exported_events(lines: &str) -> Vec<Event> {
+    lines
+        .lines()
+        .filter(|l| serde_json::from_str::<serde_json::Value>(l).unwrap().get("kind").is_some())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// Runs the real binary with no inherited configuration; returns stdout
@@ -897,7 +909,7 @@ fn a_schema_1_database_migrates_and_its_runs_list_show_export_and_say_what_they_
     assert!(shown.contains("dropped: 0 events"), "{shown}");
     assert!(shown.contains(note), "{shown}");
     let (lines, stderr) = cli(&["export", "--db", db, "1", "--format", "jsonl"]);
-    let exported: Vec<Event> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let exported = exported_events(&lines);
     assert_eq!(exported, events);
     assert!(stderr.contains(note), "{stderr}");
     let (trace, _) = cli(&["export", "--db", db, "1", "--format", "chrome-trace"]);

@@ -42,7 +42,7 @@ pub enum Command {
     Run(run::Args),
     /// The recorded history: list, show, compare and delete runs.
     Runs(runs::Args),
-    /// Export a recorded run as JSON lines or a Chrome/Perfetto trace.
+    /// Export a recorded run as JSON lines or a Chrome/Perfetto trace, with every stream's verdict.
     Export(runs::ExportArgs),
     /// Serve a built-in scenario, a scenario file or a recorded run from the fault-injecting simulator.
     Sim(sim::Args),

@@ -189,5 +189,28 @@ pub(super) fn print_report(report: &RunReport, out: &mut dyn Write) -> Result<()
         sum.ok, sum.partial, sum.failed, sum.cancelled, sum.elapsed_ms
     )
     .context("writing the report")?;
+    print_verdicts(report, out)
+}
+
+/// One verdict line per stream, then the run's verdicts grouped by kind;
+/// an untrustworthy verdict's summary says so first.
+fn print_verdicts(report: &RunReport, out: &mut dyn Write) -> Result<()> {
+    let Some(run) = &report.diagnosis else { return Ok(()) };
+    writeln!(out, "{:>5}  {:<9}  {:<20}  VERDICT", "#", "SEVERITY", "KIND")?;
+    for s in &report.streams {
+        if let Some(d) = &s.diagnosis {
+            writeln!(out, "{:>5}  {:<9}  {:<20}  {}", s.index, d.severity.name(), d.kind.name(), d.summary)?;
+        }
+    }
+    for group in &run.groups {
+        writeln!(out, "{}", group.summary)?;
+    }
+    if run.untrusted > 0 {
+        writeln!(
+            out,
+            "{} of {} verdicts are not trustworthy: our own runtime was late when their timers fired",
+            run.untrusted, run.streams
+        )?;
+    }
     Ok(())
 }

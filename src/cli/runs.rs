@@ -46,7 +46,8 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// One run's report (the same JSON `run --json` printed).
+    /// One run's report (the same JSON `run --json` printed), with every
+    /// stream's verdict computed from its recorded events.
     Show {
         /// The run.
         id: RunId,
@@ -79,10 +80,9 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
                 print_list(&runs, out)?;
             }
         }
-        RunsCommand::Show { id, json } => match (store.run_report_json(*id)?, *json) {
-            (Some(report), true) => writeln!(out, "{report}")?,
-            (Some(_), false) => {
-                let report = store.run_report(*id)?.context("the run's report cannot be read")?;
+        RunsCommand::Show { id, json } => match (store.diagnosed_report(*id)?, *json) {
+            (Some(report), true) => writeln!(out, "{}", serde_json::to_string(&report)?)?,
+            (Some(report), false) => {
                 super::run::print_report(&report, out)?;
                 if let Some(record) = store.run(*id)? {
                     print_recording(&record, out)?;
@@ -221,8 +221,12 @@ pub(super) fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(note) = record.replay_note() {
         eprintln!("note: {note}");
     }
+    let recorded = store.recorded_run(args.id)?;
     let text = if args.format == "jsonl" {
-        export::jsonl(&store.run_events(args.id)?, args.bodies)?
+        let events = store.run_events(args.id)?;
+        let collector = recorded.collector();
+        events.iter().for_each(|e| collector.push(e));
+        export::jsonl(&events, args.bodies, &recorded.diagnoses(&collector))?
     } else {
         if args.bodies {
             bail!("--bodies is for --format jsonl: a chrome-trace never holds bodies");
@@ -232,7 +236,8 @@ pub(super) fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
             .into_iter()
             .map(|s| Ok((s, store.events(args.id, s)?)))
             .collect::<Result<Vec<_>>>()?;
-        serde_json::to_string(&export::chrome_trace(&streams))? + "\n"
+        let diagnoses: Vec<_> = streams.iter().map(|(s, events)| (*s, recorded.diagnose(*s, events))).collect();
+        serde_json::to_string(&export::chrome_trace(&streams, &diagnoses))? + "\n"
     };
     match &args.output {
         Some(path) => std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?,

@@ -2,10 +2,89 @@
 //! rests on, the tunable that governs it and what to try; and a run-level
 //! summary that groups streams by verdict.
 //!
-//! The verdict shape is in [`verdict`]: a [`VerdictKind`] (a stable
-//! snake_case name), a [`Severity`], a one-sentence summary, [`Evidence`]
-//! with times, sizes and headers, and the structured [`Basis`] it rests on.
+//! [`diagnose`] is a pure function over one stream's events, as the core
+//! emits them and as the store reads them back; the CLI, the app, exports
+//! and reports all call it (or the [`Collector`], which does the same for
+//! many interleaved streams at once). [`summarize`] groups a run's
+//! verdicts into sentences like "12 of 40 streams: keep-alive-only stall,
+//! caught by the data-stall timer after 0.5 s each".
+//!
+//! # Kinds
+//!
+//! `kind` is one of these snake_case names (stable: a name never changes
+//! meaning; new patterns get new names), documented on [`VerdictKind`]:
+//!
+//! | kind | the evidence shows |
+//! | --- | --- |
+//! | `silent_stall` | headers or some bytes, then nothing until a timer fired |
+//! | `keepalive_only_stall` | keep-alives but no progress until the data-stall timer fired |
+//! | `no_response` | no response headers before a timer fired |
+//! | `proxy_buffering` | a long wait for the first body byte, then most of the body within 50 ms |
+//! | `slow_drip` | many small reads per parsed event while progress continued |
+//! | `healthy_slow` | healthy but within half a timer's budget of firing, long reasoning, or progress cut by the total timer or the deadline |
+//! | `healthy` | nothing worth naming |
+//! | `reset_mid_stream`, `closed_early` | a reset, or a clean close before the stream was done |
+//! | `keepalive_dead_peer` | the kernel's TCP keepalive or user timeout declared the peer dead |
+//! | `transport_failure` | another transport failure |
+//! | `rate_limited` | a rate limit, with the wait asked for and whether it was honoured or refused by the cap |
+//! | `overloaded`, `server_error`, `malformed_stream` | the provider's side failed |
+//! | `auth`, `invalid_request`, `context_overflow`, `permanent_error` | the request or its credential was refused |
+//! | `refused`, `unreachable`, `dns_failure`, `tls_failure`, `proxy_failure`, `connect_timeout` | no connection was made |
+//! | `retry_denied` | a limit beyond the failure's own budget refused its retry (`basis.denied_by`: `fleet_budget`, `deadline`, `total_retries`, `server_wait_cap`) |
+//! | `cancelled` | the call was cancelled from outside |
+//! | `incomplete` | the recording ends before the call did |
+//!
+//! How a call that failed and then recovered is reported (the kind of the
+//! failure that cost it the most time, severity `recovered`), and the other
+//! outcomes, is described in [`call`].
+//!
+//! # Trust
+//!
+//! A timer that fired while our own runtime was late may have fired
+//! because we did not read the bytes in time. When a timer that decided a
+//! verdict fired with a lag that [`crate::core::lag::lag_untrusts`] calls
+//! too large, the verdict is `trusted: false`, its summary starts with
+//! "client overloaded: not trustworthy" and its evidence names the lag. A
+//! timer whose lag was not measured (`None`) is trusted.
 
+mod call;
+mod collector;
+mod facts;
+mod reading;
+mod recorded;
+mod summary;
+mod text;
 pub mod verdict;
 
+use crate::core::event::Event;
+use crate::core::policy::RetrySettings;
+
+pub use call::UNTRUSTED;
+pub use collector::Collector;
+pub use recorded::RecordedRun;
+pub use summary::summarize;
 pub use verdict::{Basis, DeniedBy, Diagnosis, Evidence, RunDiagnosis, Severity, Topic, VerdictGroup, VerdictKind};
+
+/// The verdict on one stream, from its events in order. Without the run's
+/// retry limits, a spent budget is reported as `retry_budget` (see
+/// [`diagnose_with`]).
+pub fn diagnose(events: &[Event]) -> Diagnosis {
+    fold(events, None)
+}
+
+/// The verdict on one stream, telling a spent category budget from the
+/// call's spent total retries by the run's retry settings.
+pub fn diagnose_with(events: &[Event], limits: &RetrySettings) -> Diagnosis {
+    fold(events, Some(limits))
+}
+
+fn fold(events: &[Event], limits: Option<&RetrySettings>) -> Diagnosis {
+    let mut facts = facts::CallFacts::default();
+    for event in events {
+        facts.push(event);
+    }
+    call::judge(&facts, limits)
+}
+
+#[cfg(test)]
+mod tests;

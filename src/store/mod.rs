@@ -30,6 +30,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::core::event::{Event, StreamId};
+use crate::diagnosis::{Diagnosis, RecordedRun};
 use crate::report::RunReport;
 
 pub use migrations::SCHEMA_VERSION;
@@ -442,6 +443,31 @@ impl Store {
     /// The stored report text (what `runs show --json` prints).
     pub fn run_report_json(&self, id: RunId) -> Result<Option<String>, StoreError> {
         runs::report_text(&self.conn, id).map_err(|e| self.err(e))
+    }
+
+    /// The report of a completed run with every stream's verdict computed
+    /// from its stored events, so runs recorded before verdicts existed
+    /// get them too (what `runs show` prints); `None` for an unknown or
+    /// unfinished run.
+    pub fn diagnosed_report(&self, id: RunId) -> Result<Option<RunReport>, StoreError> {
+        let Some(mut report) = self.run_report(id)? else { return Ok(None) };
+        let streams: Vec<StreamId> = report.streams.iter().map(|s| s.index).collect();
+        report.attach_diagnoses(self.diagnoses(id, &streams)?);
+        Ok(Some(report))
+    }
+
+    /// The verdicts on `streams` of a run, from their stored events (see
+    /// [`RecordedRun`]).
+    pub fn diagnoses(&self, run: RunId, streams: &[StreamId]) -> Result<Vec<(StreamId, Diagnosis)>, StoreError> {
+        let recorded = self.recorded_run(run)?;
+        streams.iter().map(|&stream| Ok((stream, recorded.diagnose(stream, &self.events(run, stream)?)))).collect()
+    }
+
+    /// What a run's verdicts are read against: the limits it was recorded
+    /// with and the events it lost per stream.
+    pub fn recorded_run(&self, run: RunId) -> Result<RecordedRun, StoreError> {
+        let record = self.run(run)?.ok_or_else(|| StoreError::NoSuchRun { path: self.path.clone(), run })?;
+        Ok(RecordedRun::new(&record.tunables, &record.dropped_by_stream))
     }
 
     /// One stream's events in time order.

@@ -246,6 +246,9 @@ pub(crate) fn decode(text: &str) -> Result<RunReport, String> {
                     .map(|(k, u)| (k, Used { used: u.used, budget: u.budget }))
                     .collect(),
                 rate_limits_low: s.rate_limits_low,
+                // Verdicts are computed from the stored events, never read
+                // back (see `Store::diagnosed_report`).
+                diagnosis: None,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -263,6 +266,7 @@ pub(crate) fn decode(text: &str) -> Result<RunReport, String> {
             elapsed_ms: sum.elapsed_ms.0,
         },
         streams,
+        diagnosis: None,
     })
 }
 

@@ -1,0 +1,395 @@
+//! The verdict on a whole call, from its attempts' readings and how it
+//! ended.
+//!
+//! How each outcome is reported:
+//!
+//! - **ok, first try**: the reading of the successful attempt (`healthy`,
+//!   or a pattern that put it at risk: `proxy_buffering`, `slow_drip`,
+//!   `healthy_slow`), severity `ok` or `notice`.
+//! - **ok after failures** (a retry or a failover recovered): the kind of
+//!   the failure that cost the call the most time (its attempts plus the
+//!   sleeps after them), severity `recovered`, the summary saying on which
+//!   attempt it recovered.
+//! - **partial**: the kind of the break partial recovery absorbed,
+//!   severity `partial`.
+//! - **failed**: the kind of the failure that ended the call, severity
+//!   `failed`, unless a limit beyond that failure's own budget refused the
+//!   retry it allowed — the fleet retry budget, the call deadline, the
+//!   call's total retries, or the cap on server-requested waits for a
+//!   failure other than a rate limit (a rate limit says so itself) — when
+//!   it is `retry_denied`. A category budget that ran out is the pattern
+//!   repeating: the kind stays the pattern and `basis.denied_by` says
+//!   `category_budget`.
+//! - **cancelled**: `cancelled`, severity `notice`.
+//! - **no end recorded**: `incomplete`, severity `notice`, with what the
+//!   last attempt was doing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::core::category::{Category, TimerKind};
+use crate::core::event::Outcome;
+use crate::core::lag::lag_untrusts;
+use crate::core::policy::RetrySettings;
+
+use super::facts::{CallFacts, Fired, Try};
+use super::reading::{PEER_HEADERS, Reading, end_of, read};
+use super::text::{budget, count, fact, percent, secs, timer};
+use super::verdict::{Basis, DeniedBy, Diagnosis, Evidence, Severity, Topic, VerdictKind};
+
+/// The prefix of an untrustworthy verdict's summary.
+pub const UNTRUSTED: &str = "client overloaded: not trustworthy";
+
+/// The verdict on one call.
+pub(super) fn judge(facts: &CallFacts, limits: Option<&RetrySettings>) -> Diagnosis {
+    if facts.events == 0 || facts.tries.is_empty() && facts.finished.is_none() {
+        return Diagnosis {
+            kind: VerdictKind::Incomplete,
+            severity: Severity::Notice,
+            summary: format!("{}: no attempt was recorded for this stream", VerdictKind::Incomplete.label()),
+            evidence: vec![fact(Topic::Recording, None, None, format!("{} recorded", count(facts.events, "event")))],
+            tunable: None,
+            suggestion: None,
+            trusted: true,
+            basis: Basis::default(),
+        };
+    }
+    let readings: Vec<Reading> = facts.tries.iter().map(read).collect();
+    let last = facts.tries.len().saturating_sub(1);
+    let outcome = facts.finished.as_ref().map(|f| f.outcome);
+    let denial =
+        if outcome == Some(Outcome::Failed) { facts.tries.last().and_then(|t| denial(facts, t, limits)) } else { None };
+
+    // Which attempt the verdict is read from, and how serious it is.
+    let (basis_index, severity) = match outcome {
+        None | Some(Outcome::Cancelled) => (last, Severity::Notice),
+        Some(Outcome::Ok) => match costliest_failure(facts, &readings) {
+            Some(index) => (index, Severity::Recovered),
+            None => {
+                let healthy = readings.get(last).is_none_or(|r| r.kind == VerdictKind::Healthy);
+                (last, if healthy { Severity::Ok } else { Severity::Notice })
+            }
+        },
+        Some(Outcome::Partial) => (last, Severity::Partial),
+        Some(Outcome::Failed) => (last, Severity::Failed),
+    };
+    let reading = readings.get(basis_index);
+    let basis_try = facts.tries.get(basis_index);
+    let pattern = reading.map_or(VerdictKind::Incomplete, |r| r.kind);
+    let denied_beyond = match denial.as_ref().map(|d| d.by) {
+        Some(DeniedBy::FleetBudget | DeniedBy::Deadline | DeniedBy::TotalRetries) => true,
+        Some(DeniedBy::ServerWaitCap) => pattern != VerdictKind::RateLimited,
+        _ => false,
+    };
+    let kind = match outcome {
+        None => VerdictKind::Incomplete,
+        Some(Outcome::Cancelled) => VerdictKind::Cancelled,
+        Some(Outcome::Failed) if denied_beyond => VerdictKind::RetryDenied,
+        _ => pattern,
+    };
+
+    let untrusted: Vec<&Fired> = facts
+        .tries
+        .iter()
+        .flat_map(|t| [&t.fired, &t.deadline_after])
+        .flatten()
+        .filter(|f| f.lag.is_some_and(|lag| lag_untrusts(f.budget, lag)))
+        .collect();
+
+    let mut summary = String::new();
+    if !untrusted.is_empty() {
+        summary.push_str(UNTRUSTED);
+        summary.push_str(" — ");
+    }
+    summary.push_str(kind.label());
+    match (kind, reading) {
+        (VerdictKind::RetryDenied, Some(r)) => {
+            let by = denial.as_ref().map_or("", |d| d.by.describe());
+            summary.push_str(&format!(" by {by} after {}: {}", r.kind.label(), r.detail));
+        }
+        (VerdictKind::Incomplete, Some(r)) => summary.push_str(&format!(
+            ": the events end {} after attempt {} began, {}",
+            secs(facts.last_at.saturating_sub(basis_try.and_then(|t| t.started_at).unwrap_or(facts.last_at))),
+            basis_try.map_or(0, |t| t.number),
+            r.detail
+        )),
+        (VerdictKind::Cancelled, Some(r)) if r.kind != VerdictKind::Cancelled => {
+            summary.push_str(&format!(" during attempt {}: {}", basis_try.map_or(0, |t| t.number), r.detail));
+        }
+        (_, Some(r)) if !r.detail.is_empty() => {
+            summary.push_str(": ");
+            summary.push_str(&r.detail);
+        }
+        _ => {}
+    }
+    summary.push_str(&ending(facts, &readings, basis_index, denial.as_ref()));
+
+    let mut evidence: Vec<Evidence> = Vec::new();
+    for (t, r) in facts.tries.iter().zip(&readings) {
+        evidence.extend(r.evidence.iter().cloned());
+        evidence.extend(after_evidence(t));
+    }
+    // A refused server wait is told by the reading of the answer itself.
+    if let Some(d) = denial.as_ref().filter(|d| d.by != DeniedBy::ServerWaitCap) {
+        evidence.push(d.evidence.clone());
+    }
+    for f in &untrusted {
+        let lag = f.lag.unwrap_or_default();
+        evidence.push(fact(
+            Topic::Lag,
+            None,
+            Some(f.at),
+            format!(
+                "the {} timer ({}) fired while our runtime ran {} late ({} of its budget): \
+                 the silence may be ours, not the network's",
+                timer(f.timer),
+                budget(f.budget),
+                secs(lag),
+                percent(lag, f.budget)
+            ),
+        ));
+    }
+    if let Some(finished) = &facts.finished {
+        evidence.push(fact(
+            Topic::Retry,
+            None,
+            Some(finished.at),
+            format!("{} after {}", finished.outcome.name(), count(attempts(facts).into(), "attempt")),
+        ));
+    }
+
+    in_time_order(&mut evidence);
+
+    let (tunable, suggestion) = match (kind, &denial) {
+        (VerdictKind::RetryDenied, Some(d)) => (d.tunable, Some(d.suggestion.clone())),
+        (VerdictKind::Incomplete | VerdictKind::Cancelled | VerdictKind::Healthy, _) => (None, None),
+        _ => (reading.and_then(|r| r.tunable), reading.and_then(|r| r.suggestion.clone())),
+    };
+    let suggestion = match (&untrusted.is_empty(), suggestion) {
+        (false, Some(s)) => Some(format!("first run fewer streams at once (our own runtime was late), then: {s}")),
+        (false, None) => Some("run fewer streams at once: our own runtime was late".to_owned()),
+        (true, s) => s,
+    };
+    let peer = basis_try.map_or_else(Vec::new, |t| {
+        t.headers.iter().filter(|(name, _)| PEER_HEADERS.contains(&name.as_str())).cloned().collect()
+    });
+    Diagnosis {
+        kind,
+        severity,
+        summary,
+        evidence,
+        tunable: tunable.map(str::to_owned),
+        suggestion,
+        trusted: untrusted.is_empty(),
+        basis: Basis {
+            attempt: basis_try.map(|t| t.number),
+            target: basis_try.and_then(|t| t.target.as_ref()).map(ToString::to_string),
+            timer: reading.and_then(|r| r.timer).map(|(t, _)| t),
+            timer_budget_ms: reading.and_then(|r| r.timer).map(|(_, b)| b.as_secs_f64() * 1000.0),
+            peer,
+            denied_by: denial.map(|d| d.by),
+            attempts: attempts(facts),
+        },
+    }
+}
+
+/// Sorts evidence by time, stably; a fact without a time of its own stays
+/// right after the fact before it.
+fn in_time_order(evidence: &mut Vec<Evidence>) {
+    let mut last = f64::NEG_INFINITY;
+    let mut keyed: Vec<(f64, Evidence)> = evidence
+        .drain(..)
+        .map(|e| {
+            last = e.at_ms.unwrap_or(last);
+            (last, e)
+        })
+        .collect();
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    evidence.extend(keyed.into_iter().map(|(_, e)| e));
+}
+
+fn attempts(facts: &CallFacts) -> u32 {
+    facts.tries.iter().map(|t| t.number).max().unwrap_or(0)
+}
+
+/// The failed attempt whose kind cost the call the most time (its
+/// attempts and the sleeps after them); the first of its kind, for the
+/// summary. `None` when no attempt failed.
+fn costliest_failure(facts: &CallFacts, readings: &[Reading]) -> Option<usize> {
+    let mut cost: BTreeMap<VerdictKind, (Duration, usize)> = BTreeMap::new();
+    for (index, (t, r)) in facts.tries.iter().zip(readings).enumerate() {
+        if !t.failed() || end_of(t).is_some_and(|e| e == crate::core::event::AttemptEnd::Done) {
+            continue;
+        }
+        let spent = t.stopped_at().saturating_sub(t.started_at.unwrap_or(t.stopped_at()))
+            + t.backoff.as_ref().map_or(Duration::ZERO, |b| b.sleep);
+        let entry = cost.entry(r.kind).or_insert((Duration::ZERO, index));
+        entry.0 += spent;
+    }
+    // Most time first; among equals, the kind seen first.
+    cost.into_values().max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1))).map(|(_, index)| index)
+}
+
+/// How the call ended, as the summary's closing clause.
+fn ending(facts: &CallFacts, readings: &[Reading], basis: usize, denial: Option<&Denial>) -> String {
+    let Some(finished) = &facts.finished else { return String::new() };
+    let same = readings.iter().filter(|r| r.kind == readings[basis].kind).count();
+    let repeated = if same > 1 { format!(" ({same} attempts alike)") } else { String::new() };
+    let last = facts.tries.last();
+    match finished.outcome {
+        Outcome::Ok if basis + 1 < facts.tries.len() => {
+            let hopped = facts.tries.iter().any(|t| t.failed_over_to.is_some());
+            let on = match last.and_then(|t| t.target.as_ref()) {
+                Some(target) if hopped => format!(" on {target} after a failover"),
+                _ => String::new(),
+            };
+            format!("{repeated}; recovered on attempt {}{on}", last.map_or(0, |t| t.number))
+        }
+        Outcome::Ok => String::new(),
+        Outcome::Partial => {
+            format!("; partial recovery kept {}", count(facts.partial_chars.unwrap_or(0) as u64, "character"))
+        }
+        Outcome::Failed => {
+            let mut clause = format!("{repeated}; failed after {}", count(attempts(facts).into(), "attempt"));
+            if let Some(d) = denial.filter(|d| d.by != DeniedBy::ServerWaitCap) {
+                clause.push_str(&format!("; {}", d.because));
+            } else if let Some(fired) = last.and_then(|t| t.fired.as_ref()).filter(|f| f.timer == TimerKind::Deadline) {
+                clause.push_str(&format!("; the call deadline ({}) ended it", budget(fired.budget)));
+            } else if let Some(c) = last.and_then(|t| t.classified.as_ref()).filter(|c| !c.retryable) {
+                clause.push_str(&format!("; not retried: {} is not retryable", c.category));
+            }
+            clause
+        }
+        Outcome::Cancelled => String::new(),
+    }
+}
+
+/// Evidence of what followed one attempt: the sleep, a refusal, a hop.
+fn after_evidence(t: &Try) -> Vec<Evidence> {
+    let n = (t.number > 0).then_some(t.number);
+    let mut out = Vec::new();
+    if let Some(b) = &t.backoff {
+        let why = match &b.requested {
+            Some((asked, header)) => format!(" (the server asked for {} with {header})", secs(*asked)),
+            None => String::new(),
+        };
+        out.push(fact(
+            Topic::Retry,
+            n,
+            Some(b.at),
+            format!("slept {} before retrying {}{why}", secs(b.sleep), b.category),
+        ));
+    }
+    if let Some((to, at)) = &t.failed_over_to {
+        out.push(fact(Topic::Retry, n, Some(*at), format!("failed over to {to}")));
+    }
+    out
+}
+
+/// The limit that refused the retry a failure allowed.
+#[derive(Debug, Clone)]
+struct Denial {
+    by: DeniedBy,
+    /// Why, as a clause ("the fleet retry budget of p refused a retry (3 in flight, limit 3)").
+    because: String,
+    evidence: Evidence,
+    tunable: Option<&'static str>,
+    suggestion: String,
+}
+
+/// Why the last failure of a failed call was not retried, when a limit
+/// refused a retry it allowed.
+fn denial(facts: &CallFacts, t: &Try, limits: Option<&RetrySettings>) -> Option<Denial> {
+    let n = (t.number > 0).then_some(t.number);
+    if let Some(f) = &t.fleet_refused {
+        let because = format!(
+            "the fleet retry budget of {} refused a retry ({} in flight, limit {})",
+            f.provider, f.in_flight, f.limit
+        );
+        return Some(Denial {
+            by: DeniedBy::FleetBudget,
+            evidence: fact(Topic::Retry, n, Some(f.at), because.clone()),
+            because,
+            tunable: Some("STALLSCOPE_FLEET_RETRY_BUDGET_PERCENT"),
+            suggestion: "many calls to this provider were retrying at once; the fleet budget keeps retries from \
+                         multiplying the load: raise STALLSCOPE_FLEET_RETRY_BUDGET_PERCENT (or _MIN) only if the \
+                         provider can take it"
+                .to_owned(),
+        });
+    }
+    if let Some(f) = &t.deadline_after {
+        let because = format!("the next retry would have crossed the {} call deadline", budget(f.budget));
+        return Some(Denial {
+            by: DeniedBy::Deadline,
+            evidence: fact(Topic::Retry, n, Some(f.at), because.clone()),
+            because,
+            tunable: Some("STALLSCOPE_CALL_DEADLINE_S"),
+            suggestion: "the call ran out of time before it ran out of retries: raise STALLSCOPE_CALL_DEADLINE_S, \
+                         or shorten the timers so each attempt gives up sooner"
+                .to_owned(),
+        });
+    }
+    if let Some((requested, cap, at)) = t.wait_refused {
+        let because = format!("the server asked to wait {}, over the {} cap", secs(requested), budget(cap));
+        return Some(Denial {
+            by: DeniedBy::ServerWaitCap,
+            evidence: fact(Topic::Retry, n, Some(at), because.clone()),
+            because,
+            tunable: Some("STALLSCOPE_RETRY_AFTER_MAX_S"),
+            suggestion: format!(
+                "raise STALLSCOPE_RETRY_AFTER_MAX_S above {} to wait as asked, or keep the cap and fail over",
+                secs(requested)
+            ),
+        });
+    }
+    let c = t.classified.as_ref().filter(|c| c.retryable)?;
+    if t.followed() {
+        return None;
+    }
+    let used = |category: Option<Category>| {
+        facts
+            .tries
+            .iter()
+            .filter_map(|t| t.backoff.as_ref())
+            .filter(|b| category.is_none_or(|c| b.category == c))
+            .count() as u32
+    };
+    let (spent, total) = (used(Some(c.category)), used(None));
+    let (by, because, tunable) = match limits {
+        Some(l) if spent >= l.budget(c.category) => (
+            DeniedBy::CategoryBudget,
+            format!("the {} retry budget ({}) is spent", c.category, l.budget(c.category)),
+            Some(budget_tunable(c.category)),
+        ),
+        Some(l) if total >= l.max_retries => (
+            DeniedBy::TotalRetries,
+            format!("the call's {} are spent", count(l.max_retries.into(), "retry")),
+            Some("STALLSCOPE_PROVIDER_STREAM_RETRIES"),
+        ),
+        Some(_) => return None,
+        None => (
+            DeniedBy::RetryBudget,
+            format!("its retries are spent ({} made, {} of them {})", total, spent, c.category),
+            None,
+        ),
+    };
+    let suggestion = format!(
+        "{} more retries only help a failure that clears by itself; the pattern above says whether this one does",
+        tunable.unwrap_or("a larger retry budget:")
+    );
+    Some(Denial { by, evidence: fact(Topic::Retry, n, Some(c.at), because.clone()), because, tunable, suggestion })
+}
+
+/// The tunable of a category's own retry budget.
+fn budget_tunable(category: Category) -> &'static str {
+    match category {
+        Category::Connection => "STALLSCOPE_RETRY_BUDGET_CONNECTION",
+        Category::Timeout => "STALLSCOPE_RETRY_BUDGET_TIMEOUT",
+        Category::RateLimit => "STALLSCOPE_RETRY_BUDGET_RATE_LIMIT",
+        Category::Overloaded => "STALLSCOPE_RETRY_BUDGET_OVERLOADED",
+        Category::ServerError => "STALLSCOPE_RETRY_BUDGET_SERVER_ERROR",
+        Category::Auth | Category::InvalidRequest | Category::Cancelled | Category::Permanent => {
+            "STALLSCOPE_RETRY_BUDGET_SERVER_FORCED"
+        }
+    }
+}

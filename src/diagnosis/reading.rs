@@ -1,0 +1,650 @@
+//! What one attempt shows: the pattern its facts fit, in words, with the
+//! evidence, the tunable that governs it and what to try.
+//!
+//! Each attempt is read once, from its folded facts: how it ended picks the
+//! family (a timer, the transport, a status, the stream itself), and the
+//! facts pick the pattern within it. A successful attempt is read for the
+//! patterns that put healthy streams at risk of a false timeout.
+
+use std::time::Duration;
+
+use crate::core::category::{Category, TimerKind};
+use crate::core::classify;
+use crate::core::event::{AttemptEnd, AttemptPhase};
+use crate::core::failure::{Failure, TransportKind};
+
+use super::facts::{BURST_WINDOW, Try};
+use super::text::{budget, bytes, clip, count, fact, percent, secs, timer, timer_tunable};
+use super::verdict::{Evidence, Topic, VerdictKind};
+
+/// A wait for the first body byte at least this long, before a burst, reads
+/// as buffering; shorter ones are a model's ordinary think time.
+const BUFFERED_WAIT: Duration = Duration::from_millis(250);
+
+/// Progress events a burst must carry to read as a held-back stream rather
+/// than a short answer sent in one piece.
+const BUFFERED_EVENTS: u64 = 5;
+
+/// A drip: at least this many reads, this many reads per parsed event, and
+/// reads this small on average (a healthy stream reads about one event,
+/// a hundred bytes or more, at a time).
+const DRIP_READS: u64 = 20;
+const DRIP_READS_PER_EVENT: u64 = 4;
+const DRIP_MEAN_BYTES: u64 = 64;
+
+/// A healthy attempt that used this share of a timer's budget was close
+/// enough to a false timeout to say so.
+const SLOW_SHARE: f64 = 0.5;
+
+/// Reasoning this long before the first content is worth naming even when
+/// every timer had room.
+const LONG_REASONING: Duration = Duration::from_secs(30);
+
+/// Progress this recent when the total timer or the deadline fired means
+/// the stream was still working, not stalled.
+const STILL_PROGRESSING: Duration = Duration::from_secs(1);
+
+/// How many characters of an error body a verdict quotes.
+const BODY_QUOTE: usize = 160;
+
+/// One attempt, read.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Reading {
+    /// The pattern.
+    pub kind: VerdictKind,
+    /// The clause that follows the kind's label in a summary.
+    pub detail: String,
+    /// The facts, in order.
+    pub evidence: Vec<Evidence>,
+    /// The tunable that governs it.
+    pub tunable: Option<&'static str>,
+    /// What to try.
+    pub suggestion: Option<String>,
+    /// The timer that caught it, with its budget.
+    pub timer: Option<(TimerKind, Duration)>,
+}
+
+impl Reading {
+    fn new(kind: VerdictKind, detail: String) -> Reading {
+        Reading { kind, detail, evidence: Vec::new(), tunable: None, suggestion: None, timer: None }
+    }
+
+    fn governed(mut self, tunable: &'static str, suggestion: impl Into<String>) -> Reading {
+        self.tunable = Some(tunable);
+        self.suggestion = Some(suggestion.into());
+        self
+    }
+
+    fn suggest(mut self, suggestion: impl Into<String>) -> Reading {
+        self.suggestion = Some(suggestion.into());
+        self
+    }
+}
+
+/// How an attempt ended, from its `AttemptEnded` event or, in recordings
+/// made before that event existed, from the timer that fired or the
+/// classifier's reading.
+pub(super) fn end_of(t: &Try) -> Option<AttemptEnd> {
+    if let Some(end) = &t.end {
+        return Some(end.clone());
+    }
+    if let Some(fired) = &t.fired {
+        return Some(AttemptEnd::Timer { timer: fired.timer });
+    }
+    let c = t.classified.as_ref()?;
+    if c.category == Category::Cancelled {
+        return Some(AttemptEnd::Cancelled);
+    }
+    if let Some(status) = c.status {
+        return Some(AttemptEnd::Status { status });
+    }
+    // The built-in rules name each transport kind: read the kind back
+    // from the rule the classifier recorded.
+    let transport = TransportKind::ALL.into_iter().find(|&kind| {
+        let (_, rule) = classify::builtin(&Failure::Transport { kind, message: String::new() });
+        c.rule == format!("builtin: {rule}")
+    });
+    if let Some(kind) = transport {
+        return Some(AttemptEnd::Transport { kind });
+    }
+    let (_, malformed) = classify::builtin(&Failure::Malformed { message: String::new() });
+    (c.rule == format!("builtin: {malformed}")).then_some(AttemptEnd::Malformed)
+}
+
+/// Reads one try.
+pub(super) fn read(t: &Try) -> Reading {
+    let mut reading = match end_of(t) {
+        Some(AttemptEnd::Done) => success(t),
+        Some(AttemptEnd::Timer { timer }) => timed_out(t, timer),
+        Some(AttemptEnd::Transport { kind }) => transport(t, kind),
+        Some(AttemptEnd::Status { status }) => answered(t, Some(status)),
+        Some(AttemptEnd::InStream { code }) => in_stream(t, code.as_deref()),
+        Some(AttemptEnd::Malformed) => malformed(t),
+        Some(AttemptEnd::Cancelled) => {
+            Reading::new(VerdictKind::Cancelled, format!("cancelled {}", phase_words(t.phase)))
+        }
+        None if t.started_at.is_none() => between_attempts(t),
+        None if t.classified.is_some() => answered(t, t.status),
+        None => Reading::new(VerdictKind::Incomplete, format!("attempt {} was {}", t.number, phase_words(t.phase))),
+    };
+    let mut evidence = response_evidence(t);
+    evidence.append(&mut reading.evidence);
+    reading.evidence = evidence;
+    reading
+}
+
+fn phase_words(phase: Option<AttemptPhase>) -> &'static str {
+    match phase {
+        None | Some(AttemptPhase::Connecting) => "while connecting",
+        Some(AttemptPhase::AwaitingHeaders) => "while awaiting the response headers",
+        Some(AttemptPhase::AwaitingFirstContent) => "before any content",
+        Some(AttemptPhase::Streaming) => "while streaming",
+        Some(AttemptPhase::Done) => "after the stream was done",
+    }
+}
+
+/// The headers that say who answered: a shared proxy or server is what
+/// ties many streams' verdicts together.
+pub(super) const PEER_HEADERS: [&str; 3] = ["via", "server", "x-cache"];
+
+/// The response itself: status and the headers that say who answered.
+fn response_evidence(t: &Try) -> Vec<Evidence> {
+    let n = Some(t.number);
+    let mut out = Vec::new();
+    if let (Some(at), Some(status)) = (t.headers_at, t.status) {
+        out.push(fact(Topic::Response, n, Some(at), format!("HTTP {status} after {}", secs(t.offset(at)))));
+    }
+    for (name, value) in t.headers.iter().filter(|(name, _)| PEER_HEADERS.contains(&name.as_str())) {
+        out.push(fact(Topic::Response, n, t.headers_at, format!("{name}: {value}")));
+    }
+    out
+}
+
+/// What the body carried up to `at`, e.g. "3 chunks / 412 B, 2 progress events".
+fn body_words(t: &Try) -> String {
+    if t.chunks == 0 {
+        return "no body byte".to_owned();
+    }
+    let mut words = format!("{} / {}", count(t.chunks, "chunk"), bytes(t.bytes));
+    if t.progress > 0 {
+        words.push_str(&format!(", {}", count(t.progress, "progress event")));
+    }
+    words
+}
+
+fn head_words(t: &Try) -> String {
+    match (t.headers_at, t.status) {
+        (Some(at), Some(status)) => format!("headers at {} ({status})", secs(t.offset(at))),
+        _ => "no response headers".to_owned(),
+    }
+}
+
+/// A timer of ours ended the attempt.
+fn timed_out(t: &Try, timer_kind: TimerKind) -> Reading {
+    let fired_at = t.stopped_at();
+    let budget_d = t.fired.as_ref().map(|f| f.budget).or(t.armed(timer_kind)).unwrap_or_default();
+    let named = format!("the {} timer ({})", timer(timer_kind), budget(budget_d));
+    let silence = fired_at.saturating_sub(t.last_byte_at.or(t.headers_at).or(t.started_at).unwrap_or(fired_at));
+    let no_progress = fired_at.saturating_sub(t.last_progress_at.or(t.headers_at).or(t.started_at).unwrap_or(fired_at));
+    let tunable = timer_tunable(timer_kind);
+    let mut reading = if timer_kind == TimerKind::Connect {
+        Reading::new(VerdictKind::ConnectTimeout, format!("no connection within {named}")).governed(
+            tunable,
+            "the host did not accept a connection in time: check the route (VPN, firewall); \
+             a longer connect timer only helps on a slow but working path",
+        )
+    } else if t.headers_at.is_none() {
+        Reading::new(
+            VerdictKind::NoResponse,
+            format!("request sent, no response headers in {} until {named} fired", secs(t.offset(fired_at))),
+        )
+        .governed(
+            tunable,
+            format!(
+                "a queue upstream or a dead path: if the provider is merely slow to answer, \
+                 raise {tunable} above its usual wait; otherwise keep it and let the retry go elsewhere"
+            ),
+        )
+    } else if matches!(timer_kind, TimerKind::Total | TimerKind::Deadline)
+        && t.last_progress_at.is_some_and(|p| fired_at.saturating_sub(p) <= STILL_PROGRESSING)
+    {
+        Reading::new(
+            VerdictKind::HealthySlow,
+            format!(
+                "still making progress ({} in {}) when {named} cut it",
+                count(t.progress, "progress event"),
+                secs(t.offset(fired_at))
+            ),
+        )
+        .governed(
+            tunable,
+            format!("the stream was working, not stalled: raise {tunable} if answers this long are expected"),
+        )
+    } else if t.keepalives_since_progress > 0 {
+        let progress = match t.last_progress_at {
+            Some(at) => format!("{} until {}", count(t.progress, "progress event"), secs(t.offset(at))),
+            None => "no progress event".to_owned(),
+        };
+        Reading::new(
+            VerdictKind::KeepaliveOnlyStall,
+            format!(
+                "{}, {progress}, then {} and no progress for {} until {named} fired",
+                head_words(t),
+                count(t.keepalives_since_progress, "keep-alive"),
+                secs(no_progress)
+            ),
+        )
+        .governed(
+            "STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S",
+            "keep-alives hide the stall from the idle timer: only the data-stall timer catches it; \
+             lower STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S to catch it sooner, above the longest pause \
+             between progress events of healthy streams",
+        )
+    } else if timer_kind == TimerKind::DataStall && is_drip(t) {
+        Reading::new(
+            VerdictKind::SlowDrip,
+            format!("{}; no event completed for {} until {named} fired", drip_words(t), secs(no_progress)),
+        )
+        .governed(tunable, format!("the link delivers events slower than {tunable} allows: raise it, or fix the link"))
+    } else {
+        Reading::new(
+            VerdictKind::SilentStall,
+            format!("{}, {}, then {} of silence until {named} fired", head_words(t), body_words(t), secs(silence)),
+        )
+        .governed(
+            tunable,
+            format!(
+                "nothing arrived for {}: a dead peer or a dropped route; a lower {tunable} notices it sooner, \
+                 but keep it above the longest silence of healthy streams",
+                secs(silence)
+            ),
+        )
+    };
+    if matches!(timer_kind, TimerKind::Ttfb | TimerKind::Idle) && t.headers_at.is_some() && t.chunks == 0 {
+        reading.suggestion = Some(format!(
+            "headers came but no body byte: a buffering proxy (see `via`) holds streams like this; \
+             if so, raise {tunable} above its delay or switch its buffering off; otherwise a lower {tunable} \
+             notices a dead peer sooner"
+        ));
+    }
+    reading.timer = Some((timer_kind, budget_d));
+    reading.evidence.push(fact(Topic::Timing, Some(t.number), Some(fired_at), reading.detail.clone()));
+    reading
+}
+
+fn is_drip(t: &Try) -> bool {
+    let parsed = t.events.max(1);
+    t.chunks >= DRIP_READS && t.chunks >= parsed * DRIP_READS_PER_EVENT && t.bytes / t.chunks <= DRIP_MEAN_BYTES
+}
+
+fn drip_words(t: &Try) -> String {
+    let span = t.last_byte_at.zip(t.first_byte_at).map_or(Duration::ZERO, |(l, f)| l.saturating_sub(f));
+    let rate = if span.is_zero() { t.bytes as f64 } else { t.bytes as f64 / span.as_secs_f64() };
+    format!(
+        "{} of {} on average for {} ({:.1} reads per event), {:.0} B/s",
+        count(t.chunks, "read"),
+        bytes(t.bytes / t.chunks.max(1)),
+        count(t.events, "parsed event"),
+        t.chunks as f64 / t.events.max(1) as f64,
+        rate
+    )
+}
+
+/// The attempt completed: read it for the patterns that risk a false
+/// timeout on a healthy stream.
+fn success(t: &Try) -> Reading {
+    let n = Some(t.number);
+    let first_byte = t.first_byte_at.map(|at| t.offset(at));
+    if let Some(wait) = first_byte
+        && wait >= BUFFERED_WAIT
+        && t.burst_bytes * 10 >= t.bytes * 9
+        && t.burst_progress >= BUFFERED_EVENTS
+    {
+        let (closest, share) = closest_timer(t, &[(TimerKind::Ttfb, wait), (TimerKind::Idle, t.longest_silence)]);
+        let mut reading = Reading::new(
+            VerdictKind::ProxyBuffering,
+            format!(
+                "{}, then no body byte until {}, then {} ({}) within {} ms",
+                head_words(t),
+                secs(wait),
+                bytes(t.burst_bytes),
+                count(t.burst_progress, "progress event"),
+                BURST_WINDOW.as_millis()
+            ),
+        );
+        reading.evidence.push(fact(
+            Topic::Body,
+            n,
+            t.first_byte_at,
+            format!(
+                "{} of {} arrived within {} ms of the first byte",
+                bytes(t.burst_bytes),
+                bytes(t.bytes),
+                BURST_WINDOW.as_millis()
+            ),
+        ));
+        if let Some((timer_kind, budget_d)) = closest {
+            let tunable = timer_tunable(timer_kind);
+            reading.evidence.push(fact(
+                Topic::Timing,
+                n,
+                None,
+                format!("the wait used {share} of the {} timer's {}", timer(timer_kind), budget(budget_d)),
+            ));
+            reading = reading.governed(
+                tunable,
+                format!(
+                    "something on the path holds the stream back (see `via`): keep {tunable} above {} \
+                     or switch the buffering off (nginx `proxy_buffering off`, `X-Accel-Buffering: no`)",
+                    secs(wait)
+                ),
+            );
+        }
+        return reading;
+    }
+    if is_drip(t) {
+        let mut reading = Reading::new(VerdictKind::SlowDrip, drip_words(t)).governed(
+            "STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S",
+            format!(
+                "events assemble slowly on this link: the data-stall timer must allow the slowest event ({})",
+                secs(t.longest_no_progress)
+            ),
+        );
+        reading.evidence.push(fact(Topic::Body, n, t.last_byte_at, drip_words(t)));
+        return reading;
+    }
+    let ttfb = first_byte.unwrap_or_default();
+    let observed = [
+        (TimerKind::Ttfb, ttfb),
+        (TimerKind::Idle, t.longest_silence),
+        (TimerKind::DataStall, t.longest_no_progress),
+        (TimerKind::Total, t.offset(t.stopped_at())),
+    ];
+    let (closest, share) = closest_timer(t, &observed);
+    let used = closest.map_or(0.0, |(timer_kind, budget_d)| {
+        let seen = observed.iter().find(|(k, _)| *k == timer_kind).map_or(Duration::ZERO, |(_, d)| *d);
+        seen.as_secs_f64() / budget_d.as_secs_f64().max(f64::MIN_POSITIVE)
+    });
+    let took = t.offset(t.stopped_at());
+    let summary = format!(
+        "{}, first byte at {}, {} / {} in {}",
+        head_words(t),
+        secs(ttfb),
+        count(t.events, "event"),
+        bytes(t.bytes),
+        secs(took)
+    );
+    let mut reading = match closest {
+        Some((timer_kind, budget_d)) if used >= SLOW_SHARE => {
+            let tunable = timer_tunable(timer_kind);
+            Reading::new(
+                VerdictKind::HealthySlow,
+                format!("the {} timer came within {share} of its {}", timer(timer_kind), budget(budget_d)),
+            )
+            .governed(tunable, format!("a tighter {tunable} would cut healthy streams like this one off"))
+        }
+        _ => match t.first_reasoning_at.zip(t.first_content_at) {
+            Some((thinking, content)) if content.saturating_sub(thinking) >= LONG_REASONING => Reading::new(
+                VerdictKind::HealthySlow,
+                format!(
+                    "reasoned for {} with progress before the first content",
+                    secs(content.saturating_sub(thinking))
+                ),
+            )
+            .suggest("long reasoning is progress: keep reasoning among STALLSCOPE_PROGRESS_EVENT_CLASSES"),
+            _ => Reading::new(VerdictKind::Healthy, summary.clone()),
+        },
+    };
+    reading.evidence.push(fact(Topic::Body, n, t.ended_at, summary));
+    if let Some((timer_kind, budget_d)) = closest {
+        reading.evidence.push(fact(
+            Topic::Timing,
+            n,
+            None,
+            format!("closest to a timer: {} at {share} of its {}", timer(timer_kind), budget(budget_d)),
+        ));
+    }
+    reading
+}
+
+/// The armed timer whose budget the observed durations used the most of,
+/// with that share in words.
+fn closest_timer(t: &Try, observed: &[(TimerKind, Duration)]) -> (Option<(TimerKind, Duration)>, String) {
+    let best = observed
+        .iter()
+        .filter_map(|&(timer_kind, seen)| {
+            let budget_d = t.armed(timer_kind).filter(|b| !b.is_zero())?;
+            Some((timer_kind, budget_d, seen.as_secs_f64() / budget_d.as_secs_f64(), seen))
+        })
+        .max_by(|a, b| a.2.total_cmp(&b.2));
+    match best {
+        Some((timer_kind, budget_d, _, seen)) => (Some((timer_kind, budget_d)), percent(seen, budget_d)),
+        None => (None, String::new()),
+    }
+}
+
+fn transport(t: &Try, kind: TransportKind) -> Reading {
+    let at = t.stopped_at();
+    let when = match &t.target {
+        Some(target) if kind.is_connect() => format!("{target} at {}", secs(t.offset(at))),
+        _ => format!("at {}", secs(t.offset(at))),
+    };
+    let mid = |k| {
+        let place = if t.headers_at.is_some() {
+            format!("{} after {}, {}", when, head_words(t), body_words(t))
+        } else {
+            format!("{when}, before any response")
+        };
+        Reading::new(k, place)
+    };
+    let mut reading = match kind {
+        TransportKind::Reset | TransportKind::Closed => {
+            let kind =
+                if kind == TransportKind::Reset { VerdictKind::ResetMidStream } else { VerdictKind::ClosedEarly };
+            let reading = mid(kind);
+            if t.first_content_at.is_some() {
+                reading.governed(
+                    "STALLSCOPE_PARTIAL_RECOVERY",
+                    "content had streamed, so neither a retry nor a failover may restart the answer; \
+                     partial recovery keeps the text (a load balancer recycling, a VPN rekey)",
+                )
+            } else {
+                reading.governed(
+                    "STALLSCOPE_RETRY_BUDGET_CONNECTION",
+                    "nothing had streamed, so a retry is safe; frequent breaks point at the path \
+                     (a load balancer's idle limit, a VPN rekey)",
+                )
+            }
+        }
+        TransportKind::KernelTimeout => {
+            let silence = at.saturating_sub(t.last_byte_at.or(t.headers_at).or(t.started_at).unwrap_or(at));
+            Reading::new(
+                VerdictKind::KeepaliveDeadPeer,
+                format!("{when}, {} after the last byte; {}", secs(silence), body_words(t)),
+            )
+            .governed(
+                "STALLSCOPE_TCP_KEEPIDLE_S",
+                "the kernel's keepalive probes (KEEPIDLE + KEEPINTVL × KEEPCNT) found the peer dead before \
+                 our timers did: lower them to notice sooner, or lower STALLSCOPE_SSE_IDLE_TIMEOUT_S",
+            )
+        }
+        TransportKind::Refused => Reading::new(VerdictKind::Refused, when.clone()).governed(
+            "STALLSCOPE_FALLBACK_MODELS",
+            "nothing listens at the provider's address: check base_url, or give the call a fallback",
+        ),
+        TransportKind::Unreachable => Reading::new(VerdictKind::Unreachable, when.clone()).governed(
+            "STALLSCOPE_FORCE_IPV4",
+            "no route to the host: check the VPN or route; if only IPv6 fails, STALLSCOPE_FORCE_IPV4=1 avoids it",
+        ),
+        TransportKind::Dns => Reading::new(VerdictKind::DnsFailure, when.clone())
+            .suggest("the host name did not resolve: check base_url and the resolver (VPN split DNS)"),
+        TransportKind::Tls => Reading::new(VerdictKind::TlsFailure, when.clone())
+            .suggest("a TLS-inspecting proxy needs its CA certificate: give the provider row a ca_file"),
+        TransportKind::Proxy => Reading::new(VerdictKind::ProxyFailure, when.clone())
+            .governed("STALLSCOPE_PROXY", "the proxy refused or failed the tunnel: check STALLSCOPE_PROXY and *_PROXY"),
+        TransportKind::ConnectTimedOut => {
+            Reading::new(VerdictKind::ConnectTimeout, format!("{when}: the kernel gave up (SYNs unanswered)")).governed(
+                "STALLSCOPE_HTTP_CONNECT_TIMEOUT_S",
+                "the kernel gave up before our connect timer: a firewall dropping packets, or a dead route",
+            )
+        }
+        TransportKind::Connect | TransportKind::Read | TransportKind::Other => {
+            Reading::new(VerdictKind::TransportFailure, format!("{} {when}", kind.describe()))
+                .governed("STALLSCOPE_RETRY_BUDGET_CONNECTION", "retried under the connection budget")
+        }
+    };
+    reading.evidence.push(fact(Topic::Error, Some(t.number), Some(at), format!("{} {when}", kind.describe())));
+    reading
+}
+
+/// The category a failure with this status falls in: the classifier's
+/// recorded reading, else what its built-in rules make of it.
+fn category(t: &Try, status: Option<u16>) -> Category {
+    match (&t.classified, status) {
+        (Some(c), _) => c.category,
+        (None, Some(status)) => {
+            let failure =
+                Failure::Http { status, headers: Box::default(), body: t.error_body.clone().unwrap_or_default() };
+            classify::builtin(&failure).0
+        }
+        (None, None) => Category::Permanent,
+    }
+}
+
+/// The server answered with an error status (or the classifier read a
+/// failure with no recorded end).
+fn answered(t: &Try, status: Option<u16>) -> Reading {
+    let n = Some(t.number);
+    let what = match status {
+        Some(status) => format!("HTTP {status} after {}", secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())))),
+        None => t.classified.as_ref().map_or_else(String::new, |c| clip(&c.message, BODY_QUOTE)),
+    };
+    let mut reading = by_category(t, category(t, status), what);
+    if let Some(body) = &t.error_body {
+        reading.evidence.push(fact(Topic::Error, n, t.ended_at, format!("body: {}", clip(body, BODY_QUOTE))));
+    }
+    reading
+}
+
+fn in_stream(t: &Try, code: Option<&str>) -> Reading {
+    let what = format!(
+        "an in-stream error{} {} after {}",
+        code.map(|c| format!(" ({c})")).unwrap_or_default(),
+        phase_words(t.phase),
+        secs(t.offset(t.stopped_at()))
+    );
+    let mut reading = by_category(t, t.classified.as_ref().map_or(Category::ServerError, |c| c.category), what);
+    if let Some(c) = &t.classified {
+        reading.evidence.push(fact(Topic::Error, Some(t.number), Some(c.at), clip(&c.message, BODY_QUOTE)));
+    }
+    reading
+}
+
+fn malformed(t: &Try) -> Reading {
+    let message =
+        t.classified.as_ref().map_or_else(|| "unparseable bytes".to_owned(), |c| clip(&c.message, BODY_QUOTE));
+    let what = message.strip_prefix("malformed stream: ").unwrap_or(&message);
+    let mut reading =
+        Reading::new(VerdictKind::MalformedStream, format!("{what} after {}, {}", head_words(t), body_words(t)))
+            .governed(
+                "STALLSCOPE_RETRY_BUDGET_SERVER_ERROR",
+                "bytes that are not the dialect's events come from a proxy rewriting the body or a bug upstream \
+         (see `via`); retries are bounded by the server-error budget",
+            );
+    reading.evidence.push(fact(Topic::Error, Some(t.number), t.ended_at, message));
+    reading
+}
+
+/// A failure between attempts: no request was sent.
+fn between_attempts(t: &Try) -> Reading {
+    let message = t.classified.as_ref().map_or_else(String::new, |c| clip(&c.message, BODY_QUOTE));
+    let mut reading = by_category(t, category(t, None), format!("no request sent: {message}"));
+    reading.evidence.push(fact(Topic::Error, None, t.classified.as_ref().map(|c| c.at), message));
+    reading
+}
+
+/// A failure the classifier put in `category`, described by `what`.
+fn by_category(t: &Try, category: Category, what: String) -> Reading {
+    let is_rule = |rule: &str| t.classified.as_ref().is_some_and(|c| c.rule.contains(rule));
+    let reading = match category {
+        Category::RateLimit => Reading::new(VerdictKind::RateLimited, what).governed(
+            "STALLSCOPE_RETRY_BUDGET_RATE_LIMIT",
+            "the account or key is over its limit: spread calls, add keys to the pool, or lower concurrency",
+        ),
+        Category::Overloaded => Reading::new(VerdictKind::Overloaded, what).governed(
+            "STALLSCOPE_RETRY_BUDGET_OVERLOADED",
+            "the provider sheds load: retries back off under the overloaded budget; a fallback model \
+             (STALLSCOPE_FALLBACK_MODELS) takes the call elsewhere",
+        ),
+        Category::ServerError => Reading::new(VerdictKind::ServerError, what).governed(
+            "STALLSCOPE_RETRY_BUDGET_SERVER_ERROR",
+            "a fault on the provider's side: retried under the server-error budget",
+        ),
+        Category::Auth => Reading::new(VerdictKind::Auth, what)
+            .suggest("check the key in the provider row's variable; with a pool (api_key_envs) the next key is tried"),
+        Category::InvalidRequest if is_rule("context overflow") => Reading::new(VerdictKind::ContextOverflow, what)
+            .governed(
+                "STALLSCOPE_FALLBACK_MODELS",
+                "the prompt does not fit: trim it, or fall back to a model with a larger window",
+            ),
+        Category::InvalidRequest => Reading::new(VerdictKind::InvalidRequest, what)
+            .suggest("the request itself is refused: retrying the same request cannot help; read the error body"),
+        // A page that is not an event stream on a success status: a captive
+        // portal or a proxy answering for the provider.
+        Category::Connection => Reading::new(VerdictKind::ProxyFailure, what).governed(
+            "STALLSCOPE_PROXY",
+            "something on the path answered instead of the provider (a captive portal, a proxy's error page)",
+        ),
+        Category::Timeout => Reading::new(VerdictKind::NoResponse, what),
+        Category::Cancelled => Reading::new(VerdictKind::Cancelled, what),
+        Category::Permanent => Reading::new(VerdictKind::PermanentError, what)
+            .suggest("no rule calls this transient; a classifier rule can if it is (see `stallscope explain`)"),
+    };
+    server_wait(t, reading)
+}
+
+/// What the server asked about waiting (`retry-after*`, an exhausted
+/// rate-limit bucket) and whether the wait was honoured or refused by the
+/// cap, added to any reading of an answer.
+fn server_wait(t: &Try, mut reading: Reading) -> Reading {
+    let n = Some(t.number);
+    let mut asked = Vec::new();
+    for name in ["retry-after-ms", "retry-after"] {
+        if let Some(value) = t.header(name) {
+            asked.push(format!("{name}: {value}"));
+        }
+    }
+    if let Some(reset) = t.exhausted_reset {
+        asked.push(format!("an exhausted bucket resets in {}", secs(reset)));
+    }
+    if !asked.is_empty() {
+        reading.evidence.push(fact(Topic::Response, n, t.headers_at, asked.join(", ")));
+    }
+    if let Some((requested, cap, at)) = t.wait_refused {
+        reading.detail.push_str(&format!("; asked to wait {}, refused: over the {} cap", secs(requested), budget(cap)));
+        reading.evidence.push(fact(
+            Topic::Retry,
+            n,
+            Some(at),
+            format!("the server asked to wait {}, over the {} cap: not slept", secs(requested), budget(cap)),
+        ));
+        return reading.governed(
+            "STALLSCOPE_RETRY_AFTER_MAX_S",
+            format!(
+                "raise STALLSCOPE_RETRY_AFTER_MAX_S above {} to wait as asked, or keep the cap and let the call \
+                 fail over",
+                secs(requested)
+            ),
+        );
+    }
+    if let Some(b) = &t.backoff
+        && let Some((asked, header)) = &b.requested
+    {
+        reading.detail.push_str(&format!(
+            "; asked to wait {} ({header}), honoured: slept {}",
+            secs(*asked),
+            secs(b.sleep)
+        ));
+    }
+    reading
+}

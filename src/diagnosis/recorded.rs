@@ -1,0 +1,69 @@
+//! Diagnosing a recorded run: its streams read against the retry limits
+//! the run was recorded with, each verdict saying when its stream lost
+//! events to a recorder that fell behind (the verdict rests on what was
+//! kept).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::core::event::{Event, StreamId};
+use crate::core::policy::{CorePolicy, RetrySettings};
+use crate::tunables::Tunables;
+
+use super::collector::Collector;
+use super::text::fact;
+use super::verdict::{Diagnosis, Topic};
+use super::{diagnose, diagnose_with};
+
+/// What a recorded run's verdicts are read against.
+#[derive(Debug, Clone)]
+pub struct RecordedRun {
+    limits: Option<RetrySettings>,
+    dropped: BTreeMap<StreamId, u64>,
+}
+
+impl RecordedRun {
+    /// From the run's stored tunables snapshot (name → `{"value",
+    /// "source"}`; limits unknown when it cannot be read back) and its
+    /// events lost per stream.
+    pub fn new(tunables: &Map<String, Value>, dropped: &BTreeMap<StreamId, u64>) -> RecordedRun {
+        let limits = Tunables::from_snapshot(tunables)
+            .ok()
+            .and_then(|t| CorePolicy::from_tunables(&t).ok())
+            .map(|policy| policy.retry);
+        RecordedRun { limits, dropped: dropped.clone() }
+    }
+
+    /// The verdict on one stream from its events.
+    pub fn diagnose(&self, stream: StreamId, events: &[Event]) -> Diagnosis {
+        let diagnosis = match &self.limits {
+            Some(limits) => diagnose_with(events, limits),
+            None => diagnose(events),
+        };
+        self.annotate(stream, diagnosis)
+    }
+
+    /// A collector for the run's events read in one flow (any order of
+    /// streams).
+    pub fn collector(&self) -> Collector {
+        Collector::new(self.limits.clone())
+    }
+
+    /// The verdicts of what `collector` gathered.
+    pub fn diagnoses(&self, collector: &Collector) -> Vec<(StreamId, Diagnosis)> {
+        collector.diagnoses().into_iter().map(|(stream, d)| (stream, self.annotate(stream, d))).collect()
+    }
+
+    fn annotate(&self, stream: StreamId, mut diagnosis: Diagnosis) -> Diagnosis {
+        if let Some(&lost) = self.dropped.get(&stream).filter(|&&n| n > 0) {
+            diagnosis.evidence.push(fact(
+                Topic::Recording,
+                None,
+                None,
+                format!("{lost} of this stream's events were not recorded (the recorder fell behind)"),
+            ));
+        }
+        diagnosis
+    }
+}

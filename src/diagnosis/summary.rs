@@ -1,0 +1,86 @@
+//! The run-level summary: streams grouped by verdict kind, one sentence per
+//! group naming what they share — the timer that caught them and its
+//! budget, the proxy or server that answered, how they ended.
+
+use std::collections::BTreeMap;
+
+use crate::core::event::StreamId;
+
+use super::text::timer;
+use super::verdict::{Diagnosis, RunDiagnosis, Severity, VerdictGroup, VerdictKind};
+
+/// Groups `diagnoses` by kind, worst severity first, then largest first.
+pub fn summarize(diagnoses: &[(StreamId, Diagnosis)]) -> RunDiagnosis {
+    let total = diagnoses.len();
+    let mut by_kind: BTreeMap<VerdictKind, Vec<(StreamId, &Diagnosis)>> = BTreeMap::new();
+    for (stream, d) in diagnoses {
+        by_kind.entry(d.kind).or_default().push((*stream, d));
+    }
+    let mut groups: Vec<VerdictGroup> =
+        by_kind.into_iter().map(|(kind, members)| group(kind, &members, total)).collect();
+    groups.sort_by(|a, b| b.severity.cmp(&a.severity).then(b.streams.len().cmp(&a.streams.len())));
+    RunDiagnosis { streams: total, untrusted: groups.iter().map(|g| g.untrusted).sum(), groups }
+}
+
+fn group(kind: VerdictKind, members: &[(StreamId, &Diagnosis)], total: usize) -> VerdictGroup {
+    let mut streams: Vec<StreamId> = members.iter().map(|(s, _)| *s).collect();
+    streams.sort_unstable();
+    let severity = members.iter().map(|(_, d)| d.severity).max().unwrap_or(Severity::Ok);
+    let untrusted = members.iter().filter(|(_, d)| !d.trusted).count();
+    let diagnoses: Vec<&Diagnosis> = members.iter().map(|(_, d)| *d).collect();
+
+    let mut sentence = format!("{} of {total} streams: {}", members.len(), kind.label());
+    if let Some(by) = shared(&diagnoses, |d| d.basis.denied_by).filter(|_| kind == VerdictKind::RetryDenied) {
+        sentence.push_str(&format!(" by {}", by.describe()));
+    }
+    for (name, words) in
+        [("via", "behind the same proxy"), ("server", "from the same server"), ("x-cache", "through the same cache")]
+    {
+        if let Some(value) =
+            shared(&diagnoses, |d| d.basis.peer.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()))
+        {
+            sentence.push_str(&format!(" {words} ({name}: {value})"));
+            break;
+        }
+    }
+    if let Some(caught) = shared(&diagnoses, |d| d.basis.timer) {
+        let budgets: Vec<f64> = diagnoses.iter().filter_map(|d| d.basis.timer_budget_ms).collect();
+        let (low, high) = budgets.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), &b| (lo.min(b), hi.max(b)));
+        let each = if low == high {
+            format!("after {} s each", low / 1000.0)
+        } else {
+            format!("after {}–{} s", low / 1000.0, high / 1000.0)
+        };
+        if !budgets.is_empty() {
+            sentence.push_str(&format!(", caught by the {} timer {each}", timer(caught)));
+        }
+    }
+    let outcomes: Vec<String> = [Severity::Recovered, Severity::Partial, Severity::Failed]
+        .into_iter()
+        .filter_map(|s| {
+            let n = diagnoses.iter().filter(|d| d.severity == s).count();
+            (n > 0).then(|| format!("{n} {}", s.name()))
+        })
+        .collect();
+    if !outcomes.is_empty() {
+        sentence.push_str(&format!(" ({})", outcomes.join(", ")));
+    }
+    if untrusted > 0 {
+        sentence.push_str(&format!("; {untrusted} not trustworthy: client overloaded"));
+    }
+    VerdictGroup {
+        kind,
+        severity,
+        streams,
+        untrusted,
+        summary: sentence,
+        tunable: shared(&diagnoses, |d| d.tunable.clone()),
+    }
+}
+
+/// The value every diagnosis has, when they all have the same one.
+fn shared<T: PartialEq>(diagnoses: &[&Diagnosis], value: impl Fn(&Diagnosis) -> Option<T>) -> Option<T> {
+    let mut values = diagnoses.iter().map(|d| value(d));
+    let first = values.next()??;
+    values.all(|v| v.as_ref() == Some(&first)).then_some(first)
+}

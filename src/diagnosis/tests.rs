@@ -1,0 +1,265 @@
+//! The detectors on hand-built event lists: the edge cases recorded runs
+//! rarely show (an empty stream, a recording from before `AttemptEnded`,
+//! a cancelled call, a late runtime, each limit that refuses a retry).
+
+use std::time::Duration;
+
+use super::*;
+use crate::core::category::{Category, TimerKind};
+use crate::core::event::{AttemptEnd, AttemptPhase, EventClass, EventKind, Outcome, SleepReason};
+use crate::core::failover::Target;
+use crate::core::failure::TransportKind;
+use crate::core::policy::CorePolicy;
+use crate::tunables::Tunables;
+
+/// Builds one stream's events, a millisecond clock at a time.
+struct Script {
+    events: Vec<Event>,
+    attempt: u32,
+}
+
+impl Script {
+    fn new() -> Script {
+        let mut s = Script { events: Vec::new(), attempt: 0 };
+        s.at(0, EventKind::CallStarted { target: Target::new("p", "m"), context_tokens: None });
+        s
+    }
+
+    fn at(&mut self, ms: u64, kind: EventKind) -> &mut Script {
+        self.events.push(Event { at: Duration::from_millis(ms), stream: 3, attempt: self.attempt, kind });
+        self
+    }
+
+    /// An attempt with the usual timers, its headers and `chunks` progress
+    /// events 10 ms apart from `ms`.
+    fn attempt(&mut self, ms: u64, idle_s: u64) -> &mut Script {
+        self.attempt += 1;
+        self.at(ms, EventKind::AttemptStarted { target: Target::new("p", "m"), credential: None })
+            .at(ms, EventKind::TimerArmed { timer: TimerKind::Ttfb, after: Duration::from_secs(120) })
+            .at(ms, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(idle_s) })
+    }
+
+    fn headers(&mut self, ms: u64, status: u16) -> &mut Script {
+        self.at(ms, EventKind::HeadersReceived { status, content_type: None })
+            .at(ms, EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_secs(900) })
+    }
+
+    fn content(&mut self, from_ms: u64, n: u64) -> &mut Script {
+        for i in 0..n {
+            let ms = from_ms + i * 10;
+            self.at(ms, EventKind::ChunkReceived { bytes: 120 })
+                .at(ms, EventKind::SseReceived { class: EventClass::Content, chars: 4, progress: true });
+        }
+        self
+    }
+
+    fn classified(&mut self, ms: u64, category: Category, timer: Option<TimerKind>, rule: &str) -> &mut Script {
+        self.at(
+            ms,
+            EventKind::ErrorClassified {
+                category,
+                timer,
+                status: None,
+                retryable: category.is_retryable(),
+                rule: rule.to_owned(),
+                message: rule.to_owned(),
+            },
+        )
+    }
+
+    fn finished(&mut self, ms: u64, outcome: Outcome) -> &mut Script {
+        let attempts = self.attempt;
+        self.at(ms, EventKind::Finished { outcome, attempts, stop_reason: None })
+    }
+
+    fn diagnose(&self) -> Diagnosis {
+        diagnose(&self.events)
+    }
+}
+
+fn idle_fired(lag: Option<Duration>) -> EventKind {
+    EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1), lag }
+}
+
+#[test]
+fn an_empty_stream_is_incomplete_not_healthy() {
+    let d = diagnose(&[]);
+    assert_eq!((d.kind, d.severity, d.trusted), (VerdictKind::Incomplete, Severity::Notice, true));
+    assert!(d.summary.contains("no attempt was recorded"), "{}", d.summary);
+}
+
+#[test]
+fn a_recording_that_stops_mid_stream_says_what_the_attempt_was_doing() {
+    let mut s = Script::new();
+    s.attempt(0, 1).headers(20, 200).content(30, 3);
+    let d = s.diagnose();
+    assert_eq!(d.kind, VerdictKind::Incomplete);
+    assert!(d.summary.contains("the events end 0.05 s after attempt 1 began"), "{}", d.summary);
+}
+
+/// Recordings made before `AttemptEnded` existed still read: the end comes
+/// from the timer that fired, or from the rule the classifier recorded.
+#[test]
+fn old_recordings_without_attempt_ended_read_from_the_classification() {
+    let mut s = Script::new();
+    s.attempt(0, 1).headers(10, 200).content(20, 1).at(1020, idle_fired(None));
+    s.classified(1020, Category::Timeout, Some(TimerKind::Idle), "builtin: timer fired");
+    s.at(
+        1020,
+        EventKind::BackoffScheduled {
+            retry: 1,
+            category: Category::Timeout,
+            nominal: Duration::from_millis(50),
+            sleep: Duration::from_millis(50),
+            reason: SleepReason::Backoff,
+        },
+    );
+    s.attempt(1080, 1);
+    s.classified(1081, Category::Connection, None, "builtin: connection refused");
+    s.finished(1081, Outcome::Failed);
+    let d = s.diagnose();
+    assert_eq!((d.kind, d.severity), (VerdictKind::Refused, Severity::Failed), "{}", d.summary);
+    assert!(d.summary.contains("p/m at 0.00 s"), "{}", d.summary);
+    assert!(d.evidence.iter().any(|e| e.text.contains("1.00 s of silence until the idle timer (1 s) fired")));
+}
+
+#[test]
+fn a_call_cancelled_while_streaming_is_cancelled() {
+    let mut s = Script::new();
+    s.attempt(0, 10).headers(10, 200).content(20, 2);
+    s.at(40, EventKind::PhaseChanged { phase: AttemptPhase::Streaming });
+    s.at(500, EventKind::AttemptEnded { end: AttemptEnd::Cancelled, stop_reason: None });
+    s.classified(500, Category::Cancelled, None, "builtin: cancelled");
+    s.finished(500, Outcome::Cancelled);
+    let d = s.diagnose();
+    assert_eq!((d.kind, d.severity, d.tunable.as_deref()), (VerdictKind::Cancelled, Severity::Notice, None));
+    assert!(d.summary.contains("cancelled while streaming"), "{}", d.summary);
+}
+
+/// A stall, then a healthy retry: still worth naming, as recovered.
+#[test]
+fn a_stall_that_a_retry_recovered_is_named_with_severity_recovered() {
+    let mut s = Script::new();
+    s.attempt(0, 1).headers(10, 200).content(20, 1).at(1030, idle_fired(Some(Duration::from_millis(2))));
+    s.at(1030, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Idle }, stop_reason: None });
+    s.classified(1030, Category::Timeout, Some(TimerKind::Idle), "builtin: timer fired");
+    s.attempt(1100, 1).headers(1110, 200).content(1120, 20);
+    s.at(1400, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: Some("stop".into()) });
+    s.finished(1400, Outcome::Ok);
+    let d = s.diagnose();
+    assert_eq!((d.kind, d.severity, d.trusted), (VerdictKind::SilentStall, Severity::Recovered, true));
+    assert_eq!(d.tunable.as_deref(), Some("STALLSCOPE_SSE_IDLE_TIMEOUT_S"));
+    assert_eq!(
+        (d.basis.attempt, d.basis.timer, d.basis.timer_budget_ms),
+        (Some(1), Some(TimerKind::Idle), Some(1000.0))
+    );
+    assert!(d.summary.ends_with("recovered on attempt 2"), "{}", d.summary);
+}
+
+/// A timer that fired while our runtime ran late proves less silence than
+/// it claims: the verdict says so and names the lag.
+#[test]
+fn a_timer_that_fired_late_makes_the_verdict_untrustworthy() {
+    let mut s = Script::new();
+    s.attempt(0, 1).headers(10, 200).at(1010, idle_fired(Some(Duration::from_millis(300))));
+    s.at(1010, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Idle }, stop_reason: None });
+    s.classified(1010, Category::Timeout, Some(TimerKind::Idle), "builtin: timer fired");
+    s.finished(1010, Outcome::Failed);
+    let d = s.diagnose();
+    assert!(!d.trusted);
+    assert!(d.summary.starts_with(UNTRUSTED), "{}", d.summary);
+    let lag: Vec<&Evidence> = d.evidence.iter().filter(|e| e.topic == Topic::Lag).collect();
+    assert_eq!(lag.len(), 1);
+    assert!(lag[0].text.contains("0.30 s late (30% of its budget)"), "{}", lag[0].text);
+    let run = summarize(&[(3, d)]);
+    assert_eq!(run.untrusted, 1);
+    assert!(run.groups[0].summary.contains("1 not trustworthy"), "{}", run.groups[0].summary);
+}
+
+fn failed_connect(s: &mut Script, ms: u64) {
+    s.attempt(ms, 1);
+    s.at(
+        ms + 1,
+        EventKind::AttemptEnded { end: AttemptEnd::Transport { kind: TransportKind::Refused }, stop_reason: None },
+    );
+    s.classified(ms + 1, Category::Connection, None, "builtin: connection refused");
+}
+
+#[test]
+fn a_retry_the_fleet_budget_refused_is_retry_denied_and_says_so() {
+    let mut s = Script::new();
+    failed_connect(&mut s, 0);
+    s.at(2, EventKind::RetryBudgetRefused { provider: "p".into(), in_flight: 3, limit: 3 });
+    s.finished(2, Outcome::Failed);
+    let d = s.diagnose();
+    assert_eq!((d.kind, d.basis.denied_by), (VerdictKind::RetryDenied, Some(DeniedBy::FleetBudget)));
+    assert!(d.summary.contains("the fleet retry budget of p refused a retry (3 in flight, limit 3)"), "{}", d.summary);
+    assert!(d.summary.starts_with("retry denied by the fleet retry budget after connection refused"), "{}", d.summary);
+    assert_eq!(d.tunable.as_deref(), Some("STALLSCOPE_FLEET_RETRY_BUDGET_PERCENT"));
+}
+
+#[test]
+fn a_backoff_past_the_deadline_is_retry_denied_by_the_deadline() {
+    let mut s = Script::new();
+    failed_connect(&mut s, 0);
+    s.at(2, EventKind::TimerFired { timer: TimerKind::Deadline, after: Duration::from_secs(2), lag: None });
+    s.classified(2, Category::Timeout, Some(TimerKind::Deadline), "builtin: backoff would cross the deadline");
+    s.finished(2, Outcome::Failed);
+    let d = s.diagnose();
+    assert_eq!((d.kind, d.basis.denied_by), (VerdictKind::RetryDenied, Some(DeniedBy::Deadline)), "{}", d.summary);
+    assert!(d.summary.contains("would have crossed the 2 s call deadline"), "{}", d.summary);
+}
+
+/// With the run's limits, a spent category budget keeps the pattern as the
+/// kind, and the call's total retries running out first is a denial.
+#[test]
+fn spent_budgets_are_told_apart_by_the_runs_limits() {
+    let mut s = Script::new();
+    for i in 0..3 {
+        failed_connect(&mut s, i * 100);
+        if i < 2 {
+            s.at(
+                i * 100 + 2,
+                EventKind::BackoffScheduled {
+                    retry: u32::try_from(i).unwrap() + 1,
+                    category: Category::Connection,
+                    nominal: Duration::from_millis(50),
+                    sleep: Duration::from_millis(50),
+                    reason: SleepReason::Backoff,
+                },
+            );
+        }
+    }
+    s.finished(203, Outcome::Failed);
+    let limits = |sets: &[&str]| {
+        let mut t = Tunables::defaults();
+        for set in sets {
+            t.apply_override(set).unwrap();
+        }
+        CorePolicy::from_tunables(&t).unwrap().retry
+    };
+    let d = diagnose_with(&s.events, &limits(&["RETRY_BUDGET_CONNECTION=2"]));
+    assert_eq!((d.kind, d.basis.denied_by), (VerdictKind::Refused, Some(DeniedBy::CategoryBudget)));
+    assert!(d.summary.contains("the connection retry budget (2) is spent"), "{}", d.summary);
+    let d = diagnose_with(&s.events, &limits(&["PROVIDER_STREAM_RETRIES=2"]));
+    assert_eq!((d.kind, d.basis.denied_by), (VerdictKind::RetryDenied, Some(DeniedBy::TotalRetries)));
+    let d = s.diagnose();
+    assert_eq!((d.kind, d.basis.denied_by), (VerdictKind::Refused, Some(DeniedBy::RetryBudget)));
+}
+
+/// Every tunable a verdict names or suggests is one that exists.
+#[test]
+fn every_named_tunable_exists() {
+    let defaults = Tunables::defaults();
+    let known: Vec<&str> = defaults.iter().map(|(spec, _)| spec.name).collect();
+    let sources = [include_str!("reading.rs"), include_str!("call.rs"), include_str!("text.rs")];
+    let named: Vec<&str> = sources
+        .iter()
+        .flat_map(|text| text.split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')))
+        .filter(|word| word.starts_with("STALLSCOPE_"))
+        .collect();
+    assert!(named.len() > 20, "{named:?}");
+    for name in named {
+        assert!(known.contains(&name), "{name} is not a tunable");
+    }
+}
