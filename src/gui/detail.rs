@@ -1,8 +1,9 @@
 //! The detail panel of the lane selected on the timeline (Perfetto's
-//! selection panel, DevTools' Timing tab): what the stream was, each
-//! attempt's response (status, headers, error body), the timers in force
-//! for it and how it ended, the stream's whole log with times, and copy
-//! buttons for the log as text and the stream as JSON.
+//! selection panel, DevTools' Timing tab): what the stream was, its
+//! verdict with the evidence and what to try, each attempt's response
+//! (status, headers, error body), the timers in force for it and how it
+//! ended, the stream's whole log with times, and copy buttons for the log
+//! as text, the stream as JSON and the suggested `--set` lines.
 //!
 //! Everything here is read from the lane's [log](Lane::log), which the
 //! timeline model keeps for live, stored, replayed and what-if lanes alike,
@@ -13,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::lanes::{Lane, LogEntry, Logged, Timeline};
 use super::timeline::{outcome_colour, outcome_name};
+use super::verdicts;
 use crate::core::category::TimerKind;
 use crate::core::event::EventKind;
 use crate::core::lag::lag_untrusts;
@@ -194,8 +196,8 @@ pub fn log_line(entry: &LogEntry) -> String {
     format!("{:>9.3} s  {attempt:<4}  {}", entry.at_s, entry.text())
 }
 
-/// The lane's log as text (what **Copy log** copies): a title line, then
-/// one line per entry.
+/// The lane's log as text (what **Copy log** copies): a title line, the
+/// verdict's summary when there is one, then one line per entry.
 pub fn log_text(timeline: &Timeline, lane: &Lane) -> String {
     let mut text = format!(
         "{} → {}: {} after {} attempt(s)\n",
@@ -204,6 +206,9 @@ pub fn log_text(timeline: &Timeline, lane: &Lane) -> String {
         outcome_name(lane.outcome),
         lane.attempt_count
     );
+    if let Some(verdict) = timeline.verdict(lane) {
+        text.push_str(&format!("verdict: {}: {}\n", verdict.kind, verdict.summary));
+    }
     for entry in &lane.log {
         text.push_str(&log_line(entry));
         text.push('\n');
@@ -211,9 +216,10 @@ pub fn log_text(timeline: &Timeline, lane: &Lane) -> String {
     text
 }
 
-/// The stream as JSON (what **Copy JSON** copies): what it was, each
-/// attempt and its timers, and its log, each event in the shape the
-/// recording and `export --format jsonl` give it, runs of data folded.
+/// The stream as JSON (what **Copy JSON** copies): what it was, its
+/// verdict (`diagnosis`, as in `run --json`), each attempt and its timers,
+/// and its log, each event in the shape the recording and `export --format
+/// jsonl` give it, runs of data folded.
 pub fn stream_json(timeline: &Timeline, lane: &Lane) -> Value {
     let detail = StreamDetail::of(lane);
     let timer = |t: &TimerSetting| {
@@ -284,6 +290,7 @@ pub fn stream_json(timeline: &Timeline, lane: &Lane) -> Value {
         "started_s": lane.started_s,
         "finished_s": lane.finished_s,
         "bytes": lane.total_bytes,
+        "diagnosis": timeline.verdict(lane).map(|d| serde_json::to_value(&**d).unwrap_or(Value::Null)),
         "call_timers": detail.call_timers.iter().map(timer).collect::<Vec<_>>(),
         "attempts": attempts,
         "log": log,
@@ -331,7 +338,17 @@ pub fn ui(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64) -> PanelAct
         }
     });
     ui.separator();
-    egui::ScrollArea::vertical().id_salt("detail-attempts").max_height(ui.available_height() * 0.55).show(ui, |ui| {
+    egui::ScrollArea::vertical().id_salt("detail-top").max_height(ui.available_height() * 0.6).show(ui, |ui| {
+        match timeline.verdict(lane) {
+            Some(verdict) => verdicts::verdict_ui(ui, verdict),
+            None if lane.outcome.is_none() => {
+                ui.label("No verdict yet: the stream is still going.");
+            }
+            None => {
+                ui.label("No verdict for this stream.");
+            }
+        }
+        ui.separator();
         if !detail.call_timers.is_empty() {
             let timers: Vec<String> = detail.call_timers.iter().map(TimerSetting::describe).collect();
             ui.label(format!("Call: {}", timers.join(" · ")));
@@ -343,7 +360,7 @@ pub fn ui(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64) -> PanelAct
     ui.separator();
     ui.strong(format!("Event log ({} entries)", lane.log.len()));
     let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + ui.spacing().item_spacing.y;
-    egui::ScrollArea::both().id_salt("detail-log").auto_shrink([false, true]).show_rows(
+    egui::ScrollArea::vertical().id_salt("detail-log").auto_shrink([false, true]).show_rows(
         ui,
         row_height,
         lane.log.len(),
@@ -351,7 +368,9 @@ pub fn ui(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64) -> PanelAct
             for entry in &lane.log[rows] {
                 let line = RichText::new(log_line(entry)).monospace();
                 let fired = matches!(entry.what, Logged::Event(EventKind::TimerFired { .. }));
-                ui.add(egui::Label::new(if fired { line.strong() } else { line }).extend());
+                // Cut at the panel's edge, the whole line on hover: the
+                // times stay in view, and Copy log has every line whole.
+                ui.add(egui::Label::new(if fired { line.strong() } else { line }).truncate());
             }
         },
     );

@@ -9,11 +9,13 @@
 //! to its lanes, not its events (replay scrubs backward this way).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use egui_plot::PlotPoint;
 
 use crate::core::category::{Category, TimerKind};
 use crate::core::event::{Event, EventClass, EventKind, Outcome, SleepReason, StreamId};
+use crate::diagnosis::{Diagnosis, VerdictKind};
 
 /// Every stream of what is shown: one run, or several scenarios run together.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -26,6 +28,11 @@ pub struct Timeline {
     /// run and its what-if): lanes are then read stream by stream.
     pub parts_compared: bool,
     index: HashMap<(usize, StreamId), usize>,
+    /// Each stream's verdict, once its source has one: the library
+    /// diagnoses a stream when it finishes (live) or a whole stored run
+    /// when it is read. Kept apart from the lanes, so rewinding a replay
+    /// leaves them be: a lane shows its verdict once it has finished.
+    verdicts: HashMap<(usize, StreamId), Arc<Diagnosis>>,
     end_s: f64,
     events: u64,
 }
@@ -295,6 +302,19 @@ impl Timeline {
     /// The latest event's time.
     pub fn end_s(&self) -> f64 {
         self.end_s
+    }
+
+    /// Gives stream `stream` of `part` its verdict.
+    pub fn set_verdict(&mut self, part: usize, stream: StreamId, diagnosis: Diagnosis) {
+        self.verdicts.insert((part, stream), Arc::new(diagnosis));
+    }
+
+    /// A lane's verdict, once it has finished (as of a replay's cursor); a
+    /// stream whose recording ends before it finished shows its
+    /// `incomplete` verdict whenever it is known.
+    pub fn verdict(&self, lane: &Lane) -> Option<&Arc<Diagnosis>> {
+        let verdict = self.verdicts.get(&(lane.part, lane.stream))?;
+        (lane.outcome.is_some() || verdict.kind == VerdictKind::Incomplete).then_some(verdict)
     }
 
     /// Events taken in.
@@ -997,6 +1017,43 @@ mod tests {
         let tick = lane.describe_near(0.1, 0.01).unwrap();
         assert!(tick.contains("lifecycle event") && tick.contains("50 bytes"), "{tick}");
         assert_eq!(lane.describe_near(0.5, 0.01), None);
+    }
+
+    fn verdict(kind: VerdictKind) -> Diagnosis {
+        Diagnosis {
+            kind,
+            severity: crate::diagnosis::Severity::Recovered,
+            summary: kind.label().to_owned(),
+            evidence: Vec::new(),
+            tunable: None,
+            suggestion: None,
+            trusted: true,
+            basis: crate::diagnosis::Basis::default(),
+        }
+    }
+
+    #[test]
+    fn a_lane_shows_its_verdict_once_it_has_finished_and_keeps_it_through_a_rewind() {
+        let events = stalled_then_ok();
+        let mut timeline = Timeline::new();
+        let part = timeline.add_part("x", 0.0);
+        timeline.set_verdict(part, 0, verdict(VerdictKind::SilentStall));
+        let (last, before) = events.split_last().unwrap();
+        for event in before {
+            timeline.ingest(part, event);
+        }
+        let checkpoint = timeline.checkpoint();
+        assert_eq!(timeline.verdict(&timeline.lanes[0]), None, "still going");
+        timeline.ingest(part, last);
+        assert_eq!(timeline.verdict(&timeline.lanes[0]).map(|d| d.kind), Some(VerdictKind::SilentStall));
+        timeline.rewind(&checkpoint);
+        assert_eq!(timeline.verdict(&timeline.lanes[0]), None);
+        timeline.ingest(part, last);
+        assert_eq!(timeline.verdict(&timeline.lanes[0]).map(|d| d.kind), Some(VerdictKind::SilentStall));
+        // A recording that ends before its stream did: incomplete, whatever the cursor.
+        timeline.set_verdict(part, 0, verdict(VerdictKind::Incomplete));
+        timeline.rewind(&checkpoint);
+        assert_eq!(timeline.verdict(&timeline.lanes[0]).map(|d| d.kind), Some(VerdictKind::Incomplete));
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod runner;
 pub mod timeline;
 pub mod transport;
 pub mod tunables;
+pub mod verdicts;
 pub mod whatif;
 
 use std::path::PathBuf;

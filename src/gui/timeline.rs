@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 use super::decimate;
 use super::detail::{self, PanelAction};
 use super::lanes::{Lane, Summary, Timeline};
+use super::verdicts::{self, SummaryCache};
 use crate::core::category::TimerKind;
 use crate::core::event::{Outcome, StreamId};
+use crate::diagnosis::{Diagnosis, VerdictKind};
 
 /// Where the present is on a timeline's clock.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,6 +51,9 @@ pub enum SortBy {
     Outcome,
     /// Longest first.
     Elapsed,
+    /// By verdict: the most severe first (failed, partial, recovered,
+    /// notice, ok), streams without one last.
+    Verdict,
 }
 
 /// Which lanes are shown.
@@ -61,6 +66,38 @@ pub enum OutcomeFilter {
     NotOk,
     /// Lanes with this outcome.
     Only(Outcome),
+}
+
+/// Which lanes are shown, by verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum VerdictFilter {
+    /// Every lane.
+    #[default]
+    All,
+    /// Lanes whose verdict is of this kind.
+    Kind(VerdictKind),
+    /// Lanes whose verdict is not trustworthy (the client was overloaded).
+    Untrusted,
+}
+
+impl VerdictFilter {
+    /// Whether a lane with `verdict` passes.
+    pub fn passes(self, verdict: Option<&Diagnosis>) -> bool {
+        match self {
+            VerdictFilter::All => true,
+            VerdictFilter::Kind(kind) => verdict.is_some_and(|d| d.kind == kind),
+            VerdictFilter::Untrusted => verdict.is_some_and(|d| !d.trusted),
+        }
+    }
+
+    /// How the filter is offered: `all verdicts`, `silent stall`.
+    pub fn name(self) -> &'static str {
+        match self {
+            VerdictFilter::All => "all verdicts",
+            VerdictFilter::Kind(kind) => kind.label(),
+            VerdictFilter::Untrusted => "not trustworthy",
+        }
+    }
 }
 
 /// The view's options; they persist between launches.
@@ -77,6 +114,8 @@ pub struct TimelineView {
     pub sort: SortBy,
     /// Which outcomes are shown.
     pub outcome_filter: OutcomeFilter,
+    /// Which verdicts are shown.
+    pub verdict_filter: VerdictFilter,
     /// Lanes whose label, target or error contain this text.
     pub text_filter: String,
     #[serde(skip)]
@@ -90,6 +129,10 @@ pub struct TimelineView {
     /// A position the keyboard moved the selection to, to scroll into view.
     #[serde(skip)]
     scroll_to: Option<usize>,
+    /// The verdict summary of the lanes shown, one per part when the parts
+    /// are compared (a run and its what-if), else one for all.
+    #[serde(skip)]
+    verdict_summaries: Vec<SummaryCache>,
 }
 
 impl Default for TimelineView {
@@ -100,11 +143,13 @@ impl Default for TimelineView {
             compact: false,
             sort: SortBy::Start,
             outcome_filter: OutcomeFilter::All,
+            verdict_filter: VerdictFilter::All,
             text_filter: String::new(),
             fit_requested: true,
             selected: None,
             rows_shown: 0..0,
             scroll_to: None,
+            verdict_summaries: Vec::new(),
         }
     }
 }
@@ -205,9 +250,10 @@ impl TimelineView {
             Clock::Cursor(s) => Some(s),
             Clock::Live(_) | Clock::Ended(_) => None,
         };
-        self.controls(ui, live);
+        self.controls(ui, timeline, live);
         let order = self.visible_lanes(timeline, now_s);
         ui.label(RichText::new(summary_text(&timeline.summary_of(order.iter().copied()))).strong());
+        self.verdict_summary(ui, timeline, &order);
         legend(ui);
         self.keys(ui, timeline, &order);
         if let Some(lane) = self.selected_lane(timeline) {
@@ -256,6 +302,28 @@ impl TimelineView {
         }
     }
 
+    /// The run-level verdict summary of the lanes in `order`; a click on a
+    /// verdict's line shows only its lanes.
+    fn verdict_summary(&mut self, ui: &mut Ui, timeline: &Timeline, order: &[usize]) {
+        let parts: Vec<Option<usize>> =
+            if timeline.parts_compared { (0..timeline.parts.len()).map(Some).collect() } else { vec![None] };
+        self.verdict_summaries.resize_with(parts.len(), SummaryCache::default);
+        let mut picked = None;
+        for (cache, part) in self.verdict_summaries.iter_mut().zip(parts) {
+            let shown = order
+                .iter()
+                .map(|&i| &timeline.lanes[i])
+                .filter(|lane| part.is_none_or(|p| lane.part == p))
+                .filter_map(|lane| timeline.verdict(lane).map(|d| (lane.stream, d.clone())))
+                .collect();
+            let title = part.and_then(|p| timeline.parts.get(p)).map(|p| p.label.as_str());
+            picked = verdicts::summary_ui(ui, title, cache.of(shown)).or(picked);
+        }
+        if let Some(kind) = picked {
+            self.verdict_filter = VerdictFilter::Kind(kind);
+        }
+    }
+
     /// The lane whose detail panel is open, if it is in `timeline` (a
     /// replay's cursor may be before its stream started).
     pub fn selected_lane<'a>(&self, timeline: &'a Timeline) -> Option<&'a Lane> {
@@ -299,7 +367,7 @@ impl TimelineView {
         }
     }
 
-    fn controls(&mut self, ui: &mut Ui, live: bool) {
+    fn controls(&mut self, ui: &mut Ui, timeline: &Timeline, live: bool) {
         ui.horizontal(|ui| {
             ui.add_enabled(live, egui::Checkbox::new(&mut self.follow_live, "Follow live"));
             if ui.button("Fit").on_hover_text("Show the whole run").clicked() {
@@ -312,11 +380,13 @@ impl TimelineView {
                     SortBy::Start => "start",
                     SortBy::Outcome => "outcome",
                     SortBy::Elapsed => "elapsed",
+                    SortBy::Verdict => "verdict",
                 })
                 .show_ui(ui, |ui| {
                     ui.selectable_value(&mut self.sort, SortBy::Start, "start");
                     ui.selectable_value(&mut self.sort, SortBy::Outcome, "outcome");
                     ui.selectable_value(&mut self.sort, SortBy::Elapsed, "elapsed");
+                    ui.selectable_value(&mut self.sort, SortBy::Verdict, "verdict");
                 });
             ui.separator();
             egui::ComboBox::from_label("Show").selected_text(filter_name(self.outcome_filter)).show_ui(ui, |ui| {
@@ -329,6 +399,26 @@ impl TimelineView {
                     OutcomeFilter::Only(Outcome::Cancelled),
                 ] {
                     ui.selectable_value(&mut self.outcome_filter, filter, filter_name(filter));
+                }
+            });
+            let verdicts = egui::ComboBox::from_label("Verdict").selected_text(self.verdict_filter.name());
+            verdicts.show_ui(ui, |ui| {
+                // Only the kinds this timeline holds, with their counts.
+                let mut kinds = std::collections::BTreeMap::new();
+                let mut untrusted = 0;
+                for verdict in timeline.lanes.iter().filter_map(|lane| timeline.verdict(lane)) {
+                    *kinds.entry(verdict.kind).or_insert(0) += 1;
+                    untrusted += usize::from(!verdict.trusted);
+                }
+                ui.selectable_value(&mut self.verdict_filter, VerdictFilter::All, VerdictFilter::All.name());
+                let untrusted_name = format!("{} ({untrusted})", VerdictFilter::Untrusted.name());
+                ui.selectable_value(&mut self.verdict_filter, VerdictFilter::Untrusted, untrusted_name);
+                if let VerdictFilter::Kind(kind) = self.verdict_filter {
+                    kinds.entry(kind).or_insert(0);
+                }
+                for (kind, n) in kinds {
+                    let filter = VerdictFilter::Kind(kind);
+                    ui.selectable_value(&mut self.verdict_filter, filter, format!("{} ({n})", kind.label()));
                 }
             });
             let label = ui.label("Filter lanes");
@@ -353,11 +443,14 @@ impl TimelineView {
                     OutcomeFilter::NotOk => lane.outcome != Some(Outcome::Ok),
                     OutcomeFilter::Only(o) => lane.outcome == Some(o),
                 };
+                let verdict = timeline.verdict(lane).map(|d| &**d);
                 outcome_ok
+                    && self.verdict_filter.passes(verdict)
                     && (needle.is_empty()
                         || timeline.label(lane).to_lowercase().contains(&needle)
                         || lane.target.to_lowercase().contains(&needle)
-                        || lane.last_error.as_deref().is_some_and(|e| e.to_lowercase().contains(&needle)))
+                        || lane.last_error.as_deref().is_some_and(|e| e.to_lowercase().contains(&needle))
+                        || verdict.is_some_and(|d| d.kind.label().contains(&needle)))
             })
             .collect();
         match self.sort {
@@ -368,6 +461,11 @@ impl TimelineView {
             SortBy::Outcome => order.sort_by_key(|&i| outcome_rank(timeline.lanes[i].outcome)),
             SortBy::Elapsed => order
                 .sort_by(|&a, &b| timeline.lanes[b].elapsed_s(now_s).total_cmp(&timeline.lanes[a].elapsed_s(now_s))),
+            SortBy::Verdict => {
+                let worst_first =
+                    |i: usize| std::cmp::Reverse(timeline.verdict(&timeline.lanes[i]).map(|d| d.severity));
+                order.sort_by_key(|&i| worst_first(i));
+            }
         }
         order
     }
@@ -541,15 +639,23 @@ fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: 
         lane.elapsed_s(now_s),
         lane.total_bytes
     );
-    if full {
-        ui.small(detail);
-        if let Some(error) = &lane.last_error {
-            // Red only when the failure was final; a recovered one is history.
-            let tint = if lane.outcome == Some(Outcome::Failed) { colour::FIRED } else { colour::SLEEP_TEXT };
-            ui.small(RichText::new(error).color(tint));
+    // The verdict says more than the last error, once there is one.
+    match timeline.verdict(lane) {
+        Some(verdict) => {
+            ui.small(detail);
+            verdicts::badge(ui, verdict);
         }
-    } else {
-        ui.small(format!("{detail}  {}", lane.last_error.as_deref().unwrap_or("")));
+        None if full => {
+            ui.small(detail);
+            if let Some(error) = &lane.last_error {
+                // Red only when the failure was final; a recovered one is history.
+                let tint = if lane.outcome == Some(Outcome::Failed) { colour::FIRED } else { colour::SLEEP_TEXT };
+                ui.small(RichText::new(error).color(tint));
+            }
+        }
+        None => {
+            ui.small(format!("{detail}  {}", lane.last_error.as_deref().unwrap_or("")));
+        }
     }
 }
 
