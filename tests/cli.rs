@@ -144,6 +144,7 @@ fn run_json_is_exactly_one_object_in_the_documented_shape() {
             "backoff_sleeps_ms",
             "bytes",
             "content",
+            "diagnosis",
             "elapsed_ms",
             "error",
             "events",
@@ -170,7 +171,12 @@ fn run_json_is_exactly_one_object_in_the_documented_shape() {
         assert_eq!(s["retry_counts"]["server_error"]["budget"], 2);
         assert_eq!(s["retry_after_ms"], serde_json::json!([null]));
         assert!(s["backoff_sleeps_ms"][0].as_f64().unwrap() > 0.0);
+        assert_eq!(
+            (s["diagnosis"]["kind"].as_str(), s["diagnosis"]["severity"].as_str()),
+            (Some("server_error"), Some("recovered"))
+        );
     }
+    assert_eq!(report["diagnosis"]["groups"][0]["summary"], "3 of 3 streams: server error (3 recovered)");
 
     let out =
         stdout(&stallscope(&["run", "--scenario", "auth-expired", "--json", "--dialect", "anthropic-messages"], &[]));

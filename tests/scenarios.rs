@@ -268,6 +268,47 @@ async fn malformed_streams_end_in_a_classified_error_never_a_hang() {
     }
 }
 
+/// A clean end of the body with no terminal event is a failure, not an
+/// answer: nothing had streamed, so the call retries.
+#[tokio::test]
+async fn a_clean_close_before_the_stream_is_done_is_retried() {
+    for p in play_all("closed-early", &[]).await {
+        let r = &p.report;
+        assert_eq!(
+            (r.outcome, r.attempts, r.content.as_str()),
+            (Outcome::Ok, 2, tokens(20).as_str()),
+            "{:?}",
+            p.dialect
+        );
+        assert_eq!(p.classified.len(), 1, "{:?}", p.dialect);
+        assert_eq!(
+            (p.classified[0].0, p.classified[0].2.as_str()),
+            (Category::Connection, "builtin: stream closed before completion"),
+            "{:?}",
+            p.dialect
+        );
+    }
+}
+
+/// A silent think inside the idle budget succeeds at once; the same
+/// silence under a tighter idle timer is taken for a stall.
+#[tokio::test]
+async fn a_silent_think_within_the_idle_budget_is_not_a_stall() {
+    for p in play_all("slow-first-token", &[]).await {
+        let r = &p.report;
+        assert_eq!(
+            (r.outcome, r.attempts, r.content.as_str()),
+            (Outcome::Ok, 1, tokens(20).as_str()),
+            "{:?}",
+            p.dialect
+        );
+        assert!(r.elapsed >= Duration::from_millis(1200), "{:?}: {:?}", p.dialect, r.elapsed);
+    }
+    let sets = ["SSE_IDLE_TIMEOUT_S=0.6", "RETRY_BUDGET_TIMEOUT=0", "FALLBACK_MODELS=off"];
+    let p = play("slow-first-token", Dialect::OpenAiChat, &sets).await;
+    assert_eq!((p.report.outcome, categories(&p)), (Outcome::Failed, vec![(Category::Timeout, Some(TimerKind::Idle))]));
+}
+
 #[test]
 fn every_builtin_scenario_is_tested_here() {
     let source = include_str!("scenarios.rs");

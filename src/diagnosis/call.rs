@@ -42,7 +42,7 @@ pub const UNTRUSTED: &str = "client overloaded: not trustworthy";
 
 /// The verdict on one call.
 pub(super) fn judge(facts: &CallFacts, limits: Option<&RetrySettings>) -> Diagnosis {
-    if facts.events == 0 || facts.tries.is_empty() && facts.finished.is_none() {
+    if facts.events == 0 || (facts.tries.is_empty() && facts.finished.is_none()) {
         return Diagnosis {
             kind: VerdictKind::Incomplete,
             severity: Severity::Notice,
@@ -54,142 +54,227 @@ pub(super) fn judge(facts: &CallFacts, limits: Option<&RetrySettings>) -> Diagno
             basis: Basis::default(),
         };
     }
-    let readings: Vec<Reading> = facts.tries.iter().map(read).collect();
-    let last = facts.tries.len().saturating_sub(1);
-    let outcome = facts.finished.as_ref().map(|f| f.outcome);
-    let denial =
-        if outcome == Some(Outcome::Failed) { facts.tries.last().and_then(|t| denial(facts, t, limits)) } else { None };
-
-    // Which attempt the verdict is read from, and how serious it is.
-    let (basis_index, severity) = match outcome {
-        None | Some(Outcome::Cancelled) => (last, Severity::Notice),
-        Some(Outcome::Ok) => match costliest_failure(facts, &readings) {
-            Some(index) => (index, Severity::Recovered),
-            None => {
-                let healthy = readings.get(last).is_none_or(|r| r.kind == VerdictKind::Healthy);
-                (last, if healthy { Severity::Ok } else { Severity::Notice })
-            }
-        },
-        Some(Outcome::Partial) => (last, Severity::Partial),
-        Some(Outcome::Failed) => (last, Severity::Failed),
-    };
-    let reading = readings.get(basis_index);
-    let basis_try = facts.tries.get(basis_index);
-    let pattern = reading.map_or(VerdictKind::Incomplete, |r| r.kind);
-    let denied_beyond = match denial.as_ref().map(|d| d.by) {
-        Some(DeniedBy::FleetBudget | DeniedBy::Deadline | DeniedBy::TotalRetries) => true,
-        Some(DeniedBy::ServerWaitCap) => pattern != VerdictKind::RateLimited,
-        _ => false,
-    };
-    let kind = match outcome {
-        None => VerdictKind::Incomplete,
-        Some(Outcome::Cancelled) => VerdictKind::Cancelled,
-        Some(Outcome::Failed) if denied_beyond => VerdictKind::RetryDenied,
-        _ => pattern,
-    };
-
-    let untrusted: Vec<&Fired> = facts
-        .tries
-        .iter()
-        .flat_map(|t| [&t.fired, &t.deadline_after])
-        .flatten()
-        .filter(|f| f.lag.is_some_and(|lag| lag_untrusts(f.budget, lag)))
-        .collect();
-
-    let mut summary = String::new();
-    if !untrusted.is_empty() {
-        summary.push_str(UNTRUSTED);
-        summary.push_str(" — ");
-    }
-    summary.push_str(kind.label());
-    match (kind, reading) {
-        (VerdictKind::RetryDenied, Some(r)) => {
-            let by = denial.as_ref().map_or("", |d| d.by.describe());
-            summary.push_str(&format!(" by {by} after {}: {}", r.kind.label(), r.detail));
-        }
-        (VerdictKind::Incomplete, Some(r)) => summary.push_str(&format!(
-            ": the events end {} after attempt {} began, {}",
-            secs(facts.last_at.saturating_sub(basis_try.and_then(|t| t.started_at).unwrap_or(facts.last_at))),
-            basis_try.map_or(0, |t| t.number),
-            r.detail
-        )),
-        (VerdictKind::Cancelled, Some(r)) if r.kind != VerdictKind::Cancelled => {
-            summary.push_str(&format!(" during attempt {}: {}", basis_try.map_or(0, |t| t.number), r.detail));
-        }
-        (_, Some(r)) if !r.detail.is_empty() => {
-            summary.push_str(": ");
-            summary.push_str(&r.detail);
-        }
-        _ => {}
-    }
-    summary.push_str(&ending(facts, &readings, basis_index, denial.as_ref()));
-
-    let mut evidence: Vec<Evidence> = Vec::new();
-    for (t, r) in facts.tries.iter().zip(&readings) {
-        evidence.extend(r.evidence.iter().cloned());
-        evidence.extend(after_evidence(t));
-    }
-    // A refused server wait is told by the reading of the answer itself.
-    if let Some(d) = denial.as_ref().filter(|d| d.by != DeniedBy::ServerWaitCap) {
-        evidence.push(d.evidence.clone());
-    }
-    for f in &untrusted {
-        let lag = f.lag.unwrap_or_default();
-        evidence.push(fact(
-            Topic::Lag,
-            None,
-            Some(f.at),
-            format!(
-                "the {} timer ({}) fired while our runtime ran {} late ({} of its budget): \
-                 the silence may be ours, not the network's",
-                timer(f.timer),
-                budget(f.budget),
-                secs(lag),
-                percent(lag, f.budget)
-            ),
-        ));
-    }
-    if let Some(finished) = &facts.finished {
-        evidence.push(fact(
-            Topic::Retry,
-            None,
-            Some(finished.at),
-            format!("{} after {}", finished.outcome.name(), count(attempts(facts).into(), "attempt")),
-        ));
-    }
-
-    in_time_order(&mut evidence);
-
-    let (tunable, suggestion) = match (kind, &denial) {
-        (VerdictKind::RetryDenied, Some(d)) => (d.tunable, Some(d.suggestion.clone())),
-        (VerdictKind::Incomplete | VerdictKind::Cancelled | VerdictKind::Healthy, _) => (None, None),
-        _ => (reading.and_then(|r| r.tunable), reading.and_then(|r| r.suggestion.clone())),
-    };
-    let suggestion = match (&untrusted.is_empty(), suggestion) {
-        (false, Some(s)) => Some(format!("first run fewer streams at once (our own runtime was late), then: {s}")),
-        (false, None) => Some("run fewer streams at once: our own runtime was late".to_owned()),
-        (true, s) => s,
-    };
-    let peer = basis_try.map_or_else(Vec::new, |t| {
-        t.headers.iter().filter(|(name, _)| PEER_HEADERS.contains(&name.as_str())).cloned().collect()
-    });
+    let call = Call::decide(facts, limits);
+    let (tunable, suggestion) = call.advice();
     Diagnosis {
-        kind,
-        severity,
-        summary,
-        evidence,
+        kind: call.kind,
+        severity: call.severity,
+        summary: call.summary(),
+        evidence: call.evidence(),
         tunable: tunable.map(str::to_owned),
         suggestion,
-        trusted: untrusted.is_empty(),
-        basis: Basis {
-            attempt: basis_try.map(|t| t.number),
-            target: basis_try.and_then(|t| t.target.as_ref()).map(ToString::to_string),
-            timer: reading.and_then(|r| r.timer).map(|(t, _)| t),
-            timer_budget_ms: reading.and_then(|r| r.timer).map(|(_, b)| b.as_secs_f64() * 1000.0),
-            peer,
-            denied_by: denial.map(|d| d.by),
-            attempts: attempts(facts),
-        },
+        trusted: call.untrusted.is_empty(),
+        basis: call.basis(),
+    }
+}
+
+/// A call with its attempts read and its verdict decided.
+struct Call<'a> {
+    facts: &'a CallFacts,
+    readings: Vec<Reading>,
+    /// The attempt the verdict is read from.
+    basis: usize,
+    severity: Severity,
+    kind: VerdictKind,
+    denial: Option<Denial>,
+    /// Timers that fired on a runtime too late to trust them.
+    untrusted: Vec<&'a Fired>,
+}
+
+impl<'a> Call<'a> {
+    fn decide(facts: &'a CallFacts, limits: Option<&RetrySettings>) -> Call<'a> {
+        let readings: Vec<Reading> = facts.tries.iter().map(read).collect();
+        let last = facts.tries.len().saturating_sub(1);
+        let outcome = facts.finished.as_ref().map(|f| f.outcome);
+        let denial = match outcome {
+            Some(Outcome::Failed) => facts.tries.last().and_then(|t| denial(facts, t, limits)),
+            _ => None,
+        };
+        let (basis, severity) = match outcome {
+            None | Some(Outcome::Cancelled) => (last, Severity::Notice),
+            Some(Outcome::Ok) => match costliest_failure(facts, &readings) {
+                Some(index) => (index, Severity::Recovered),
+                None if readings.get(last).is_none_or(|r| r.kind == VerdictKind::Healthy) => (last, Severity::Ok),
+                None => (last, Severity::Notice),
+            },
+            Some(Outcome::Partial) => (last, Severity::Partial),
+            Some(Outcome::Failed) => (last, Severity::Failed),
+        };
+        let pattern = readings.get(basis).map_or(VerdictKind::Incomplete, |r| r.kind);
+        let denied_beyond = match denial.as_ref().map(|d| d.by) {
+            Some(DeniedBy::FleetBudget | DeniedBy::Deadline | DeniedBy::TotalRetries) => true,
+            Some(DeniedBy::ServerWaitCap) => pattern != VerdictKind::RateLimited,
+            _ => false,
+        };
+        let kind = match outcome {
+            None => VerdictKind::Incomplete,
+            Some(Outcome::Cancelled) => VerdictKind::Cancelled,
+            Some(Outcome::Failed) if denied_beyond => VerdictKind::RetryDenied,
+            _ => pattern,
+        };
+        let untrusted = facts
+            .tries
+            .iter()
+            .flat_map(|t| [&t.fired, &t.deadline_after])
+            .flatten()
+            .filter(|f| f.lag.is_some_and(|lag| lag_untrusts(f.budget, lag)))
+            .collect();
+        Call { facts, readings, basis, severity, kind, denial, untrusted }
+    }
+
+    fn reading(&self) -> Option<&Reading> {
+        self.readings.get(self.basis)
+    }
+
+    fn basis_try(&self) -> Option<&'a Try> {
+        self.facts.tries.get(self.basis)
+    }
+
+    fn summary(&self) -> String {
+        let facts = self.facts;
+        let number = self.basis_try().map_or(0, |t| t.number);
+        let mut summary = String::new();
+        if !self.untrusted.is_empty() {
+            summary.push_str(UNTRUSTED);
+            summary.push_str(" — ");
+        }
+        summary.push_str(self.kind.label());
+        let Some(r) = self.reading() else { return summary };
+        match self.kind {
+            VerdictKind::RetryDenied => {
+                let by = self.denial.as_ref().map_or("", |d| d.by.describe());
+                summary.push_str(&format!(" by {by} after {}: {}", r.kind.label(), r.detail));
+            }
+            VerdictKind::Incomplete => {
+                let began = self.basis_try().and_then(|t| t.started_at).unwrap_or(facts.last_at);
+                summary.push_str(&format!(
+                    ": the events end {} after attempt {number} began, {}",
+                    secs(facts.last_at.saturating_sub(began)),
+                    r.detail
+                ));
+            }
+            VerdictKind::Cancelled => {
+                let at = facts.finished.as_ref().map_or(facts.last_at, |f| f.at);
+                summary.push_str(&format!(" after {}", secs(at.saturating_sub(facts.started_at.unwrap_or(at)))));
+                if facts.cancelled_between {
+                    let (label, detail) = (r.kind.label(), &r.detail);
+                    summary.push_str(&format!(" while waiting to retry after attempt {number} ({label}: {detail})"));
+                } else {
+                    summary.push_str(&format!(" {} (attempt {number})", r.detail));
+                }
+            }
+            _ if !r.detail.is_empty() => {
+                summary.push_str(": ");
+                summary.push_str(&r.detail);
+            }
+            _ => {}
+        }
+        summary.push_str(&self.ending());
+        summary
+    }
+
+    /// How the call ended, as the summary's closing clause.
+    fn ending(&self) -> String {
+        let facts = self.facts;
+        let Some(finished) = &facts.finished else { return String::new() };
+        let same = self.readings.iter().filter(|r| r.kind == self.readings[self.basis].kind).count();
+        let repeated = if same > 1 { format!(" ({same} attempts alike)") } else { String::new() };
+        let last = facts.tries.last();
+        match finished.outcome {
+            Outcome::Ok if self.basis + 1 < facts.tries.len() => {
+                let hopped = facts.tries.iter().any(|t| t.failed_over_to.is_some());
+                let on = match last.and_then(|t| t.target.as_ref()) {
+                    Some(target) if hopped => format!(" on {target} after a failover"),
+                    _ => String::new(),
+                };
+                format!("{repeated}; recovered on attempt {}{on}", last.map_or(0, |t| t.number))
+            }
+            Outcome::Ok | Outcome::Cancelled => String::new(),
+            Outcome::Partial => {
+                format!("; partial recovery kept {}", count(facts.partial_chars.unwrap_or(0) as u64, "character"))
+            }
+            Outcome::Failed => {
+                let mut clause = format!("{repeated}; failed after {}", count(attempts(facts).into(), "attempt"));
+                // A refused server wait is told by the reading of the answer.
+                if let Some(d) = self.denial.as_ref().filter(|d| d.by != DeniedBy::ServerWaitCap) {
+                    clause.push_str(&format!("; {}", d.because));
+                } else if let Some(fired) =
+                    last.and_then(|t| t.fired.as_ref()).filter(|f| f.timer == TimerKind::Deadline)
+                {
+                    clause.push_str(&format!("; the call deadline ({}) ended it", budget(fired.budget)));
+                } else if let Some(c) = last.and_then(|t| t.classified.as_ref()).filter(|c| !c.retryable) {
+                    clause.push_str(&format!("; not retried: {} is not retryable", c.category));
+                }
+                clause
+            }
+        }
+    }
+
+    /// Every attempt's facts and what followed each, the refusal, the
+    /// late timers and the end, in time order.
+    fn evidence(&self) -> Vec<Evidence> {
+        let facts = self.facts;
+        let mut evidence: Vec<Evidence> = Vec::new();
+        for (t, r) in facts.tries.iter().zip(&self.readings) {
+            evidence.extend(r.evidence.iter().cloned());
+            evidence.extend(after_evidence(t));
+        }
+        if let Some(d) = self.denial.as_ref().filter(|d| d.by != DeniedBy::ServerWaitCap) {
+            evidence.push(d.evidence.clone());
+        }
+        for f in &self.untrusted {
+            let lag = f.lag.unwrap_or_default();
+            evidence.push(fact(
+                Topic::Lag,
+                None,
+                Some(f.at),
+                format!(
+                    "the {} timer ({}) fired while our runtime ran {} late ({} of its budget): \
+                     the silence may be ours, not the network's",
+                    timer(f.timer),
+                    budget(f.budget),
+                    secs(lag),
+                    percent(lag, f.budget)
+                ),
+            ));
+        }
+        if let Some(finished) = &facts.finished {
+            let text = format!("{} after {}", finished.outcome.name(), count(attempts(facts).into(), "attempt"));
+            evidence.push(fact(Topic::Retry, None, Some(finished.at), text));
+        }
+        in_time_order(&mut evidence);
+        evidence
+    }
+
+    /// The tunable and what to try: the refusal's for `retry_denied`, else
+    /// the pattern's; an untrustworthy verdict first asks for less load.
+    fn advice(&self) -> (Option<&'static str>, Option<String>) {
+        let (tunable, suggestion) = match (self.kind, &self.denial) {
+            (VerdictKind::RetryDenied, Some(d)) => (d.tunable, Some(d.suggestion.clone())),
+            (VerdictKind::Incomplete | VerdictKind::Cancelled | VerdictKind::Healthy, _) => (None, None),
+            _ => (self.reading().and_then(|r| r.tunable), self.reading().and_then(|r| r.suggestion.clone())),
+        };
+        if self.untrusted.is_empty() {
+            return (tunable, suggestion);
+        }
+        let first = "run fewer streams at once: our own runtime was late when the timer fired";
+        (tunable, Some(suggestion.map_or_else(|| first.to_owned(), |s| format!("{first}; then: {s}"))))
+    }
+
+    fn basis(&self) -> Basis {
+        let t = self.basis_try();
+        let caught = self.reading().and_then(|r| r.timer);
+        Basis {
+            attempt: t.map(|t| t.number),
+            target: t.and_then(|t| t.target.as_ref()).map(ToString::to_string),
+            timer: caught.map(|(timer, _)| timer),
+            timer_budget_ms: caught.map(|(_, budget)| budget.as_secs_f64() * 1000.0),
+            peer: t.map_or_else(Vec::new, |t| {
+                t.headers.iter().filter(|(name, _)| PEER_HEADERS.contains(&name.as_str())).cloned().collect()
+            }),
+            denied_by: self.denial.as_ref().map(|d| d.by),
+            attempts: attempts(self.facts),
+        }
     }
 }
 
@@ -228,40 +313,6 @@ fn costliest_failure(facts: &CallFacts, readings: &[Reading]) -> Option<usize> {
     }
     // Most time first; among equals, the kind seen first.
     cost.into_values().max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1))).map(|(_, index)| index)
-}
-
-/// How the call ended, as the summary's closing clause.
-fn ending(facts: &CallFacts, readings: &[Reading], basis: usize, denial: Option<&Denial>) -> String {
-    let Some(finished) = &facts.finished else { return String::new() };
-    let same = readings.iter().filter(|r| r.kind == readings[basis].kind).count();
-    let repeated = if same > 1 { format!(" ({same} attempts alike)") } else { String::new() };
-    let last = facts.tries.last();
-    match finished.outcome {
-        Outcome::Ok if basis + 1 < facts.tries.len() => {
-            let hopped = facts.tries.iter().any(|t| t.failed_over_to.is_some());
-            let on = match last.and_then(|t| t.target.as_ref()) {
-                Some(target) if hopped => format!(" on {target} after a failover"),
-                _ => String::new(),
-            };
-            format!("{repeated}; recovered on attempt {}{on}", last.map_or(0, |t| t.number))
-        }
-        Outcome::Ok => String::new(),
-        Outcome::Partial => {
-            format!("; partial recovery kept {}", count(facts.partial_chars.unwrap_or(0) as u64, "character"))
-        }
-        Outcome::Failed => {
-            let mut clause = format!("{repeated}; failed after {}", count(attempts(facts).into(), "attempt"));
-            if let Some(d) = denial.filter(|d| d.by != DeniedBy::ServerWaitCap) {
-                clause.push_str(&format!("; {}", d.because));
-            } else if let Some(fired) = last.and_then(|t| t.fired.as_ref()).filter(|f| f.timer == TimerKind::Deadline) {
-                clause.push_str(&format!("; the call deadline ({}) ended it", budget(fired.budget)));
-            } else if let Some(c) = last.and_then(|t| t.classified.as_ref()).filter(|c| !c.retryable) {
-                clause.push_str(&format!("; not retried: {} is not retryable", c.category));
-            }
-            clause
-        }
-        Outcome::Cancelled => String::new(),
-    }
 }
 
 /// Evidence of what followed one attempt: the sleep, a refusal, a hop.
@@ -355,15 +406,20 @@ fn denial(facts: &CallFacts, t: &Try, limits: Option<&RetrySettings>) -> Option<
             .count() as u32
     };
     let (spent, total) = (used(Some(c.category)), used(None));
+    // Retries of a category that is not retried were forced by the server
+    // and counted against their own budget.
+    let own = |l: &RetrySettings| {
+        if c.category.is_retryable() { l.budget(c.category) } else { l.server_forced_budget }
+    };
     let (by, because, tunable) = match limits {
-        Some(l) if spent >= l.budget(c.category) => (
+        Some(l) if spent >= own(l) => (
             DeniedBy::CategoryBudget,
-            format!("the {} retry budget ({}) is spent", c.category, l.budget(c.category)),
+            format!("the {} retry budget ({}) is spent", c.category, own(l)),
             Some(budget_tunable(c.category)),
         ),
         Some(l) if total >= l.max_retries => (
             DeniedBy::TotalRetries,
-            format!("the call's {} are spent", count(l.max_retries.into(), "retry")),
+            format!("the call's {} retries are spent", l.max_retries),
             Some("STALLSCOPE_PROVIDER_STREAM_RETRIES"),
         ),
         Some(_) => return None,
@@ -374,8 +430,8 @@ fn denial(facts: &CallFacts, t: &Try, limits: Option<&RetrySettings>) -> Option<
         ),
     };
     let suggestion = format!(
-        "{} more retries only help a failure that clears by itself; the pattern above says whether this one does",
-        tunable.unwrap_or("a larger retry budget:")
+        "raising {} only helps a failure that clears by itself; the pattern says whether this one does",
+        tunable.unwrap_or("the retry budgets")
     );
     Some(Denial { by, evidence: fact(Topic::Retry, n, Some(c.at), because.clone()), because, tunable, suggestion })
 }

@@ -1,9 +1,10 @@
 //! One pass over a stream's events, folded into the facts the detectors
 //! read: per attempt, counters and a few moments; per call, how it ended.
 //!
-//! Nothing is kept per chunk or per parsed event, so a stream of a
-//! million chunks costs the memory of one of ten, and the live collector
-//! can fold events as they come. Events are taken in the order the core
+//! Nothing is kept per chunk or per parsed event, and of headers and
+//! error texts only what a verdict quotes, so a stream of a million chunks
+//! costs the memory of one of ten and the live collector can hold every
+//! stream of a large run. Events are taken in the order the core
 //! emitted them (the store reads a stream back in that order).
 
 use std::time::Duration;
@@ -11,6 +12,9 @@ use std::time::Duration;
 use crate::core::category::{Category, TimerKind};
 use crate::core::event::{AttemptEnd, AttemptPhase, Event, EventClass, EventKind, Outcome, SleepReason};
 use crate::core::failover::Target;
+
+use super::reading::{PEER_HEADERS, WAIT_HEADERS};
+use super::text::{QUOTE, clip};
 
 /// Bytes that arrive within this long of the first one count as one burst:
 /// a proxy that held the stream releases it in a few reads this close
@@ -66,7 +70,9 @@ pub(super) struct Try {
     pub phase: Option<AttemptPhase>,
     pub headers_at: Option<Duration>,
     pub status: Option<u16>,
+    /// The headers verdicts read (who answered, waits asked for).
     pub headers: Vec<(String, String)>,
+    /// The start of the error body, as much as a verdict quotes.
     pub error_body: Option<String>,
     pub chunks: u64,
     pub bytes: u64,
@@ -77,9 +83,7 @@ pub(super) struct Try {
     pub burst_progress: u64,
     pub events: u64,
     pub progress: u64,
-    pub keepalives: u64,
     pub keepalives_since_progress: u64,
-    pub first_progress_at: Option<Duration>,
     pub last_progress_at: Option<Duration>,
     pub first_reasoning_at: Option<Duration>,
     pub first_content_at: Option<Duration>,
@@ -139,10 +143,6 @@ impl Try {
         self.end.is_some() || self.classified.is_some()
     }
 
-    fn since_start(&self, at: Duration) -> Duration {
-        at.saturating_sub(self.started_at.unwrap_or(at))
-    }
-
     fn chunk(&mut self, at: Duration, n: usize) {
         let n = n as u64;
         let since = self.last_byte_at.or(self.started_at).unwrap_or(at);
@@ -159,10 +159,7 @@ impl Try {
     fn parsed(&mut self, at: Duration, class: EventClass, progress: bool) {
         self.events += 1;
         match class {
-            EventClass::Keepalive => {
-                self.keepalives += 1;
-                self.keepalives_since_progress += 1;
-            }
+            EventClass::Keepalive => self.keepalives_since_progress += 1,
             EventClass::Reasoning => {
                 self.first_reasoning_at.get_or_insert(at);
             }
@@ -174,7 +171,6 @@ impl Try {
         if progress {
             let since = self.last_progress_at.or(self.headers_at).unwrap_or(at);
             self.longest_no_progress = self.longest_no_progress.max(at.saturating_sub(since));
-            self.first_progress_at.get_or_insert(at);
             self.last_progress_at = Some(at);
             self.progress += 1;
             self.keepalives_since_progress = 0;
@@ -199,7 +195,7 @@ impl Try {
 
     /// Time from the attempt's start to `at`, for evidence.
     pub fn offset(&self, at: Duration) -> Duration {
-        self.since_start(at)
+        at.saturating_sub(self.started_at.unwrap_or(at))
     }
 }
 
@@ -249,7 +245,7 @@ impl CallFacts {
                     status: *status,
                     retryable: *retryable,
                     rule: rule.clone(),
-                    message: message.clone(),
+                    message: clip(message, QUOTE),
                     at,
                 };
                 let own_reading = self.tries.iter().rev().find(|t| t.number == event.attempt);
@@ -320,8 +316,11 @@ impl CallFacts {
                 t.headers_at = Some(at);
                 t.status = Some(*status);
             }
-            EventKind::ResponseHeaders { headers } => t.headers.extend(headers.iter().cloned()),
-            EventKind::ErrorBody { body, .. } => t.error_body = Some(body.clone()),
+            EventKind::ResponseHeaders { headers } => {
+                let read = |name: &str| PEER_HEADERS.contains(&name) || WAIT_HEADERS.contains(&name);
+                t.headers.extend(headers.iter().filter(|(name, _)| read(name)).cloned());
+            }
+            EventKind::ErrorBody { body, .. } => t.error_body = Some(clip(body, QUOTE)),
             EventKind::ChunkReceived { bytes } => t.chunk(at, *bytes),
             EventKind::SseReceived { class, progress, .. } => t.parsed(at, *class, *progress),
             EventKind::TimerArmed { timer, after } => t.armed[timer_index(*timer)] = Some(*after),

@@ -14,7 +14,7 @@ use crate::core::event::{AttemptEnd, AttemptPhase};
 use crate::core::failure::{Failure, TransportKind};
 
 use super::facts::{BURST_WINDOW, Try};
-use super::text::{budget, bytes, clip, count, fact, percent, secs, timer, timer_tunable};
+use super::text::{budget, bytes, count, fact, percent, secs, timer, timer_tunable};
 use super::verdict::{Evidence, Topic, VerdictKind};
 
 /// A wait for the first body byte at least this long, before a burst, reads
@@ -43,9 +43,6 @@ const LONG_REASONING: Duration = Duration::from_secs(30);
 /// Progress this recent when the total timer or the deadline fired means
 /// the stream was still working, not stalled.
 const STILL_PROGRESSING: Duration = Duration::from_secs(1);
-
-/// How many characters of an error body a verdict quotes.
-const BODY_QUOTE: usize = 160;
 
 /// One attempt, read.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,9 +117,7 @@ pub(super) fn read(t: &Try) -> Reading {
         Some(AttemptEnd::Status { status }) => answered(t, Some(status)),
         Some(AttemptEnd::InStream { code }) => in_stream(t, code.as_deref()),
         Some(AttemptEnd::Malformed) => malformed(t),
-        Some(AttemptEnd::Cancelled) => {
-            Reading::new(VerdictKind::Cancelled, format!("cancelled {}", phase_words(t.phase)))
-        }
+        Some(AttemptEnd::Cancelled) => Reading::new(VerdictKind::Cancelled, phase_words(t.phase).to_owned()),
         None if t.started_at.is_none() => between_attempts(t),
         None if t.classified.is_some() => answered(t, t.status),
         None => Reading::new(VerdictKind::Incomplete, format!("attempt {} was {}", t.number, phase_words(t.phase))),
@@ -146,6 +141,9 @@ fn phase_words(phase: Option<AttemptPhase>) -> &'static str {
 /// The headers that say who answered: a shared proxy or server is what
 /// ties many streams' verdicts together.
 pub(super) const PEER_HEADERS: [&str; 3] = ["via", "server", "x-cache"];
+
+/// The headers a server asks to be waited for with.
+pub(super) const WAIT_HEADERS: [&str; 2] = ["retry-after-ms", "retry-after"];
 
 /// The response itself: status and the headers that say who answered.
 fn response_evidence(t: &Try) -> Vec<Evidence> {
@@ -220,7 +218,9 @@ fn timed_out(t: &Try, timer_kind: TimerKind) -> Reading {
             tunable,
             format!("the stream was working, not stalled: raise {tunable} if answers this long are expected"),
         )
-    } else if t.keepalives_since_progress > 0 {
+    } else if timer_kind != TimerKind::Idle && t.keepalives_since_progress > 0 {
+        // Keep-alives until the end (the idle timer firing means even they
+        // had stopped: that is silence).
         let progress = match t.last_progress_at {
             Some(at) => format!("{} until {}", count(t.progress, "progress event"), secs(t.offset(at))),
             None => "no progress event".to_owned(),
@@ -361,9 +361,9 @@ fn success(t: &Try) -> Reading {
         (TimerKind::Total, t.offset(t.stopped_at())),
     ];
     let (closest, share) = closest_timer(t, &observed);
+    let seen = |timer_kind| observed.iter().find(|(k, _)| *k == timer_kind).map_or(Duration::ZERO, |(_, d)| *d);
     let used = closest.map_or(0.0, |(timer_kind, budget_d)| {
-        let seen = observed.iter().find(|(k, _)| *k == timer_kind).map_or(Duration::ZERO, |(_, d)| *d);
-        seen.as_secs_f64() / budget_d.as_secs_f64().max(f64::MIN_POSITIVE)
+        seen(timer_kind).as_secs_f64() / budget_d.as_secs_f64().max(f64::MIN_POSITIVE)
     });
     let took = t.offset(t.stopped_at());
     let summary = format!(
@@ -377,9 +377,20 @@ fn success(t: &Try) -> Reading {
     let mut reading = match closest {
         Some((timer_kind, budget_d)) if used >= SLOW_SHARE => {
             let tunable = timer_tunable(timer_kind);
+            let what = match timer_kind {
+                TimerKind::Ttfb => "the wait for the first byte",
+                TimerKind::Idle => "the longest silence",
+                TimerKind::DataStall => "the longest wait between progress events",
+                _ => "the attempt",
+            };
             Reading::new(
                 VerdictKind::HealthySlow,
-                format!("the {} timer came within {share} of its {}", timer(timer_kind), budget(budget_d)),
+                format!(
+                    "{what} ({}) used {share} of the {} timer's {}",
+                    secs(seen(timer_kind)),
+                    timer(timer_kind),
+                    budget(budget_d)
+                ),
             )
             .governed(tunable, format!("a tighter {tunable} would cut healthy streams like this one off"))
         }
@@ -517,11 +528,11 @@ fn answered(t: &Try, status: Option<u16>) -> Reading {
     let n = Some(t.number);
     let what = match status {
         Some(status) => format!("HTTP {status} after {}", secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())))),
-        None => t.classified.as_ref().map_or_else(String::new, |c| clip(&c.message, BODY_QUOTE)),
+        None => t.classified.as_ref().map_or_else(String::new, |c| c.message.clone()),
     };
     let mut reading = by_category(t, category(t, status), what);
     if let Some(body) = &t.error_body {
-        reading.evidence.push(fact(Topic::Error, n, t.ended_at, format!("body: {}", clip(body, BODY_QUOTE))));
+        reading.evidence.push(fact(Topic::Error, n, t.ended_at, format!("body: {}", body)));
     }
     reading
 }
@@ -535,14 +546,13 @@ fn in_stream(t: &Try, code: Option<&str>) -> Reading {
     );
     let mut reading = by_category(t, t.classified.as_ref().map_or(Category::ServerError, |c| c.category), what);
     if let Some(c) = &t.classified {
-        reading.evidence.push(fact(Topic::Error, Some(t.number), Some(c.at), clip(&c.message, BODY_QUOTE)));
+        reading.evidence.push(fact(Topic::Error, Some(t.number), Some(c.at), c.message.clone()));
     }
     reading
 }
 
 fn malformed(t: &Try) -> Reading {
-    let message =
-        t.classified.as_ref().map_or_else(|| "unparseable bytes".to_owned(), |c| clip(&c.message, BODY_QUOTE));
+    let message = t.classified.as_ref().map_or_else(|| "unparseable bytes".to_owned(), |c| c.message.clone());
     let what = message.strip_prefix("malformed stream: ").unwrap_or(&message);
     let mut reading =
         Reading::new(VerdictKind::MalformedStream, format!("{what} after {}, {}", head_words(t), body_words(t)))
@@ -557,7 +567,7 @@ fn malformed(t: &Try) -> Reading {
 
 /// A failure between attempts: no request was sent.
 fn between_attempts(t: &Try) -> Reading {
-    let message = t.classified.as_ref().map_or_else(String::new, |c| clip(&c.message, BODY_QUOTE));
+    let message = t.classified.as_ref().map_or_else(String::new, |c| c.message.clone());
     let mut reading = by_category(t, category(t, None), format!("no request sent: {message}"));
     reading.evidence.push(fact(Topic::Error, None, t.classified.as_ref().map(|c| c.at), message));
     reading
@@ -609,7 +619,7 @@ fn by_category(t: &Try, category: Category, what: String) -> Reading {
 fn server_wait(t: &Try, mut reading: Reading) -> Reading {
     let n = Some(t.number);
     let mut asked = Vec::new();
-    for name in ["retry-after-ms", "retry-after"] {
+    for name in WAIT_HEADERS {
         if let Some(value) = t.header(name) {
             asked.push(format!("{name}: {value}"));
         }

@@ -77,6 +77,16 @@ impl Script {
     }
 }
 
+fn backoff(retry: u32, category: Category) -> EventKind {
+    EventKind::BackoffScheduled {
+        retry,
+        category,
+        nominal: Duration::from_millis(50),
+        sleep: Duration::from_millis(50),
+        reason: SleepReason::Backoff,
+    }
+}
+
 fn idle_fired(lag: Option<Duration>) -> EventKind {
     EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1), lag }
 }
@@ -104,16 +114,7 @@ fn old_recordings_without_attempt_ended_read_from_the_classification() {
     let mut s = Script::new();
     s.attempt(0, 1).headers(10, 200).content(20, 1).at(1020, idle_fired(None));
     s.classified(1020, Category::Timeout, Some(TimerKind::Idle), "builtin: timer fired");
-    s.at(
-        1020,
-        EventKind::BackoffScheduled {
-            retry: 1,
-            category: Category::Timeout,
-            nominal: Duration::from_millis(50),
-            sleep: Duration::from_millis(50),
-            reason: SleepReason::Backoff,
-        },
-    );
+    s.at(1020, backoff(1, Category::Timeout));
     s.attempt(1080, 1);
     s.classified(1081, Category::Connection, None, "builtin: connection refused");
     s.finished(1081, Outcome::Failed);
@@ -133,7 +134,7 @@ fn a_call_cancelled_while_streaming_is_cancelled() {
     s.finished(500, Outcome::Cancelled);
     let d = s.diagnose();
     assert_eq!((d.kind, d.severity, d.tunable.as_deref()), (VerdictKind::Cancelled, Severity::Notice, None));
-    assert!(d.summary.contains("cancelled while streaming"), "{}", d.summary);
+    assert_eq!(d.summary, "cancelled after 0.50 s while streaming (attempt 1)");
 }
 
 /// A stall, then a healthy retry: still worth naming, as recovered.
@@ -218,16 +219,7 @@ fn spent_budgets_are_told_apart_by_the_runs_limits() {
     for i in 0..3 {
         failed_connect(&mut s, i * 100);
         if i < 2 {
-            s.at(
-                i * 100 + 2,
-                EventKind::BackoffScheduled {
-                    retry: u32::try_from(i).unwrap() + 1,
-                    category: Category::Connection,
-                    nominal: Duration::from_millis(50),
-                    sleep: Duration::from_millis(50),
-                    reason: SleepReason::Backoff,
-                },
-            );
+            s.at(i * 100 + 2, backoff(u32::try_from(i).unwrap() + 1, Category::Connection));
         }
     }
     s.finished(203, Outcome::Failed);
@@ -262,6 +254,111 @@ fn every_named_tunable_exists() {
     for name in named {
         assert!(known.contains(&name), "{name} is not a tunable");
     }
+}
+
+/// How an attempt ended picks the family; each transport kind and our
+/// connect timer get their own name.
+#[test]
+fn connection_failures_are_named_for_what_failed() {
+    let cases = [
+        (AttemptEnd::Transport { kind: TransportKind::KernelTimeout }, VerdictKind::KeepaliveDeadPeer),
+        (AttemptEnd::Transport { kind: TransportKind::Dns }, VerdictKind::DnsFailure),
+        (AttemptEnd::Transport { kind: TransportKind::Unreachable }, VerdictKind::Unreachable),
+        (AttemptEnd::Transport { kind: TransportKind::ConnectTimedOut }, VerdictKind::ConnectTimeout),
+        (AttemptEnd::Transport { kind: TransportKind::Read }, VerdictKind::TransportFailure),
+        (AttemptEnd::Timer { timer: TimerKind::Connect }, VerdictKind::ConnectTimeout),
+    ];
+    for (end, kind) in cases {
+        let mut s = Script::new();
+        s.attempt(0, 1);
+        s.at(30, EventKind::AttemptEnded { end: end.clone(), stop_reason: None });
+        s.classified(30, Category::Connection, None, "builtin: whatever");
+        s.finished(30, Outcome::Failed);
+        let d = s.diagnose();
+        assert_eq!((d.kind, d.severity), (kind, Severity::Failed), "{end:?}: {}", d.summary);
+    }
+}
+
+/// The total timer cutting a stream that was still making progress is not
+/// a stall.
+#[test]
+fn progress_cut_by_the_total_timer_is_healthy_but_slow() {
+    let mut s = Script::new();
+    s.attempt(0, 10).headers(10, 200).content(20, 50);
+    s.at(520, EventKind::TimerFired { timer: TimerKind::Total, after: Duration::from_millis(520), lag: None });
+    s.at(520, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Total }, stop_reason: None });
+    s.classified(520, Category::Timeout, Some(TimerKind::Total), "builtin: timer fired");
+    s.finished(520, Outcome::Failed);
+    let d = s.diagnose();
+    assert_eq!((d.kind, d.tunable.as_deref()), (VerdictKind::HealthySlow, Some("STALLSCOPE_SSE_TOTAL_TIMEOUT_S")));
+    assert!(d.summary.contains("still making progress (50 progress events in 0.52 s)"), "{}", d.summary);
+}
+
+/// Keep-alives that stopped before the idle timer fired leave silence:
+/// the idle timer never catches a keep-alive-only stall.
+#[test]
+fn the_idle_timer_after_keepalives_stopped_is_a_silent_stall() {
+    let mut s = Script::new();
+    s.attempt(0, 1).headers(10, 200).content(20, 1);
+    for ms in [100, 200] {
+        s.at(ms, EventKind::ChunkReceived { bytes: 14 });
+        s.at(ms, EventKind::SseReceived { class: EventClass::Keepalive, chars: 0, progress: false });
+    }
+    s.at(1200, idle_fired(None));
+    s.at(1200, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Idle }, stop_reason: None });
+    s.finished(1200, Outcome::Failed);
+    assert_eq!(s.diagnose().kind, VerdictKind::SilentStall);
+}
+
+/// A failure before any request (every key resting) reads from the
+/// classifier's message; what follows it belongs to it.
+#[test]
+fn a_failure_between_attempts_is_read_without_a_request() {
+    let mut s = Script::new();
+    s.at(
+        0,
+        EventKind::ErrorClassified {
+            category: Category::RateLimit,
+            timer: None,
+            status: None,
+            retryable: true,
+            rule: "builtin: every key of the pool is cooling down".into(),
+            message: "every key of `p` rests after rate_limit failures".into(),
+        },
+    );
+    s.at(0, EventKind::ServerWaitRefused { requested: Duration::from_secs(600), cap: Duration::from_secs(60) });
+    s.finished(0, Outcome::Failed);
+    let d = s.diagnose();
+    assert_eq!(
+        (d.kind, d.basis.denied_by, d.basis.attempt),
+        (VerdictKind::RateLimited, Some(DeniedBy::ServerWaitCap), Some(0))
+    );
+    assert!(d.summary.contains("no request sent: every key of `p` rests"), "{}", d.summary);
+    assert!(d.summary.contains("asked to wait 600 s, refused: over the 60 s cap"), "{}", d.summary);
+}
+
+/// Streams that share a proxy are said to; a kind's sentence counts how
+/// they ended.
+#[test]
+fn the_run_summary_names_what_streams_share() {
+    let stalled = |via: &str| {
+        let mut s = Script::new();
+        s.attempt(0, 1).headers(10, 200);
+        s.at(10, EventKind::ResponseHeaders { headers: vec![("via".into(), via.into())] });
+        s.at(1010, idle_fired(None));
+        s.at(1010, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Idle }, stop_reason: None });
+        s.finished(1010, Outcome::Failed);
+        s.diagnose()
+    };
+    let run = summarize(&[(0, stalled("1.1 squid")), (1, stalled("1.1 squid")), (2, diagnose(&[]))]);
+    assert_eq!(run.streams, 3);
+    assert_eq!(
+        run.groups[0].summary,
+        "2 of 3 streams: silent stall behind the same proxy (via: 1.1 squid), caught by the idle timer after 1 s each (2 failed)"
+    );
+    assert_eq!(run.groups[1].summary, "1 of 3 streams: incomplete recording");
+    let run = summarize(&[(0, stalled("1.1 squid")), (1, stalled("1.1 other"))]);
+    assert!(!run.groups[0].summary.contains("via"), "{}", run.groups[0].summary);
 }
 
 /// A live view takes each stream's verdict as the stream finishes: the

@@ -82,6 +82,9 @@ pub(super) fn fact(topic: Topic, attempt: Option<u32>, at: Option<Duration>, tex
     Evidence { topic, attempt, at_ms: at.map(|d| d.as_secs_f64() * 1000.0), text }
 }
 
+/// How many characters of an error body or message a verdict quotes.
+pub(super) const QUOTE: usize = 160;
+
 /// At most `max` characters of `text`, on one line, with an ellipsis when
 /// cut (error bodies as evidence).
 pub(super) fn clip(text: &str, max: usize) -> String {

@@ -37,6 +37,8 @@ library!(
     "malformed-sse",
     "malformed-long-line",
     "malformed-missing-data",
+    "closed-early",
+    "slow-first-token",
 );
 
 /// The names of every built-in scenario, in listing order.
