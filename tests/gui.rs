@@ -524,6 +524,10 @@ fn the_keyboard_moves_between_lanes_and_closes_the_panel() {
     h.run();
     assert_eq!(selected(&h), None);
     assert!(h.query_by_label_contains("Event log (").is_none());
+    // A click on a lane's plot selects it too.
+    h.get_by_label("Plot of healthy stream 2").click();
+    h.run();
+    assert_eq!(selected(&h), Some(2));
 }
 
 /// A finished stream `stream` of `part` with the verdict `kind`.

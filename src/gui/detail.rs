@@ -9,6 +9,8 @@
 //! timeline model keeps for live, stored, replayed and what-if lanes alike,
 //! so the panel has one source whatever the lane came from.
 
+use std::time::Duration;
+
 use egui::{RichText, Ui};
 use serde_json::{Value, json};
 
@@ -53,14 +55,14 @@ pub struct AttemptDetail {
 pub struct TimerSetting {
     /// Which timer.
     pub timer: TimerKind,
-    /// Its budget in seconds, when armed.
-    pub budget_s: Option<f64>,
+    /// Its budget, when armed.
+    pub budget: Option<Duration>,
     /// Why it was off, when disarmed.
     pub disarmed: Option<String>,
     /// When it fired, if it did.
     pub fired_s: Option<f64>,
     /// How late our own runtime ran when it fired, if measured.
-    pub lag_s: Option<f64>,
+    pub lag: Option<Duration>,
 }
 
 impl TimerSetting {
@@ -68,29 +70,25 @@ impl TimerSetting {
     /// its budget (the verdict then says more about the client than the
     /// network).
     pub fn untrusted(&self) -> bool {
-        match (self.fired_s, self.budget_s, self.lag_s) {
-            (Some(_), Some(budget), Some(lag)) => {
-                lag_untrusts(std::time::Duration::from_secs_f64(budget), std::time::Duration::from_secs_f64(lag))
-            }
+        match (self.fired_s, self.budget, self.lag) {
+            (Some(_), Some(budget), Some(lag)) => lag_untrusts(budget, lag),
             _ => false,
         }
     }
 
     /// `idle 1.000 s, fired at 2.100 s` / `ttfb off: large context`.
     pub fn describe(&self) -> String {
-        let mut text = match (&self.disarmed, self.budget_s) {
+        let mut text = match (&self.disarmed, self.budget) {
             (Some(reason), _) => format!("{} off: {reason}", self.timer),
-            (None, Some(budget)) => format!("{} {budget:.3} s", self.timer),
+            (None, Some(budget)) => format!("{} {:.3} s", self.timer, budget.as_secs_f64()),
             (None, None) => self.timer.to_string(),
         };
         if let Some(at) = self.fired_s {
             text.push_str(&format!(", FIRED at {at:.3} s"));
         }
-        if let Some(lag) = self.lag_s.filter(|_| self.untrusted()) {
-            text.push_str(&format!(
-                " while our runtime lagged {:.0} ms: client overloaded, not trustworthy",
-                lag * 1000.0
-            ));
+        if let Some(lag) = self.lag.filter(|_| self.untrusted()) {
+            let ms = lag.as_secs_f64() * 1000.0;
+            text.push_str(&format!(" while our runtime lagged {ms:.0} ms: client overloaded, not trustworthy"));
         }
         text
     }
@@ -159,15 +157,15 @@ impl StreamDetail {
         match kind {
             EventKind::TimerArmed { timer, after } => {
                 let armed = setting(timers, *timer, true);
-                (armed.budget_s, armed.disarmed) = (Some(after.as_secs_f64()), None);
+                (armed.budget, armed.disarmed) = (Some(*after), None);
             }
             EventKind::TimerDisarmed { timer, reason } => {
                 setting(timers, *timer, false).disarmed = Some(reason.clone())
             }
             EventKind::TimerFired { timer, after, lag } => {
                 let fired = setting(timers, *timer, false);
-                fired.budget_s = fired.budget_s.or(Some(after.as_secs_f64()));
-                (fired.fired_s, fired.lag_s) = (Some(at), lag.map(|l| l.as_secs_f64()));
+                fired.budget = fired.budget.or(Some(*after));
+                (fired.fired_s, fired.lag) = (Some(at), *lag);
             }
             _ => {}
         }
@@ -179,7 +177,7 @@ impl StreamDetail {
 fn setting(timers: &mut Vec<TimerSetting>, timer: TimerKind, arming: bool) -> &mut TimerSetting {
     let latest = timers.iter().rposition(|t| t.timer == timer).filter(|&i| !(arming && timers[i].fired_s.is_some()));
     let i = latest.unwrap_or_else(|| {
-        timers.push(TimerSetting { timer, budget_s: None, disarmed: None, fired_s: None, lag_s: None });
+        timers.push(TimerSetting { timer, budget: None, disarmed: None, fired_s: None, lag: None });
         timers.len() - 1
     });
     &mut timers[i]
@@ -225,10 +223,10 @@ pub fn stream_json(timeline: &Timeline, lane: &Lane) -> Value {
     let timer = |t: &TimerSetting| {
         json!({
             "timer": t.timer.name(),
-            "budget_s": t.budget_s,
+            "budget_s": t.budget.map(|b| b.as_secs_f64()),
             "disarmed": t.disarmed,
             "fired_at_s": t.fired_s,
-            "lag_s": t.lag_s,
+            "lag_s": t.lag.map(|l| l.as_secs_f64()),
             "trusted": !t.untrusted(),
         })
     };
@@ -429,8 +427,6 @@ fn attempt_ui(ui: &mut Ui, attempt: &AttemptDetail) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::core::category::Category;
     use crate::core::event::{AttemptEnd, Event, EventClass, Outcome};

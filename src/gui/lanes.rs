@@ -2,7 +2,9 @@
 //! core's events (as a run goes, or read back from the store) into the
 //! shapes the lanes draw: cumulative bytes, event ticks, each timer's
 //! progress toward its threshold, backoff sleeps, attempts, failover hops
-//! and the outcome. Times are seconds from the start of the run.
+//! and the outcome, and each stream's log for its detail panel. Its
+//! source gives it each stream's verdict (the model never diagnoses).
+//! Times are seconds from the start of the run.
 //!
 //! A [`Checkpoint`] remembers how far each lane had grown, so a timeline can
 //! be rewound to an earlier point of its own history in time proportional

@@ -1,8 +1,10 @@
-//! Drawing a [`Timeline`]: a summary strip, lane controls (follow live,
-//! fit, compact, sort, filter) and one lane per stream on a shared,
-//! linked time axis. Only the lanes scrolled into view are drawn, and each
-//! series is reduced to the plot's pixel columns, so a frame's cost
-//! follows the window's size, not the run's.
+//! Drawing a [`Timeline`]: lane controls (follow live, fit, compact, sort,
+//! filter by outcome, verdict or text), a summary strip and the verdict
+//! summary of the lanes shown, and one lane per stream on a shared, linked
+//! time axis; a lane clicked (or reached with ↑/↓) opens its
+//! [detail panel](super::detail) on the right. Only the lanes scrolled
+//! into view are drawn, and each series is reduced to the plot's pixel
+//! columns, so a frame's cost follows the window's size, not the run's.
 //!
 //! Every row (the axis and each lane) is split by [`lane_columns`], so
 //! every plot spans the same pixels whatever its header holds: a time is
@@ -287,7 +289,7 @@ impl TimelineView {
                 let selected = self.selected == Some((lane.part, lane.stream));
                 let picked = if self.compact {
                     let row = ui.horizontal(|ui| lane_header(ui, timeline, lane, now_s, false)).response;
-                    pick(ui, row.rect, lane, &detail::title(timeline, lane), selected)
+                    pick(ui, row.rect, timeline, lane, selected)
                 } else {
                     let row = LaneRow { link, range, width, now_s, cursor, selected };
                     self.lane(ui, timeline, lane, &row)
@@ -329,11 +331,6 @@ impl TimelineView {
     pub fn selected_lane<'a>(&self, timeline: &'a Timeline) -> Option<&'a Lane> {
         let (part, stream) = self.selected?;
         timeline.lanes.iter().find(|l| l.part == part && l.stream == stream)
-    }
-
-    /// Opens the detail panel of `lane` ((part, stream)), or closes it.
-    pub fn select(&mut self, lane: Option<(usize, StreamId)>) {
-        self.selected = lane;
     }
 
     /// With a lane selected, ↑ and ↓ select the lane above or below among
@@ -540,7 +537,7 @@ impl TimelineView {
             ui.painter().rect_filled(header, 3.0, ui.visuals().selection.bg_fill.gamma_multiply(0.4));
         }
         lane_header(&mut header_ui, timeline, lane, now_s, true);
-        let picked = pick(ui, header, lane, &detail::title(timeline, lane), selected);
+        let picked = pick(ui, header, timeline, lane, selected);
         let mut plot_ui = ui.new_child(UiBuilder::new().max_rect(area).id_salt(("plot", id)));
         let response = Plot::new(link.with(("lane", lane.part, lane.stream)))
             .width(area.width())
@@ -583,9 +580,9 @@ impl TimelineView {
 /// Makes `rect` (a lane's header or compact row) a button that selects its
 /// lane, found by screen readers and tests as `Lane <title>`; returns
 /// whether it was clicked (or activated from the keyboard).
-fn pick(ui: &mut Ui, rect: Rect, lane: &Lane, title: &str, selected: bool) -> bool {
+fn pick(ui: &mut Ui, rect: Rect, timeline: &Timeline, lane: &Lane, selected: bool) -> bool {
     let response = ui.interact(rect, ui.scope_id().with(("pick", lane.part, lane.stream)), egui::Sense::click());
-    let name = format!("Lane {title}");
+    let name = format!("Lane {}", detail::title(timeline, lane));
     response.widget_info(|| egui::WidgetInfo::selected(egui::Role::Button, true, selected, &name));
     response.on_hover_text("Open this stream's details (↑ ↓ to move, Esc to close)").clicked()
 }
