@@ -232,7 +232,7 @@ fn model_bytes(timeline: &Timeline) -> usize {
             + l.bytes.capacity() * size_of::<PlotPoint>()
             + (l.output_ticks.capacity() + l.keepalive_ticks.capacity() + l.lifecycle_ticks.capacity()) * 8
             + l.timers.iter().map(|t| size_of_val(t) + t.progress.capacity() * size_of::<PlotPoint>()).sum::<usize>()
-            + marks(&l.notes)
+            + l.log.capacity() * size_of::<stallscope::gui::lanes::LogEntry>()
             + marks(&l.attempts)
             + marks(&l.fired)
             + marks(&l.hops)

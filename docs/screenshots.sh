@@ -21,6 +21,9 @@ click 130 44 1        # the Source picker
 click 70 71 1         # "all failure stories"
 click 962 44 5        # Run, then let the stories play out
 shot live
+click 80 690 2        # the header of silent-stall #1: its detail panel opens
+shot detail
+DISPLAY=:97 xdotool windowfocus "$WID" key Escape; sleep 1   # closed again
 click 186 12 2        # History
 shot history
 click 230 43 1        # Filter runs: the silent stall's run

@@ -10,9 +10,10 @@ use egui_kittest::kittest::{NodeT, Queryable};
 use stallscope::core::category::{Category, TimerKind};
 use stallscope::core::event::{Event, EventKind, Outcome};
 use stallscope::core::failover::Target;
+use stallscope::diagnosis::{Basis, Diagnosis, Severity, VerdictKind};
 use stallscope::gui::lanes::Timeline;
 use stallscope::gui::live::Choice;
-use stallscope::gui::timeline::{Clock, TimelineView};
+use stallscope::gui::timeline::{Clock, TimelineView, VerdictFilter};
 use stallscope::gui::{App, Launch, Tab};
 
 /// A scratch directory removed when the test ends.
@@ -102,7 +103,9 @@ fn a_scenario_run_started_from_the_ui_fills_its_lanes() {
     assert!(lanes.iter().all(|l| l.total_bytes > 0 && !l.output_ticks.is_empty() && l.bytes.len() > 1));
     // The summary strip and each lane's header say how the streams ended.
     h.get_by_label_contains("4 ok · 0 partial · 0 failed");
-    assert_eq!(h.query_all_by_label_contains("healthy #").count(), 4);
+    for stream in 0..4 {
+        h.get_by_label(&format!("healthy #{stream}  ok"));
+    }
     assert!(h.state().live.results[0].contains("recorded as run 1"), "{:?}", h.state().live.results);
 }
 
@@ -166,6 +169,14 @@ fn a_stored_run_opens_from_the_history_in_the_timeline() {
     assert_eq!(lanes.len(), 2);
     // The server's Retry-After shaped the sleep, and the store kept why.
     assert!(lanes.iter().all(|l| l.sleeps.iter().any(|s| s.reason == "retry-after-ms")), "{:?}", lanes[0].sleeps);
+    // Each stored lane shows the verdict read from its stored events.
+    assert_eq!(h.query_all_by_label("▲ rate limited (recovered)").count(), 2);
+    // A stored lane opens in the detail panel: the 429, with the header
+    // the wait came from.
+    h.get_by_label("Lane run 1 · from-test · rate-limited-ms #1").click();
+    h.run();
+    assert!(h.query_all_by_label_contains("HTTP 429").count() >= 1);
+    assert!(h.query_all_by_label("retry-after-ms").count() >= 1);
 }
 
 #[test]
@@ -410,8 +421,178 @@ fn what_if_replays_the_run_just_recorded_under_an_edit() {
     for stream in [0, 2] {
         assert!((fired(stream) - fired(stream + 1) - 0.6).abs() < 0.01, "{} vs {}", fired(stream), fired(stream + 1));
     }
+    // A what-if lane opens in the detail panel like any other.
+    h.get_by_label("Lane what-if #1").click();
+    h.run();
+    h.get_by_label_contains("timer: idle 0.400 s, FIRED at");
+    // The recorded run and its what-if each get their verdict summary.
+    h.get_by_label("Verdicts, run 1: 2 streams");
+    h.get_by_label("Verdicts, what-if: 2 streams");
     // Unticking the box shows the run's own lanes again.
     h.get_by_label("What-if lanes").click();
     h.run();
     assert_eq!(h.state().live.timeline().lanes.len(), 2);
+}
+
+/// The text the last frame put on the clipboard, if any.
+fn copied(h: &Harness<'_, App>) -> Option<String> {
+    h.output().platform_output.commands.iter().find_map(|c| match c {
+        egui::OutputCommand::CopyText(text) => Some(text.clone()),
+        _ => None,
+    })
+}
+
+/// Clicking a lane opens its detail panel: each attempt's response and
+/// timers, and the stream's log with times, which copies as text and as
+/// JSON.
+#[test]
+fn clicking_a_lane_opens_its_details_and_copies_its_log() {
+    let dir = Scratch::new("detail");
+    let mut h = app(dir.path());
+    choose(&mut h, "silent-stall", 1);
+    run_to_end(&mut h, 1);
+    assert!(h.query_by_label("Copy log").is_none(), "no panel before a lane is picked");
+    // The lane's verdict, as the stream finished: a silent stall the retry
+    // recovered from.
+    h.get_by_label("▲ silent stall (recovered)");
+    h.get_by_label_contains("1 of 1 streams: silent stall");
+    h.get_by_label("Lane silent-stall #0").click();
+    h.run();
+    // The verdict with its evidence and what governs it.
+    h.get_by_label("▲ silent stall · recovered");
+    h.get_by_label("Evidence");
+    h.get_by_label("Tunable: STALLSCOPE_SSE_IDLE_TIMEOUT_S");
+    assert!(h.query_by_label_contains("Suggestion: ").is_some());
+    // The first attempt got its headers, then its idle timer fired; the
+    // second streamed to the end.
+    h.get_by_label_contains("Attempt 1 → sim/");
+    h.get_by_label_contains("Attempt 2 → sim/");
+    assert_eq!(h.query_all_by_label("HTTP 200 text/event-stream").count(), 2);
+    h.get_by_label_contains("timer: idle 1.000 s, FIRED at");
+    assert_eq!(h.query_all_by_label_contains("ended at ").count(), 2);
+    h.get_by_label_contains(": idle timer fired · ");
+    // The log begins with the call's start, at its time on the run's clock.
+    let first = h.get_by_label_contains("call  call started → sim/").accesskit_node().value().unwrap_or_default();
+    let at: f64 = first.split(" s ").next().unwrap().trim().parse().unwrap();
+    assert!((0.0..0.5).contains(&at), "{first}");
+    h.get_by_label("Copy log").click();
+    h.step();
+    let log = copied(&h).expect("the log on the clipboard");
+    assert!(log.starts_with("silent-stall #0 → sim/"), "{log}");
+    assert!(log.lines().nth(1).is_some_and(|l| l.starts_with("verdict: silent_stall: ")), "{log}");
+    assert!(log.contains("idle timer FIRED after 1.000 s") && log.contains("chunks"), "{log}");
+    assert!(log.lines().last().is_some_and(|l| l.contains("#2    finished: ok after 2 attempt(s)")), "{log}");
+    h.get_by_label("Copy JSON").click();
+    h.step();
+    let json: serde_json::Value = serde_json::from_str(&copied(&h).expect("the JSON on the clipboard")).unwrap();
+    assert_eq!((json["outcome"].as_str(), json["attempts"].as_array().map(Vec::len)), (Some("ok"), Some(2)));
+    assert_eq!(json["attempts"][0]["end"], "idle timer fired");
+    assert_eq!(
+        (json["diagnosis"]["kind"].as_str(), json["diagnosis"]["trusted"].as_bool()),
+        (Some("silent_stall"), Some(true))
+    );
+    h.get_by_label("Close").click();
+    h.run();
+    assert!(h.query_by_label("Copy log").is_none());
+}
+
+/// ↑ and ↓ move the selection between the lanes shown, Esc closes it.
+#[test]
+fn the_keyboard_moves_between_lanes_and_closes_the_panel() {
+    let dir = Scratch::new("detail-keys");
+    let mut h = app(dir.path());
+    choose(&mut h, "healthy", 3);
+    run_to_end(&mut h, 3);
+    h.get_by_label("Lane healthy #0").click();
+    h.run();
+    let selected =
+        |h: &Harness<'_, App>| h.state().prefs.timeline.selected_lane(h.state().live.timeline()).map(|l| l.stream);
+    assert_eq!(selected(&h), Some(0));
+    h.key_press(egui::Key::ArrowDown);
+    h.run();
+    h.key_press(egui::Key::ArrowDown);
+    h.run();
+    assert_eq!(selected(&h), Some(2));
+    h.key_press(egui::Key::ArrowDown);
+    h.run();
+    assert_eq!(selected(&h), Some(2), "the last lane stays selected");
+    h.key_press(egui::Key::ArrowUp);
+    h.run();
+    assert_eq!(selected(&h), Some(1));
+    h.get_by_label_contains("Event log (");
+    h.key_press(egui::Key::Escape);
+    h.run();
+    assert_eq!(selected(&h), None);
+    assert!(h.query_by_label_contains("Event log (").is_none());
+    // A click on a lane's plot selects it too.
+    h.get_by_label("Plot of healthy stream 2").click();
+    h.run();
+    assert_eq!(selected(&h), Some(2));
+}
+
+/// A finished stream `stream` of `part` with the verdict `kind`.
+fn judged(timeline: &mut Timeline, part: usize, stream: u64, kind: VerdictKind, severity: Severity, trusted: bool) {
+    let target = Target::new("sim", "model");
+    let event = |ms, kind| Event { at: Duration::from_millis(ms), stream, attempt: 1, kind };
+    timeline.ingest(part, &event(0, EventKind::CallStarted { target, context_tokens: None }));
+    timeline.ingest(part, &event(40, EventKind::ChunkReceived { bytes: 10 }));
+    let outcome = if severity == Severity::Failed { Outcome::Failed } else { Outcome::Ok };
+    timeline.ingest(part, &event(90, EventKind::Finished { outcome, attempts: 1, stop_reason: None }));
+    let summary = format!("{} on stream {stream}", kind.label());
+    let mark = if trusted { summary } else { format!("client overloaded: not trustworthy; {summary}") };
+    let diagnosis = Diagnosis {
+        kind,
+        severity,
+        summary: mark,
+        evidence: vec![],
+        tunable: Some("STALLSCOPE_SSE_IDLE_TIMEOUT_S".into()),
+        suggestion: None,
+        trusted,
+        basis: Basis::default(),
+    };
+    timeline.set_verdict(part, stream, diagnosis);
+}
+
+/// Every lane carries its verdict (shape and words as well as colour),
+/// the summary above the lanes groups the verdicts shown, and lanes filter
+/// by verdict, with the summary following the filter.
+#[test]
+fn lanes_carry_their_verdicts_and_filter_by_them() {
+    let mut timeline = Timeline::new();
+    let part = timeline.add_part("mixed", 0.0);
+    judged(&mut timeline, part, 0, VerdictKind::SilentStall, Severity::Recovered, true);
+    judged(&mut timeline, part, 1, VerdictKind::SilentStall, Severity::Failed, false);
+    judged(&mut timeline, part, 2, VerdictKind::Healthy, Severity::Ok, true);
+    let mut h = timeline_harness(timeline);
+    h.run();
+    h.get_by_label("▲ silent stall (recovered)");
+    h.get_by_label("■ silent stall (failed) ‼ not trustworthy");
+    h.get_by_label("● healthy (ok)");
+    h.get_by_label("Verdicts: 3 streams · 1 not trustworthy (client overloaded)");
+    let plots = |h: &Harness<'_, (TimelineView, Timeline)>| h.query_all_by_label_contains("Plot of ").count();
+    assert_eq!(plots(&h), 3);
+    let pick = |h: &mut Harness<'_, (TimelineView, Timeline)>, choice: &str| {
+        h.get_by_label("Verdict").click();
+        h.run();
+        h.get_by_label(choice).click();
+        h.run();
+    };
+
+    pick(&mut h, "silent stall (2)");
+    assert_eq!(plots(&h), 2);
+    h.get_by_label("Verdicts: 2 streams · 1 not trustworthy (client overloaded)");
+    h.get_by_label_contains("1 ok · 0 partial · 1 failed");
+
+    pick(&mut h, "not trustworthy (1)");
+    assert_eq!(plots(&h), 1);
+    h.get_by_label("Verdicts: 1 stream · 1 not trustworthy (client overloaded)");
+
+    // A line of the summary filters by its verdict.
+    pick(&mut h, "all verdicts");
+    assert_eq!(plots(&h), 3);
+    let healthy = h.get_by_label_contains("of 3 streams: healthy");
+    healthy.click();
+    h.run();
+    assert_eq!(plots(&h), 1);
+    assert_eq!(h.state().0.verdict_filter, VerdictFilter::Kind(VerdictKind::Healthy));
 }

@@ -30,12 +30,23 @@ impl Collector {
         Collector { shards: (0..SHARDS).map(|_| Mutex::default()).collect(), limits }
     }
 
+    fn shard(&self, stream: StreamId) -> &Mutex<HashMap<StreamId, CallFacts>> {
+        &self.shards[(stream % SHARDS as u64) as usize]
+    }
+
     /// Folds one event in.
     pub fn push(&self, event: &Event) {
-        let shard = &self.shards[(event.stream % SHARDS as u64) as usize];
-        if let Ok(mut streams) = shard.lock() {
+        if let Ok(mut streams) = self.shard(event.stream).lock() {
             streams.entry(event.stream).or_default().push(event);
         }
+    }
+
+    /// The verdict on `stream`, whose facts are then let go: for a stream
+    /// that has finished, so a live view gets each verdict as its stream
+    /// ends and memory follows the streams still going.
+    pub fn take(&self, stream: StreamId) -> Option<Diagnosis> {
+        let facts = self.shard(stream).lock().ok()?.remove(&stream)?;
+        Some(judge(&facts, self.limits.as_ref()))
     }
 
     /// The verdict on every stream seen so far, in stream order.

@@ -360,3 +360,17 @@ fn the_run_summary_names_what_streams_share() {
     let run = summarize(&[(0, stalled("1.1 squid")), (1, stalled("1.1 other"))]);
     assert!(!run.groups[0].summary.contains("via"), "{}", run.groups[0].summary);
 }
+
+/// A live view takes each stream's verdict as the stream finishes: the
+/// one `diagnose` gives, after which the collector holds nothing of it.
+#[test]
+fn a_collector_gives_up_a_finished_stream_with_its_verdict() {
+    let mut s = Script::new();
+    s.attempt(0, 1).headers(10, 200).content(20, 3);
+    s.at(60, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: None }).finished(60, Outcome::Ok);
+    let collector = Collector::new(None);
+    s.events.iter().for_each(|e| collector.push(e));
+    assert_eq!(collector.take(3), Some(s.diagnose()));
+    assert_eq!(collector.take(3), None);
+    assert!(collector.diagnoses().is_empty());
+}

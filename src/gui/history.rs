@@ -1,5 +1,6 @@
 //! The history view: the stored runs as a sortable, filterable table;
-//! opening one (its events become a replay, built off the UI thread);
+//! opening one (its events become a replay with each stream's verdict,
+//! built off the UI thread);
 //! and comparing two (tunables that differ, outcomes side by side, streams
 //! whose outcome changed). Every database read runs on a background
 //! thread and is picked up by a later frame.
@@ -13,6 +14,7 @@ use egui_extras::{Column, TableBuilder};
 use serde::{Deserialize, Serialize};
 
 use super::replay::Replay;
+use crate::diagnosis::RecordedRun;
 use crate::store::runs::{RunRecord, RunSummary, tunables_diff, utc_minute};
 use crate::store::{RunId, Store};
 
@@ -181,7 +183,13 @@ impl HistoryView {
             move || {
                 let store = open_store(&db)?.ok_or("the database is gone")?;
                 let events = store.run_events(id).map_err(|e| e.to_string())?;
-                let replay = Replay::new(title.clone(), events);
+                // Verdicts read retry denials against the run's own limits.
+                let record = store.run(id).map_err(|e| e.to_string())?.ok_or_else(|| format!("no run {id}"))?;
+                let recorded = RecordedRun::new(&record.tunables, &record.dropped_by_stream);
+                let collector = recorded.collector();
+                events.iter().for_each(|e| collector.push(e));
+                let mut replay = Replay::new(title.clone(), events);
+                replay.set_verdicts(recorded.diagnoses(&collector));
                 Ok(OpenedRun { id, title, replay })
             },
             move || ctx.request_repaint(),

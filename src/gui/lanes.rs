@@ -2,18 +2,22 @@
 //! core's events (as a run goes, or read back from the store) into the
 //! shapes the lanes draw: cumulative bytes, event ticks, each timer's
 //! progress toward its threshold, backoff sleeps, attempts, failover hops
-//! and the outcome. Times are seconds from the start of the run.
+//! and the outcome, and each stream's log for its detail panel. Its
+//! source gives it each stream's verdict (the model never diagnoses).
+//! Times are seconds from the start of the run.
 //!
 //! A [`Checkpoint`] remembers how far each lane had grown, so a timeline can
 //! be rewound to an earlier point of its own history in time proportional
 //! to its lanes, not its events (replay scrubs backward this way).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use egui_plot::PlotPoint;
 
 use crate::core::category::{Category, TimerKind};
 use crate::core::event::{Event, EventClass, EventKind, Outcome, SleepReason, StreamId};
+use crate::diagnosis::{Diagnosis, VerdictKind};
 
 /// Every stream of what is shown: one run, or several scenarios run together.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -26,6 +30,11 @@ pub struct Timeline {
     /// run and its what-if): lanes are then read stream by stream.
     pub parts_compared: bool,
     index: HashMap<(usize, StreamId), usize>,
+    /// Each stream's verdict, once its source has one: the library
+    /// diagnoses a stream when it finishes (live) or a whole stored run
+    /// when it is read. Kept apart from the lanes, so rewinding a replay
+    /// leaves them be: a lane shows its verdict once it has finished.
+    verdicts: HashMap<(usize, StreamId), Arc<Diagnosis>>,
     end_s: f64,
     events: u64,
 }
@@ -72,9 +81,11 @@ pub struct Lane {
     pub fired: Vec<Mark>,
     /// Rate-limit buckets that ran low.
     pub low_buckets: Vec<Mark>,
-    /// Every event other than chunks and parsed stream events, described,
-    /// for hovering.
-    pub notes: Vec<Mark>,
+    /// The stream's events in order, for hovering and the detail panel:
+    /// each event other than data as it came, and each run of data
+    /// (chunks, parsed stream events) between two of them folded into one
+    /// entry, so the log grows with the stream's decisions, not its bytes.
+    pub log: Vec<LogEntry>,
     /// How the call ended, once it has.
     pub outcome: Option<Outcome>,
     /// When it ended.
@@ -97,6 +108,110 @@ pub struct Mark {
     pub at_s: f64,
     /// What, in words.
     pub text: String,
+}
+
+/// One entry of a lane's [log](Lane::log).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogEntry {
+    /// When it happened (a run of data: its first event).
+    pub at_s: f64,
+    /// The attempt it belongs to (0: the call, between attempts).
+    pub attempt: u32,
+    /// What happened.
+    pub what: Logged,
+}
+
+/// What a [`LogEntry`] holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Logged {
+    /// An event other than data, as it came.
+    Event(EventKind),
+    /// A recorded body, described: the body itself is not kept.
+    Body(String),
+    /// Consecutive chunks and parsed stream events of one attempt.
+    Data(DataRun),
+}
+
+impl LogEntry {
+    /// The entry in words, as hovering and the detail panel show it.
+    pub fn text(&self) -> String {
+        match &self.what {
+            Logged::Event(kind) => describe(kind),
+            Logged::Body(text) => text.clone(),
+            Logged::Data(run) => run.describe(self.at_s),
+        }
+    }
+}
+
+/// A run of data events folded into one log entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DataRun {
+    /// Its last event's time.
+    pub end_s: f64,
+    /// Chunks received.
+    pub chunks: u32,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Parsed stream events by class, in [`EVENT_CLASSES`] order.
+    pub events: [u32; EVENT_CLASSES.len()],
+    /// Characters of text those events carried.
+    pub chars: u64,
+}
+
+/// Every class of parsed stream event, in the order a [`DataRun`] counts them.
+pub const EVENT_CLASSES: [EventClass; 6] = [
+    EventClass::Content,
+    EventClass::Reasoning,
+    EventClass::ToolCall,
+    EventClass::Lifecycle,
+    EventClass::Keepalive,
+    EventClass::Error,
+];
+
+impl DataRun {
+    fn take(&mut self, at: f64, kind: &EventKind) {
+        self.end_s = at;
+        match kind {
+            EventKind::ChunkReceived { bytes } => {
+                self.chunks += 1;
+                self.bytes += *bytes as u64;
+            }
+            EventKind::SseReceived { class, chars, .. } => {
+                if let Some(i) = EVENT_CLASSES.iter().position(|c| c == class) {
+                    self.events[i] += 1;
+                }
+                self.chars += *chars as u64;
+            }
+            _ => {}
+        }
+    }
+
+    /// `12 chunks, 3,210 B; 10 content, 2 keepalive events (420 chars) over 0.800 s`.
+    pub fn describe(&self, start_s: f64) -> String {
+        let mut text = match self.chunks {
+            0 => String::new(),
+            1 => format!("1 chunk, {} B", self.bytes),
+            n => format!("{n} chunks, {} B", self.bytes),
+        };
+        let classes: Vec<String> = EVENT_CLASSES
+            .iter()
+            .zip(self.events)
+            .filter(|(_, n)| *n > 0)
+            .map(|(class, n)| format!("{n} {}", class.name()))
+            .collect();
+        if !classes.is_empty() {
+            let total: u32 = self.events.iter().sum();
+            let noun = if total == 1 { "event" } else { "events" };
+            let chars = if self.chars > 0 { format!(" ({} chars)", self.chars) } else { String::new() };
+            let sep = if text.is_empty() { "" } else { "; " };
+            text.push_str(&format!("{sep}{} {noun}{chars}", classes.join(", ")));
+        }
+        let span = self.end_s - start_s;
+        if span > 0.0 {
+            text.push_str(&format!(" over {span:.3} s"));
+        }
+        text
+    }
 }
 
 /// One armed timer from arming to its end: how much of its budget had
@@ -191,6 +306,19 @@ impl Timeline {
         self.end_s
     }
 
+    /// Gives stream `stream` of `part` its verdict.
+    pub fn set_verdict(&mut self, part: usize, stream: StreamId, diagnosis: Diagnosis) {
+        self.verdicts.insert((part, stream), Arc::new(diagnosis));
+    }
+
+    /// A lane's verdict, once it has finished (as of a replay's cursor); a
+    /// stream whose recording ends before it finished shows its
+    /// `incomplete` verdict whenever it is known.
+    pub fn verdict(&self, lane: &Lane) -> Option<&Arc<Diagnosis>> {
+        let verdict = self.verdicts.get(&(lane.part, lane.stream))?;
+        (lane.outcome.is_some() || verdict.kind == VerdictKind::Incomplete).then_some(verdict)
+    }
+
     /// Events taken in.
     pub fn event_count(&self) -> u64 {
         self.events
@@ -203,9 +331,15 @@ impl Timeline {
 
     /// Counts, retries and latency over every lane.
     pub fn summary(&self) -> Summary {
+        self.summary_of(0..self.lanes.len())
+    }
+
+    /// Counts, retries and latency over the lanes at `indices` (those a
+    /// filter shows).
+    pub fn summary_of(&self, indices: impl IntoIterator<Item = usize>) -> Summary {
         let mut summary = Summary::default();
         let mut elapsed = Vec::new();
-        for lane in &self.lanes {
+        for lane in indices.into_iter().filter_map(|i| self.lanes.get(i)) {
             match lane.outcome {
                 Some(Outcome::Ok) => summary.ok += 1,
                 Some(Outcome::Partial) => summary.partial += 1,
@@ -268,6 +402,8 @@ struct LaneCheckpoint {
     open: [Option<usize>; TIMER_KINDS],
     /// The armed timers: the only tracks that change after they are pushed.
     armed: Vec<ArmedTrack>,
+    /// The log's last entry when it is a run of data, which grows in place.
+    last_data: Option<DataRun>,
 }
 
 impl LaneCheckpoint {
@@ -342,6 +478,7 @@ impl Lane {
                 self.bytes.push(PlotPoint::new(at, self.total_bytes as f64));
                 self.reset(TimerKind::Idle, at);
                 self.close(TimerKind::Ttfb, at, false);
+                self.log_data(at, event);
                 return;
             }
             EventKind::SseReceived { class, progress, .. } => {
@@ -354,6 +491,7 @@ impl Lane {
                 if *progress {
                     self.reset(TimerKind::DataStall, at);
                 }
+                self.log_data(at, event);
                 return;
             }
             EventKind::TimerArmed { timer, after } => {
@@ -409,7 +547,25 @@ impl Lane {
             }
             _ => {}
         }
-        self.notes.push(Mark { at_s: at, text: describe(&event.kind) });
+        let what = match &event.kind {
+            EventKind::BodyRecorded { .. } => Logged::Body(describe(&event.kind)),
+            kind => Logged::Event(kind.clone()),
+        };
+        self.log.push(LogEntry { at_s: at, attempt: event.attempt, what });
+    }
+
+    /// Folds a data event into the log's last entry when that is a run of
+    /// data of the same attempt, else starts one.
+    fn log_data(&mut self, at: f64, event: &Event) {
+        if let Some(LogEntry { attempt, what: Logged::Data(run), .. }) = self.log.last_mut()
+            && *attempt == event.attempt
+        {
+            run.take(at, &event.kind);
+            return;
+        }
+        let mut run = DataRun::default();
+        run.take(at, &event.kind);
+        self.log.push(LogEntry { at_s: at, attempt: event.attempt, what: Logged::Data(run) });
     }
 
     /// The lengths of every series the lane grows, in a fixed order.
@@ -433,7 +589,7 @@ impl Lane {
             hops,
             fired,
             low_buckets,
-            notes,
+            log,
             outcome: _,
             finished_s: _,
             last_error: _,
@@ -453,7 +609,7 @@ impl Lane {
             hops.len(),
             fired.len(),
             low_buckets.len(),
-            notes.len(),
+            log.len(),
         ]
     }
 
@@ -479,11 +635,15 @@ impl Lane {
             attempt_count: self.attempt_count,
             open: self.open,
             armed,
+            last_data: match self.log.last() {
+                Some(LogEntry { what: Logged::Data(run), .. }) => Some(*run),
+                _ => None,
+            },
         }
     }
 
     fn rewind(&mut self, mark: &LaneCheckpoint) {
-        let [bytes, output, keepalive, lifecycle, timers, sleeps, attempts, hops, fired, low, notes] = mark.lengths;
+        let [bytes, output, keepalive, lifecycle, timers, sleeps, attempts, hops, fired, low, log] = mark.lengths;
         self.bytes.truncate(bytes);
         self.output_ticks.truncate(output);
         self.keepalive_ticks.truncate(keepalive);
@@ -494,7 +654,10 @@ impl Lane {
         self.hops.truncate(hops);
         self.fired.truncate(fired);
         self.low_buckets.truncate(low);
-        self.notes.truncate(notes);
+        self.log.truncate(log);
+        if let (Some(was), Some(LogEntry { what: Logged::Data(run), .. })) = (mark.last_data, self.log.last_mut()) {
+            *run = was;
+        }
         // A track closed by then never changed again; an armed one may have
         // been reset or closed since.
         for armed in &mark.armed {
@@ -552,14 +715,16 @@ impl Lane {
     pub fn describe_near(&self, at_s: f64, tolerance_s: f64) -> Option<String> {
         // Decisions come in bursts (a timer fires, the failure is classified,
         // a backoff is scheduled, all at once): show the whole burst.
-        let from = self.notes.partition_point(|m| m.at_s < at_s - tolerance_s);
-        let to = self.notes.partition_point(|m| m.at_s <= at_s + tolerance_s);
-        if from < to {
-            const MOST: usize = 8;
-            let mut lines: Vec<String> =
-                self.notes[from..to].iter().take(MOST).map(|m| format!("{:.3} s  {}", m.at_s, m.text)).collect();
-            if to - from > MOST {
-                lines.push(format!("… and {} more", to - from - MOST));
+        let from = self.log.partition_point(|m| m.at_s < at_s - tolerance_s);
+        let to = self.log.partition_point(|m| m.at_s <= at_s + tolerance_s);
+        let mut burst = self.log[from..to].iter().filter(|e| !matches!(e.what, Logged::Data(_)));
+        const MOST: usize = 8;
+        let mut lines: Vec<String> =
+            burst.by_ref().take(MOST).map(|e| format!("{:.3} s  {}", e.at_s, e.text())).collect();
+        if !lines.is_empty() {
+            let more = burst.count();
+            if more > 0 {
+                lines.push(format!("… and {more} more"));
             }
             return Some(lines.join("\n"));
         }
@@ -854,6 +1019,43 @@ mod tests {
         let tick = lane.describe_near(0.1, 0.01).unwrap();
         assert!(tick.contains("lifecycle event") && tick.contains("50 bytes"), "{tick}");
         assert_eq!(lane.describe_near(0.5, 0.01), None);
+    }
+
+    fn verdict(kind: VerdictKind) -> Diagnosis {
+        Diagnosis {
+            kind,
+            severity: crate::diagnosis::Severity::Recovered,
+            summary: kind.label().to_owned(),
+            evidence: Vec::new(),
+            tunable: None,
+            suggestion: None,
+            trusted: true,
+            basis: crate::diagnosis::Basis::default(),
+        }
+    }
+
+    #[test]
+    fn a_lane_shows_its_verdict_once_it_has_finished_and_keeps_it_through_a_rewind() {
+        let events = stalled_then_ok();
+        let mut timeline = Timeline::new();
+        let part = timeline.add_part("x", 0.0);
+        timeline.set_verdict(part, 0, verdict(VerdictKind::SilentStall));
+        let (last, before) = events.split_last().unwrap();
+        for event in before {
+            timeline.ingest(part, event);
+        }
+        let checkpoint = timeline.checkpoint();
+        assert_eq!(timeline.verdict(&timeline.lanes[0]), None, "still going");
+        timeline.ingest(part, last);
+        assert_eq!(timeline.verdict(&timeline.lanes[0]).map(|d| d.kind), Some(VerdictKind::SilentStall));
+        timeline.rewind(&checkpoint);
+        assert_eq!(timeline.verdict(&timeline.lanes[0]), None);
+        timeline.ingest(part, last);
+        assert_eq!(timeline.verdict(&timeline.lanes[0]).map(|d| d.kind), Some(VerdictKind::SilentStall));
+        // A recording that ends before its stream did: incomplete, whatever the cursor.
+        timeline.set_verdict(part, 0, verdict(VerdictKind::Incomplete));
+        timeline.rewind(&checkpoint);
+        assert_eq!(timeline.verdict(&timeline.lanes[0]).map(|d| d.kind), Some(VerdictKind::Incomplete));
     }
 
     #[test]

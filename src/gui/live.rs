@@ -275,6 +275,7 @@ impl Live {
         for update in runner.drain() {
             match update {
                 Update::Event { part, event } => self.timeline.ingest(part, &event),
+                Update::Verdict { part, stream, diagnosis } => self.timeline.set_verdict(part, stream, *diagnosis),
                 Update::PartDone { part, result } => {
                     if let Ok(outcome) = &result {
                         self.recorded.extend(outcome.report.run_id);

@@ -9,6 +9,7 @@
 
 pub mod budget;
 pub mod decimate;
+pub mod detail;
 pub mod history;
 pub mod lanes;
 pub mod live;
@@ -18,6 +19,7 @@ pub mod runner;
 pub mod timeline;
 pub mod transport;
 pub mod tunables;
+pub mod verdicts;
 pub mod whatif;
 
 use std::path::PathBuf;

@@ -18,7 +18,8 @@
 //! would cost 17 ms to restore and up to 45 MiB per checkpoint.
 
 use super::lanes::{Checkpoint, Timeline};
-use crate::core::event::Event;
+use crate::core::event::{Event, StreamId};
+use crate::diagnosis::Diagnosis;
 
 /// Events between two checkpoints, at least.
 pub const CHECKPOINT_EVERY: usize = 16_384;
@@ -63,6 +64,14 @@ impl Replay {
         }
         let taken = events.len();
         Replay { events, moments, timeline, part, taken, checkpoints }
+    }
+
+    /// Gives the run's streams their verdicts (each lane shows its own
+    /// once the cursor is past its finish).
+    pub fn set_verdicts(&mut self, verdicts: Vec<(StreamId, Diagnosis)>) {
+        for (stream, diagnosis) in verdicts {
+            self.timeline.set_verdict(self.part, stream, diagnosis);
+        }
     }
 
     /// The model as of the cursor.

@@ -1,21 +1,26 @@
-//! Drawing a [`Timeline`]: a summary strip, lane controls (follow live,
-//! fit, compact, sort, filter) and one lane per stream on a shared,
-//! linked time axis. Only the lanes scrolled into view are drawn, and each
-//! series is reduced to the plot's pixel columns, so a frame's cost
-//! follows the window's size, not the run's.
+//! Drawing a [`Timeline`]: lane controls (follow live, fit, compact, sort,
+//! filter by outcome, verdict or text), a summary strip and the verdict
+//! summary of the lanes shown, and one lane per stream on a shared, linked
+//! time axis; a lane clicked (or reached with ↑/↓) opens its
+//! [detail panel](super::detail) on the right. Only the lanes scrolled
+//! into view are drawn, and each series is reduced to the plot's pixel
+//! columns, so a frame's cost follows the window's size, not the run's.
 //!
 //! Every row (the axis and each lane) is split by [`lane_columns`], so
 //! every plot spans the same pixels whatever its header holds: a time is
 //! at the same x in every lane.
 
-use egui::{Color32, Rect, RichText, Ui, UiBuilder};
+use egui::{Color32, Key, Modifiers, Rect, RichText, Ui, UiBuilder};
 use egui_plot::{Line, MarkerShape, Plot, PlotPoint, PlotPoints, Points, Polygon, Text, VLine};
 use serde::{Deserialize, Serialize};
 
 use super::decimate;
+use super::detail::{self, PanelAction};
 use super::lanes::{Lane, Summary, Timeline};
+use super::verdicts::{self, SummaryCache};
 use crate::core::category::TimerKind;
-use crate::core::event::Outcome;
+use crate::core::event::{Outcome, StreamId};
+use crate::diagnosis::{Diagnosis, VerdictKind};
 
 /// Where the present is on a timeline's clock.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,6 +53,9 @@ pub enum SortBy {
     Outcome,
     /// Longest first.
     Elapsed,
+    /// By verdict: the most severe first (failed, partial, recovered,
+    /// notice, ok), streams without one last.
+    Verdict,
 }
 
 /// Which lanes are shown.
@@ -60,6 +68,38 @@ pub enum OutcomeFilter {
     NotOk,
     /// Lanes with this outcome.
     Only(Outcome),
+}
+
+/// Which lanes are shown, by verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum VerdictFilter {
+    /// Every lane.
+    #[default]
+    All,
+    /// Lanes whose verdict is of this kind.
+    Kind(VerdictKind),
+    /// Lanes whose verdict is not trustworthy (the client was overloaded).
+    Untrusted,
+}
+
+impl VerdictFilter {
+    /// Whether a lane with `verdict` passes.
+    pub fn passes(self, verdict: Option<&Diagnosis>) -> bool {
+        match self {
+            VerdictFilter::All => true,
+            VerdictFilter::Kind(kind) => verdict.is_some_and(|d| d.kind == kind),
+            VerdictFilter::Untrusted => verdict.is_some_and(|d| !d.trusted),
+        }
+    }
+
+    /// How the filter is offered: `all verdicts`, `silent stall`.
+    pub fn name(self) -> &'static str {
+        match self {
+            VerdictFilter::All => "all verdicts",
+            VerdictFilter::Kind(kind) => kind.label(),
+            VerdictFilter::Untrusted => "not trustworthy",
+        }
+    }
 }
 
 /// The view's options; they persist between launches.
@@ -76,10 +116,25 @@ pub struct TimelineView {
     pub sort: SortBy,
     /// Which outcomes are shown.
     pub outcome_filter: OutcomeFilter,
+    /// Which verdicts are shown.
+    pub verdict_filter: VerdictFilter,
     /// Lanes whose label, target or error contain this text.
     pub text_filter: String,
     #[serde(skip)]
     fit_requested: bool,
+    /// The lane whose detail panel is open: (part, stream).
+    #[serde(skip)]
+    selected: Option<(usize, StreamId)>,
+    /// Positions in the lane order drawn last frame.
+    #[serde(skip)]
+    rows_shown: std::ops::Range<usize>,
+    /// A position the keyboard moved the selection to, to scroll into view.
+    #[serde(skip)]
+    scroll_to: Option<usize>,
+    /// The verdict summary of the lanes shown, one per part when the parts
+    /// are compared (a run and its what-if), else one for all.
+    #[serde(skip)]
+    verdict_summaries: Vec<SummaryCache>,
 }
 
 impl Default for TimelineView {
@@ -90,8 +145,13 @@ impl Default for TimelineView {
             compact: false,
             sort: SortBy::Start,
             outcome_filter: OutcomeFilter::All,
+            verdict_filter: VerdictFilter::All,
             text_filter: String::new(),
             fit_requested: true,
+            selected: None,
+            rows_shown: 0..0,
+            scroll_to: None,
+            verdict_summaries: Vec::new(),
         }
     }
 }
@@ -185,17 +245,25 @@ pub fn summary_text(summary: &Summary) -> String {
 
 impl TimelineView {
     /// Draws the timeline as of `clock`; a replay's cursor is drawn across
-    /// every lane.
+    /// every lane. A selected lane's detail panel opens on the right.
     pub fn ui(&mut self, ui: &mut Ui, timeline: &Timeline, clock: Clock) {
         let (now_s, live) = (clock.now_s(), matches!(clock, Clock::Live(_)));
         let cursor = match clock {
             Clock::Cursor(s) => Some(s),
             Clock::Live(_) | Clock::Ended(_) => None,
         };
-        ui.label(RichText::new(summary_text(&timeline.summary())).strong());
-        self.controls(ui, live);
-        legend(ui);
+        self.controls(ui, timeline, live);
         let order = self.visible_lanes(timeline, now_s);
+        ui.label(RichText::new(summary_text(&timeline.summary_of(order.iter().copied()))).strong());
+        self.verdict_summary(ui, timeline, &order);
+        legend(ui);
+        self.keys(ui, timeline, &order);
+        if let Some(lane) = self.selected_lane(timeline) {
+            let panel = egui::Panel::right("lane-detail").resizable(true).default_size(480.0).min_size(300.0);
+            if panel.show(ui, |ui| detail::ui(ui, timeline, lane, now_s)).inner == PanelAction::Close {
+                self.selected = None;
+            }
+        }
         if order.is_empty() {
             ui.label(if timeline.lanes.is_empty() { "No streams yet." } else { "No lane matches the filter." });
             return;
@@ -209,20 +277,94 @@ impl TimelineView {
             self.axis(ui, link, range, width, cursor);
         }
         let row_height = if self.compact { COMPACT_HEIGHT } else { LANE_HEIGHT };
-        egui::ScrollArea::vertical().auto_shrink([false, false]).show_rows(ui, row_height, order.len(), |ui, rows| {
+        let mut scroll = egui::ScrollArea::vertical().auto_shrink([false, false]);
+        if let Some(at) = self.scroll_to.take().filter(|at| !self.rows_shown.contains(at)) {
+            scroll = scroll.vertical_scroll_offset(at as f32 * (row_height + ui.spacing().item_spacing.y));
+        }
+        let mut clicked = None;
+        scroll.show_rows(ui, row_height, order.len(), |ui, rows| {
+            self.rows_shown = rows.clone();
             for &index in &order[rows] {
                 let lane = &timeline.lanes[index];
-                if self.compact {
-                    ui.horizontal(|ui| lane_header(ui, timeline, lane, now_s, false));
+                let selected = self.selected == Some((lane.part, lane.stream));
+                let picked = if self.compact {
+                    let row = ui.horizontal(|ui| lane_header(ui, timeline, lane, now_s, false)).response;
+                    pick(ui, row.rect, timeline, lane, selected)
                 } else {
-                    let row = LaneRow { link, range, width, now_s, cursor };
-                    self.lane(ui, timeline, lane, &row);
+                    let row = LaneRow { link, range, width, now_s, cursor, selected };
+                    self.lane(ui, timeline, lane, &row)
+                };
+                if picked {
+                    clicked = Some((lane.part, lane.stream));
                 }
             }
         });
+        if clicked.is_some() {
+            self.selected = clicked;
+        }
     }
 
-    fn controls(&mut self, ui: &mut Ui, live: bool) {
+    /// The run-level verdict summary of the lanes in `order`; a click on a
+    /// verdict's line shows only its lanes.
+    fn verdict_summary(&mut self, ui: &mut Ui, timeline: &Timeline, order: &[usize]) {
+        let parts: Vec<Option<usize>> =
+            if timeline.parts_compared { (0..timeline.parts.len()).map(Some).collect() } else { vec![None] };
+        self.verdict_summaries.resize_with(parts.len(), SummaryCache::default);
+        let mut picked = None;
+        for (cache, part) in self.verdict_summaries.iter_mut().zip(parts) {
+            let shown = order
+                .iter()
+                .map(|&i| &timeline.lanes[i])
+                .filter(|lane| part.is_none_or(|p| lane.part == p))
+                .filter_map(|lane| timeline.verdict(lane).map(|d| (lane.stream, d.clone())))
+                .collect();
+            let title = part.and_then(|p| timeline.parts.get(p)).map(|p| p.label.as_str());
+            picked = verdicts::summary_ui(ui, title, cache.of(shown)).or(picked);
+        }
+        if let Some(kind) = picked {
+            self.verdict_filter = VerdictFilter::Kind(kind);
+        }
+    }
+
+    /// The lane whose detail panel is open, if it is in `timeline` (a
+    /// replay's cursor may be before its stream started).
+    pub fn selected_lane<'a>(&self, timeline: &'a Timeline) -> Option<&'a Lane> {
+        let (part, stream) = self.selected?;
+        timeline.lanes.iter().find(|l| l.part == part && l.stream == stream)
+    }
+
+    /// With a lane selected, ↑ and ↓ select the lane above or below among
+    /// those shown, and Esc closes the panel; not while text is edited.
+    fn keys(&mut self, ui: &mut Ui, timeline: &Timeline, order: &[usize]) {
+        if self.selected.is_none() || ui.ctx().text_edit_focused() {
+            return;
+        }
+        let (up, down, close) = ui.input_mut(|i| {
+            (
+                i.consume_key(Modifiers::NONE, Key::ArrowUp),
+                i.consume_key(Modifiers::NONE, Key::ArrowDown),
+                i.consume_key(Modifiers::NONE, Key::Escape),
+            )
+        });
+        if close {
+            self.selected = None;
+            return;
+        }
+        let key = |i: usize| (timeline.lanes[i].part, timeline.lanes[i].stream);
+        let at = order.iter().position(|&i| Some(key(i)) == self.selected);
+        let next = match (at, up, down) {
+            (Some(at), true, false) => at.checked_sub(1),
+            (Some(at), false, true) => Some(at + 1).filter(|&n| n < order.len()),
+            (None, true, _) | (None, _, true) => (!order.is_empty()).then_some(0),
+            _ => None,
+        };
+        if let Some(next) = next {
+            self.selected = Some(key(order[next]));
+            self.scroll_to = Some(next);
+        }
+    }
+
+    fn controls(&mut self, ui: &mut Ui, timeline: &Timeline, live: bool) {
         ui.horizontal(|ui| {
             ui.add_enabled(live, egui::Checkbox::new(&mut self.follow_live, "Follow live"));
             if ui.button("Fit").on_hover_text("Show the whole run").clicked() {
@@ -235,11 +377,13 @@ impl TimelineView {
                     SortBy::Start => "start",
                     SortBy::Outcome => "outcome",
                     SortBy::Elapsed => "elapsed",
+                    SortBy::Verdict => "verdict",
                 })
                 .show_ui(ui, |ui| {
                     ui.selectable_value(&mut self.sort, SortBy::Start, "start");
                     ui.selectable_value(&mut self.sort, SortBy::Outcome, "outcome");
                     ui.selectable_value(&mut self.sort, SortBy::Elapsed, "elapsed");
+                    ui.selectable_value(&mut self.sort, SortBy::Verdict, "verdict");
                 });
             ui.separator();
             egui::ComboBox::from_label("Show").selected_text(filter_name(self.outcome_filter)).show_ui(ui, |ui| {
@@ -252,6 +396,26 @@ impl TimelineView {
                     OutcomeFilter::Only(Outcome::Cancelled),
                 ] {
                     ui.selectable_value(&mut self.outcome_filter, filter, filter_name(filter));
+                }
+            });
+            let verdicts = egui::ComboBox::from_label("Verdict").selected_text(self.verdict_filter.name());
+            verdicts.show_ui(ui, |ui| {
+                // Only the kinds this timeline holds, with their counts.
+                let mut kinds = std::collections::BTreeMap::new();
+                let mut untrusted = 0;
+                for verdict in timeline.lanes.iter().filter_map(|lane| timeline.verdict(lane)) {
+                    *kinds.entry(verdict.kind).or_insert(0) += 1;
+                    untrusted += usize::from(!verdict.trusted);
+                }
+                ui.selectable_value(&mut self.verdict_filter, VerdictFilter::All, VerdictFilter::All.name());
+                let untrusted_name = format!("{} ({untrusted})", VerdictFilter::Untrusted.name());
+                ui.selectable_value(&mut self.verdict_filter, VerdictFilter::Untrusted, untrusted_name);
+                if let VerdictFilter::Kind(kind) = self.verdict_filter {
+                    kinds.entry(kind).or_insert(0);
+                }
+                for (kind, n) in kinds {
+                    let filter = VerdictFilter::Kind(kind);
+                    ui.selectable_value(&mut self.verdict_filter, filter, format!("{} ({n})", kind.label()));
                 }
             });
             let label = ui.label("Filter lanes");
@@ -276,11 +440,14 @@ impl TimelineView {
                     OutcomeFilter::NotOk => lane.outcome != Some(Outcome::Ok),
                     OutcomeFilter::Only(o) => lane.outcome == Some(o),
                 };
+                let verdict = timeline.verdict(lane).map(|d| &**d);
                 outcome_ok
+                    && self.verdict_filter.passes(verdict)
                     && (needle.is_empty()
                         || timeline.label(lane).to_lowercase().contains(&needle)
                         || lane.target.to_lowercase().contains(&needle)
-                        || lane.last_error.as_deref().is_some_and(|e| e.to_lowercase().contains(&needle)))
+                        || lane.last_error.as_deref().is_some_and(|e| e.to_lowercase().contains(&needle))
+                        || verdict.is_some_and(|d| d.kind.label().contains(&needle)))
             })
             .collect();
         match self.sort {
@@ -291,6 +458,11 @@ impl TimelineView {
             SortBy::Outcome => order.sort_by_key(|&i| outcome_rank(timeline.lanes[i].outcome)),
             SortBy::Elapsed => order
                 .sort_by(|&a, &b| timeline.lanes[b].elapsed_s(now_s).total_cmp(&timeline.lanes[a].elapsed_s(now_s))),
+            SortBy::Verdict => {
+                let worst_first =
+                    |i: usize| std::cmp::Reverse(timeline.verdict(&timeline.lanes[i]).map(|d| d.severity));
+                order.sort_by_key(|&i| worst_first(i));
+            }
         }
         order
     }
@@ -350,8 +522,9 @@ impl TimelineView {
         }
     }
 
-    fn lane(&mut self, ui: &mut Ui, timeline: &Timeline, lane: &Lane, row: &LaneRow) {
-        let LaneRow { link, range, width, now_s, cursor } = *row;
+    /// Draws one lane; returns whether it was clicked (to select it).
+    fn lane(&mut self, ui: &mut Ui, timeline: &Timeline, lane: &Lane, row: &LaneRow) -> bool {
+        let LaneRow { link, range, width, now_s, cursor, selected } = *row;
         let size = egui::vec2(width.min(ui.available_width()), LANE_HEIGHT - ui.spacing().item_spacing.y);
         let (rect, _) = ui.allocate_exact_size(size, egui::Sense::hover());
         let (header, area) = lane_columns(rect, ui.spacing().item_spacing.x);
@@ -360,7 +533,11 @@ impl TimelineView {
             UiBuilder::new().max_rect(header).id_salt(("header", id)).layout(egui::Layout::top_down(egui::Align::Min)),
         );
         header_ui.set_clip_rect(header.intersect(ui.clip_rect()));
+        if selected {
+            ui.painter().rect_filled(header, 3.0, ui.visuals().selection.bg_fill.gamma_multiply(0.4));
+        }
         lane_header(&mut header_ui, timeline, lane, now_s, true);
+        let picked = pick(ui, header, timeline, lane, selected);
         let mut plot_ui = ui.new_child(UiBuilder::new().max_rect(area).id_salt(("plot", id)));
         let response = Plot::new(link.with(("lane", lane.part, lane.stream)))
             .width(area.width())
@@ -392,10 +569,22 @@ impl TimelineView {
             });
         let name = format!("Plot of {} stream {}", timeline.label(lane), lane.stream);
         response.response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Figure, true, &name));
+        let clicked = response.response.clicked();
         if let Some(text) = response.inner {
             response.response.on_hover_text_at_pointer(text);
         }
+        picked || clicked
     }
+}
+
+/// Makes `rect` (a lane's header or compact row) a button that selects its
+/// lane, found by screen readers and tests as `Lane <title>`; returns
+/// whether it was clicked (or activated from the keyboard).
+fn pick(ui: &mut Ui, rect: Rect, timeline: &Timeline, lane: &Lane, selected: bool) -> bool {
+    let response = ui.interact(rect, ui.scope_id().with(("pick", lane.part, lane.stream)), egui::Sense::click());
+    let name = format!("Lane {}", detail::title(timeline, lane));
+    response.widget_info(|| egui::WidgetInfo::selected(egui::Role::Button, true, selected, &name));
+    response.on_hover_text("Open this stream's details (↑ ↓ to move, Esc to close)").clicked()
 }
 
 /// What every lane row of a frame shares.
@@ -406,6 +595,7 @@ struct LaneRow {
     width: f32,
     now_s: f64,
     cursor: Option<f64>,
+    selected: bool,
 }
 
 /// The replay cursor, drawn across a plot.
@@ -434,7 +624,7 @@ fn outcome_rank(outcome: Option<Outcome>) -> u8 {
 /// The lane's text: which stream, how it ended, how long, why.
 fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: bool) {
     let outcome = outcome_name(lane.outcome);
-    let title = format!("{} #{}", timeline.label(lane), lane.stream);
+    let title = detail::title(timeline, lane);
     let headline = RichText::new(format!("{title}  {outcome}")).color(outcome_colour(lane.outcome)).strong();
     // One line, cut with "…" (the whole of it on hover), so a long label
     // leaves room for the rest of the header.
@@ -446,15 +636,23 @@ fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: 
         lane.elapsed_s(now_s),
         lane.total_bytes
     );
-    if full {
-        ui.small(detail);
-        if let Some(error) = &lane.last_error {
-            // Red only when the failure was final; a recovered one is history.
-            let tint = if lane.outcome == Some(Outcome::Failed) { colour::FIRED } else { colour::SLEEP_TEXT };
-            ui.small(RichText::new(error).color(tint));
+    // The verdict says more than the last error, once there is one.
+    match timeline.verdict(lane) {
+        Some(verdict) => {
+            ui.small(detail);
+            verdicts::badge(ui, verdict);
         }
-    } else {
-        ui.small(format!("{detail}  {}", lane.last_error.as_deref().unwrap_or("")));
+        None if full => {
+            ui.small(detail);
+            if let Some(error) = &lane.last_error {
+                // Red only when the failure was final; a recovered one is history.
+                let tint = if lane.outcome == Some(Outcome::Failed) { colour::FIRED } else { colour::SLEEP_TEXT };
+                ui.small(RichText::new(error).color(tint));
+            }
+        }
+        None => {
+            ui.small(format!("{detail}  {}", lane.last_error.as_deref().unwrap_or("")));
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The app's what-if: a recorded run replayed under the tunables being
 //! edited, on a background thread (the library's `replay::whatif` does the
 //! work), shown as a fidelity badge, the diff table, and the recorded and
-//! what-if lanes interleaved per stream on one time axis.
+//! what-if lanes interleaved per stream on one time axis, each with its
+//! verdict.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,10 +13,13 @@ use egui::{Color32, RichText, Ui};
 
 use super::lanes::Timeline;
 use crate::core::event::{Event, StreamId, VecSink};
+use crate::core::policy::{CorePolicy, RetrySettings};
+use crate::diagnosis::{RecordedRun, diagnose, diagnose_with};
 use crate::replay::outcome::StreamCourse;
 use crate::replay::recording::Recording;
 use crate::replay::whatif::{Fidelity, WhatIf, WhatIfReport, fidelity, what_if_watched};
 use crate::store::{RunId, Store};
+use crate::tunables::Tunables;
 
 /// A what-if's result, ready to show.
 #[derive(Debug)]
@@ -201,13 +205,35 @@ fn compute(db: &PathBuf, run: RunId, changes: Vec<String>) -> Result<Outcome, St
     let whatif = WhatIf { overrides: changes, ..WhatIf::default() };
     let report = what_if_watched(&recording, &whatif, Some(replayed.clone())).map_err(|e| e.to_string())?;
     let recorded = store.run_events(run).map_err(|e| e.to_string())?;
-    let timeline = interleaved(run, recorded, replayed.events());
+    // Each side's verdicts read retry denials against its own limits.
+    let record = store.run(run).map_err(|e| e.to_string())?.ok_or_else(|| format!("no run {run}"))?;
+    let judges = Judges {
+        recorded: RecordedRun::new(&record.tunables, &record.dropped_by_stream),
+        whatif: retry_limits(&recording.tunables, &whatif.overrides),
+    };
+    let timeline = interleaved(run, recorded, replayed.events(), &judges);
     Ok(Outcome { run, report, fidelity, timeline })
 }
 
+/// What each side's verdicts are read against: the recorded run's limits
+/// (and the events it lost), and the what-if's limits.
+struct Judges {
+    recorded: RecordedRun,
+    whatif: Option<RetrySettings>,
+}
+
+/// The retry limits of `tunables` under `changes` (`NAME=VALUE`).
+fn retry_limits(tunables: &Tunables, changes: &[String]) -> Option<RetrySettings> {
+    let mut tunables = tunables.clone();
+    for change in changes {
+        tunables.apply_override(change).ok()?;
+    }
+    CorePolicy::from_tunables(&tunables).ok().map(|policy| policy.retry)
+}
+
 /// One timeline with each stream's recorded lane followed by its what-if
-/// lane, both from the run's epoch.
-fn interleaved(run: RunId, recorded: Vec<Event>, replayed: Vec<Event>) -> Timeline {
+/// lane, both from the run's epoch, each with its verdict.
+fn interleaved(run: RunId, recorded: Vec<Event>, replayed: Vec<Event>, judges: &Judges) -> Timeline {
     let mut by_stream: BTreeMap<StreamId, (Vec<Event>, Vec<Event>)> = BTreeMap::new();
     for event in recorded {
         by_stream.entry(event.stream).or_default().0.push(event);
@@ -218,7 +244,7 @@ fn interleaved(run: RunId, recorded: Vec<Event>, replayed: Vec<Event>) -> Timeli
     let mut timeline = Timeline::new();
     timeline.parts_compared = true;
     let (before, after) = (timeline.add_part(format!("run {run}"), 0.0), timeline.add_part("what-if", 0.0));
-    for (mut recorded, replayed) in by_stream.into_values() {
+    for (stream, (mut recorded, replayed)) in by_stream {
         // The store groups a run's events by stream; within one, by time.
         recorded.sort_by_key(|e| e.at);
         for event in &recorded {
@@ -226,6 +252,16 @@ fn interleaved(run: RunId, recorded: Vec<Event>, replayed: Vec<Event>) -> Timeli
         }
         for event in &replayed {
             timeline.ingest(after, event);
+        }
+        if !recorded.is_empty() {
+            timeline.set_verdict(before, stream, judges.recorded.diagnose(stream, &recorded));
+        }
+        if !replayed.is_empty() {
+            let verdict = match &judges.whatif {
+                Some(limits) => diagnose_with(&replayed, limits),
+                None => diagnose(&replayed),
+            };
+            timeline.set_verdict(after, stream, verdict);
         }
     }
     timeline
