@@ -278,8 +278,8 @@ impl CoreCalls {
     async fn run(settings: &Settings, root: &str, streams: usize, sink: Arc<dyn EventSink>) -> CoreCalls {
         let clients = ClientCache::new();
         let (executor, target) = core_executor(settings, root, &clients, sink);
-        let client = clients.client(&settings.policy.transport).expect("the executor's client");
-        warm_pool(&client, root, streams).await;
+        let clients = clients.clients(&settings.policy.transport).expect("the executor's clients");
+        warm_pool(|stream| clients.for_stream(stream).clone(), root, streams).await;
         let plan = RunPlan { requests: streams, concurrency: streams, target, prompt: "Say hello.".to_owned() };
         let rss_before_kib = status_kib("VmRSS");
         let (cpu_at_start, started) = (cpu_seconds(), Instant::now());
@@ -317,14 +317,14 @@ const WARM_HOLD: Duration = Duration::from_millis(300);
 /// connection. Without this, a thousand calls connecting at once overflow
 /// the listen backlog, and the dropped handshakes are retried only after
 /// 1 s. Connects are spread over a few milliseconds for the same reason.
-async fn warm_pool(client: &reqwest::Client, root: &str, connections: usize) {
+async fn warm_pool(client_of: impl Fn(u64) -> reqwest::Client, root: &str, connections: usize) {
     let url = format!("{root}/v1/chat/completions");
     let mut tasks = Vec::with_capacity(connections);
     for stream in 0..connections {
         if stream % 50 == 49 {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let request = chat_request(client, &url, stream as u64).header(WARM_HEADER, "1");
+        let request = chat_request(&client_of(stream as u64), &url, stream as u64).header(WARM_HEADER, "1");
         tasks.push(tokio::spawn(async move { request.send().await.ok()?.bytes().await.ok() }));
     }
     let mut opened = 0;
@@ -1040,8 +1040,8 @@ async fn stalled_calls(root: String, sizes: Sizes) -> (Vec<f64>, Vec<u64>, usize
     let sink = Arc::new(LatenessSink::new(sizes.stall_streams));
     let clients = ClientCache::new();
     let (executor, target) = core_executor(&settings, &root, &clients, sink.clone());
-    let client = clients.client(&settings.policy.transport).expect("the executor's client");
-    warm_pool(&client, &root, sizes.stall_streams).await;
+    let clients = clients.clients(&settings.policy.transport).expect("the executor's clients");
+    warm_pool(|stream| clients.for_stream(stream).clone(), &root, sizes.stall_streams).await;
     let plan = RunPlan {
         requests: sizes.stall_streams,
         concurrency: sizes.stall_streams,
@@ -1083,7 +1083,7 @@ const TEARDOWN_WAIT: Duration = CLOSE_DELAY.saturating_mul(2);
 /// did not end on the timer, and the process CPU seconds of the streams.
 async fn raw_stalls(root: String, sizes: Sizes) -> (Vec<f64>, Duration, usize, f64) {
     let client = plain_client();
-    warm_pool(&client, &root, sizes.stall_streams).await;
+    warm_pool(|_| client.clone(), &root, sizes.stall_streams).await;
     let url = format!("{root}/v1/chat/completions");
     let threshold = sizes.stall_threshold;
     let cpu = cpu_seconds();
@@ -1319,7 +1319,7 @@ fn child(args: &[String]) {
             }
             "raw" => {
                 let client = plain_client();
-                warm_pool(&client, &root, streams).await;
+                warm_pool(|_| client.clone(), &root, streams).await;
                 let url = format!("{root}/v1/chat/completions");
                 let rss = status_kib("VmRSS");
                 let (cpu, start) = (cpu_seconds(), Instant::now());
