@@ -56,6 +56,22 @@
 //!    shared pre-rendered event, one sleep per event) serves the same load
 //!    again to show what the simulator itself costs.
 //!
+//! 4. **Capacity.** The largest number of concurrent `healthy` streams
+//!    (the built-in scenario: reasoning, then content, an event every 25 ms
+//!    for 575 ms; idle timer 1 s, data stall 0.5 s) that this machine runs
+//!    with no timer firing at all, as `stallscope run --scenario healthy
+//!    --requests N --concurrency N` runs them: [`run_session`] on a
+//!    two-worker runtime with the simulator in-process and the run
+//!    recorded (to a scratch database), every stream started at once, no
+//!    connection warmed. Each trial reports the timers that fired and how
+//!    many the lag probe marked untrustworthy. Baseline, same run and same
+//!    simulator: raw reqwest reading the same streams with one 0.5 s
+//!    timeout per chunk (1 s for the headers). Both are searched by
+//!    doubling and then halving the gap between the largest clean and the
+//!    smallest failing concurrency, down to a step of 250, up to 9,000
+//!    (each stream holds two sockets here, and the limit on open files is
+//!    20,000); the paths take turns.
+//!
 //! In parts 2 and 3 every client first opens its 1,000 connections (see
 //! [`warm_pool`]): a thousand simultaneous connects overflow the listen
 //! backlog, and the dropped handshakes are retried only after 1 s, which
@@ -101,7 +117,8 @@ use stallscope::providers::sse::SseParser;
 use stallscope::recorder::Recorder;
 use stallscope::report::RunReport;
 use stallscope::run::{RunPlan, executor, run_calls};
-use stallscope::sim::{STREAM_HEADER, Scenario, SimServer};
+use stallscope::session::{Recording, RunSource, SessionPlan, run_session};
+use stallscope::sim::{STREAM_HEADER, Scenario, SimServer, builtin};
 use stallscope::store::runs::RunStart;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
@@ -137,6 +154,12 @@ struct Sizes {
     load_events: u32,
     /// Part 3: milliseconds between events.
     load_every_ms: u64,
+    /// Part 4: the first concurrency tried.
+    capacity_start: usize,
+    /// Part 4: the resolution of the search.
+    capacity_step: usize,
+    /// Part 4: the largest concurrency tried.
+    capacity_max: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -149,6 +172,9 @@ const FULL: Sizes = Sizes {
     load_streams: 1_000,
     load_events: 200,
     load_every_ms: 50,
+    capacity_start: 1_000,
+    capacity_step: 250,
+    capacity_max: 9_000,
 };
 
 /// A smoke test of every path, for runs without `--bench`.
@@ -162,6 +188,9 @@ const QUICK: Sizes = Sizes {
     load_streams: 20,
     load_events: 10,
     load_every_ms: 50,
+    capacity_start: 50,
+    capacity_step: 50,
+    capacity_max: 100,
 };
 
 fn main() {
@@ -186,6 +215,9 @@ fn main() {
     }
     if part("3") {
         load(&server_rt, sizes);
+    }
+    if part("4") {
+        capacity(sizes);
     }
 }
 
@@ -246,8 +278,8 @@ impl CoreCalls {
     async fn run(settings: &Settings, root: &str, streams: usize, sink: Arc<dyn EventSink>) -> CoreCalls {
         let clients = ClientCache::new();
         let (executor, target) = core_executor(settings, root, &clients, sink);
-        let client = clients.client(&settings.policy.transport).expect("the executor's client");
-        warm_pool(&client, root, streams).await;
+        let clients = clients.clients(&settings.policy.transport).expect("the executor's clients");
+        warm_pool(|stream| clients.for_stream(stream).clone(), root, streams).await;
         let plan = RunPlan { requests: streams, concurrency: streams, target, prompt: "Say hello.".to_owned() };
         let rss_before_kib = status_kib("VmRSS");
         let (cpu_at_start, started) = (cpu_seconds(), Instant::now());
@@ -285,14 +317,14 @@ const WARM_HOLD: Duration = Duration::from_millis(300);
 /// connection. Without this, a thousand calls connecting at once overflow
 /// the listen backlog, and the dropped handshakes are retried only after
 /// 1 s. Connects are spread over a few milliseconds for the same reason.
-async fn warm_pool(client: &reqwest::Client, root: &str, connections: usize) {
+async fn warm_pool(client_of: impl Fn(u64) -> reqwest::Client, root: &str, connections: usize) {
     let url = format!("{root}/v1/chat/completions");
     let mut tasks = Vec::with_capacity(connections);
     for stream in 0..connections {
         if stream % 50 == 49 {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let request = chat_request(client, &url, stream as u64).header(WARM_HEADER, "1");
+        let request = chat_request(&client_of(stream as u64), &url, stream as u64).header(WARM_HEADER, "1");
         tasks.push(tokio::spawn(async move { request.send().await.ok()?.bytes().await.ok() }));
     }
     let mut opened = 0;
@@ -1008,8 +1040,8 @@ async fn stalled_calls(root: String, sizes: Sizes) -> (Vec<f64>, Vec<u64>, usize
     let sink = Arc::new(LatenessSink::new(sizes.stall_streams));
     let clients = ClientCache::new();
     let (executor, target) = core_executor(&settings, &root, &clients, sink.clone());
-    let client = clients.client(&settings.policy.transport).expect("the executor's client");
-    warm_pool(&client, &root, sizes.stall_streams).await;
+    let clients = clients.clients(&settings.policy.transport).expect("the executor's clients");
+    warm_pool(|stream| clients.for_stream(stream).clone(), &root, sizes.stall_streams).await;
     let plan = RunPlan {
         requests: sizes.stall_streams,
         concurrency: sizes.stall_streams,
@@ -1051,7 +1083,7 @@ const TEARDOWN_WAIT: Duration = CLOSE_DELAY.saturating_mul(2);
 /// did not end on the timer, and the process CPU seconds of the streams.
 async fn raw_stalls(root: String, sizes: Sizes) -> (Vec<f64>, Duration, usize, f64) {
     let client = plain_client();
-    warm_pool(&client, &root, sizes.stall_streams).await;
+    warm_pool(|_| client.clone(), &root, sizes.stall_streams).await;
     let url = format!("{root}/v1/chat/completions");
     let threshold = sizes.stall_threshold;
     let cpu = cpu_seconds();
@@ -1287,7 +1319,7 @@ fn child(args: &[String]) {
             }
             "raw" => {
                 let client = plain_client();
-                warm_pool(&client, &root, streams).await;
+                warm_pool(|_| client.clone(), &root, streams).await;
                 let url = format!("{root}/v1/chat/completions");
                 let rss = status_kib("VmRSS");
                 let (cpu, start) = (cpu_seconds(), Instant::now());
@@ -1401,4 +1433,187 @@ fn load(server_rt: &Runtime, sizes: Sizes) {
     if rows.iter().any(|(_, r)| r.ok != expected) {
         println!("   WARNING: not every stream completed (expected {expected} ok per run)");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Part 4: capacity.
+// ---------------------------------------------------------------------------
+
+/// How one trial of part 4 went.
+#[derive(Debug, Clone, Copy, Default)]
+struct Trial {
+    /// Timers that fired (raw: chunk waits that timed out).
+    fired: u64,
+    /// Of those, marked untrustworthy by the lag probe (the core only).
+    untrusted: u64,
+    /// Streams that did not end `ok`.
+    not_ok: usize,
+    /// The largest runtime lag the probe measured (the core only).
+    max_lag: Duration,
+    secs: f64,
+}
+
+impl Trial {
+    fn clean(&self) -> bool {
+        self.fired == 0 && self.not_ok == 0
+    }
+}
+
+/// One path's search for its largest clean concurrency.
+struct Search {
+    label: &'static str,
+    trial: fn(usize) -> Trial,
+    /// The largest concurrency that ran clean.
+    clean: usize,
+    /// The smallest that did not, and how.
+    failing: Option<(usize, Trial)>,
+}
+
+impl Search {
+    /// The next concurrency to try, or `None` when the search is done.
+    fn next(&self, sizes: Sizes) -> Option<usize> {
+        let step = sizes.capacity_step;
+        let next = match self.failing {
+            None if self.clean == 0 => sizes.capacity_start,
+            None => (self.clean * 2).min(sizes.capacity_max),
+            Some((failing, _)) => (self.clean + failing) / 2 / step * step,
+        };
+        (next > self.clean && self.failing.is_none_or(|(failing, _)| next < failing)).then_some(next)
+    }
+}
+
+/// A fresh two-worker runtime per trial, as `stallscope run` builds one.
+fn trial_runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("trial runtime")
+}
+
+/// `streams` healthy calls at once through [`run_session`], recorded.
+fn core_trial(streams: usize) -> Trial {
+    let dir = std::env::temp_dir().join(format!("stallscope-bench-capacity-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let plan = SessionPlan {
+        source: RunSource::Scenario { name: "healthy".to_owned(), dialect: Dialect::OpenAiChat },
+        requests: streams,
+        concurrency: streams,
+        prompt: "Say hello.".to_owned(),
+        overrides: Vec::new(),
+        edits: Vec::new(),
+        recording: Some(Recording { db: dir.join("runs.db"), label: None }),
+        seed: Some(1),
+    };
+    let started = Instant::now();
+    let outcome = trial_runtime()
+        .block_on(run_session(&plan, &[], None, &CancellationToken::new(), |_| {}))
+        .expect("capacity run");
+    let _ = std::fs::remove_dir_all(&dir);
+    let lag = outcome.lag;
+    Trial {
+        fired: lag.fired,
+        untrusted: lag.untrusted,
+        not_ok: streams - outcome.report.summary.ok,
+        max_lag: lag.max_lag,
+        secs: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// How a raw healthy stream ended.
+enum RawEnd {
+    Done,
+    TimedOut,
+    Failed,
+}
+
+/// Raw reqwest reading one healthy stream under the scenario's rule
+/// written by hand: 1 s for the headers, then 0.5 s for each chunk.
+async fn raw_healthy(client: reqwest::Client, url: String, stream: u64) -> RawEnd {
+    let response = match tokio::time::timeout(Duration::from_secs(1), send(chat_request(&client, &url, stream))).await {
+        Err(_) => return RawEnd::TimedOut,
+        Ok(Err(_)) => return RawEnd::Failed,
+        Ok(Ok(response)) => response,
+    };
+    let mut body = response.bytes_stream();
+    loop {
+        match tokio::time::timeout(Duration::from_millis(500), body.next()).await {
+            Err(_) => return RawEnd::TimedOut,
+            Ok(None) => return RawEnd::Done,
+            Ok(Some(Ok(_))) => {}
+            Ok(Some(Err(_))) => return RawEnd::Failed,
+        }
+    }
+}
+
+/// `streams` healthy streams at once through raw reqwest, the simulator on
+/// the same runtime.
+fn raw_trial(streams: usize) -> Trial {
+    let started = Instant::now();
+    let (fired, not_ok) = trial_runtime().block_on(async move {
+        let sim = SimServer::start(builtin("healthy").expect("the healthy scenario"), 0).await.expect("simulator");
+        let (client, url) = (plain_client(), format!("{}/v1/chat/completions", sim.base_url()));
+        let tasks: Vec<JoinHandle<RawEnd>> =
+            (0..streams).map(|i| tokio::spawn(raw_healthy(client.clone(), url.clone(), i as u64))).collect();
+        let (mut fired, mut not_ok) = (0, 0);
+        for task in tasks {
+            match task.await {
+                Ok(RawEnd::Done) => {}
+                Ok(RawEnd::TimedOut) => (fired, not_ok) = (fired + 1, not_ok + 1),
+                Ok(RawEnd::Failed) | Err(_) => not_ok += 1,
+            }
+        }
+        sim.shutdown().await;
+        (fired, not_ok)
+    });
+    Trial { fired, not_ok, secs: started.elapsed().as_secs_f64(), ..Trial::default() }
+}
+
+fn capacity(sizes: Sizes) {
+    println!(
+        "4. Capacity: the most concurrent `healthy` streams that run with no timer firing (all started at once, \
+         step {}, up to {})",
+        sizes.capacity_step, sizes.capacity_max
+    );
+    let mut searches = [
+        Search { label: "core (run_session, recorded)", trial: core_trial, clean: 0, failing: None },
+        Search { label: "raw reqwest, 0.5 s per chunk", trial: raw_trial, clean: 0, failing: None },
+    ];
+    let mut turn = 0;
+    loop {
+        let pending: Vec<usize> = (0..searches.len()).filter(|&i| searches[i].next(sizes).is_some()).collect();
+        if pending.is_empty() {
+            break;
+        }
+        // The paths take turns, in reverse order every other round.
+        let order: Vec<usize> = if turn % 2 == 0 { pending } else { pending.into_iter().rev().collect() };
+        turn += 1;
+        for i in order {
+            let search = &mut searches[i];
+            let Some(streams) = search.next(sizes) else { continue };
+            let trial = (search.trial)(streams);
+            println!(
+                "   {:<30}{streams:>7}: {:>5} fired, {:>5} untrusted, {:>5} not ok, lag up to {:>5.0} ms, {:.1} s",
+                search.label,
+                trial.fired,
+                trial.untrusted,
+                trial.not_ok,
+                trial.max_lag.as_secs_f64() * 1e3,
+                trial.secs
+            );
+            if trial.clean() {
+                search.clean = streams;
+            } else {
+                search.failing = Some((streams, trial));
+            }
+        }
+    }
+    for search in &searches {
+        let limit = match search.failing {
+            Some((streams, trial)) => format!(
+                "; at {streams}: {} fired ({} untrusted), {} not ok",
+                trial.fired, trial.untrusted, trial.not_ok
+            ),
+            None => format!(" (every trial up to {} was clean)", sizes.capacity_max),
+        };
+        println!("   largest clean, {:<30}{:>7}{limit}", search.label, search.clean);
+    }
+    let [core, raw] = &searches;
+    println!("   core/raw: {:.2}", core.clean as f64 / raw.clean.max(1) as f64);
 }

@@ -20,10 +20,16 @@
 //! replace this.
 //!
 //! **What a timer reads.** [`LagMeter::timer_fired`] gives a fired timer the
-//! larger of its own lateness (now − its deadline: free and exact for that
-//! timer) and the largest lateness the probe saw since the timer's budget
-//! began: the bytes that would have reset it may have waited in another
-//! task (hyper's connection task) while the timer's own task was on time.
+//! largest of its own lateness (now − its deadline: free and exact for that
+//! timer), the largest lateness the probe saw since the timer's budget
+//! began, and how long a probe task has been overdue right now: the bytes
+//! that would have reset the timer may have waited in another task
+//! (hyper's connection task) while the timer's own task was on time. The
+//! last one matters most under saturation: tokio then serves the tasks
+//! that circulate through its workers' local queues promptly while tasks
+//! pushed to its global queue wait for seconds. A run of 10,000 streams
+//! showed timers firing 5 ms late while a probe task, and the connection
+//! tasks with it, waited 4 s; the probe could only say so once it ran.
 //!
 //! **What is kept.** The largest lateness per [`SLOT`] of the run, in a ring
 //! of atomics covering [`HISTORY`]: writing a sample and reading a window
@@ -111,6 +117,9 @@ fn unpack(word: u64) -> Option<(u64, Duration)> {
 struct Readings {
     epoch: Instant,
     slots: [AtomicU64; SLOTS as usize],
+    /// Per probe task, when it is due to wake: ns since `epoch` + 1 (0:
+    /// not waiting).
+    due: Vec<AtomicU64>,
     /// Slots before this number have been sent to the sink.
     reported: AtomicU64,
     fired: AtomicU64,
@@ -120,10 +129,11 @@ struct Readings {
 }
 
 impl Readings {
-    fn new(epoch: Instant) -> Readings {
+    fn new(epoch: Instant, probes: usize) -> Readings {
         Readings {
             epoch,
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
+            due: (0..probes).map(|_| AtomicU64::new(0)).collect(),
             reported: AtomicU64::new(0),
             fired: AtomicU64::new(0),
             untrusted: AtomicU64::new(0),
@@ -140,10 +150,44 @@ impl Readings {
         self.max_lag.fetch_max(u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
+    fn slot_start(&self, slot: u64) -> Instant {
+        self.epoch + SLOT.saturating_mul(u32::try_from(slot).unwrap_or(u32::MAX))
+    }
+
     /// Keeps `lag`, measured at `at`, if it is the largest of its slot.
     fn record(&self, at: Instant, lag: Duration) {
         self.note_max(lag);
-        let slot = self.slot_of(at);
+        self.keep(self.slot_of(at), lag);
+    }
+
+    /// Keeps a probe's wake-up at `now` for `due`: every slot it overslept
+    /// gets the lateness reached by its end.
+    fn woke(&self, due: Instant, now: Instant) {
+        self.note_max(now.saturating_duration_since(due));
+        let last = self.slot_of(now);
+        for slot in self.slot_of(due).max(last.saturating_sub(SLOTS - 1))..=last {
+            let end = self.slot_start(slot + 1).min(now);
+            self.keep(slot, end.saturating_duration_since(due));
+        }
+    }
+
+    /// Marks probe `probe` as waiting until `due`.
+    fn waits(&self, probe: usize, due: Instant) {
+        let ns = u64::try_from(due.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1);
+        self.due[probe].store(ns + 1, Ordering::Relaxed);
+    }
+
+    /// How long the most overdue probe task has been waiting for a worker.
+    fn overdue(&self, now: Instant) -> Duration {
+        let overdue = |due: &AtomicU64| match due.load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            ns => now.saturating_duration_since(self.epoch + Duration::from_nanos(ns - 1)),
+        };
+        self.due.iter().map(overdue).max().unwrap_or(Duration::ZERO)
+    }
+
+    /// Keeps `lag` if it is the largest of `slot`.
+    fn keep(&self, slot: u64, lag: Duration) {
         let cell = &self.slots[(slot % SLOTS) as usize];
         let _ = cell.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| match unpack(word) {
             Some((held, kept)) if held == slot && kept >= lag => None,
@@ -174,8 +218,7 @@ impl Readings {
         // Slots older than the ring were overwritten.
         for slot in from.max(end.saturating_sub(SLOTS))..end {
             if let Some(lag) = self.reading(slot) {
-                let at = SLOT.saturating_mul(u32::try_from(slot).unwrap_or(u32::MAX));
-                sink.runtime_lag(LagSample { at, lag });
+                sink.runtime_lag(LagSample { at: self.slot_start(slot) - self.epoch, lag });
             }
         }
     }
@@ -191,7 +234,7 @@ impl LagMeter {
     /// A meter with nothing measured yet, whose slots count from `epoch`.
     /// [`LagProbe::start`] makes one that its tasks fill.
     pub fn new(epoch: Instant) -> LagMeter {
-        LagMeter { readings: Arc::new(Readings::new(epoch)) }
+        LagMeter { readings: Arc::new(Readings::new(epoch, 0)) }
     }
 
     /// Notes a lateness of `lag` measured at `at`, as the probe does.
@@ -200,13 +243,14 @@ impl LagMeter {
     }
 
     /// The lag of a timer with `budget`, due at `due` and noticed at `now`:
-    /// the larger of its own lateness and the largest lateness measured
-    /// since its budget began (as far back as [`HISTORY`]). Counts the
-    /// timer in the run's [`LagSummary`].
+    /// the largest of its own lateness, the largest lateness measured since
+    /// its budget began (as far back as [`HISTORY`]) and how long a probe
+    /// task has been overdue. Counts the timer in the run's [`LagSummary`].
     pub fn timer_fired(&self, budget: Duration, due: Instant, now: Instant) -> Duration {
         let readings = &self.readings;
         let since = due.checked_sub(budget).unwrap_or(readings.epoch);
-        let lag = readings.window_max(since, now).max(now.saturating_duration_since(due));
+        let own = now.saturating_duration_since(due);
+        let lag = readings.window_max(since, now).max(own).max(readings.overdue(now));
         readings.note_max(lag);
         readings.fired.fetch_add(1, Ordering::Relaxed);
         if lag_untrusts(budget, lag) {
@@ -244,8 +288,8 @@ impl LagProbe {
     /// counted from `epoch` (the run's), sending each finished slot to
     /// `sink`. Must be called from within the runtime the run's calls use.
     pub fn start(epoch: Instant, sink: Arc<dyn EventSink>) -> LagProbe {
-        let meter = LagMeter::new(epoch);
         let workers = tokio::runtime::Handle::current().metrics().num_workers().max(1);
+        let meter = LagMeter { readings: Arc::new(Readings::new(epoch, workers)) };
         let tasks = (0..workers)
             .map(|i| {
                 let readings = Arc::clone(&meter.readings);
@@ -253,7 +297,7 @@ impl LagProbe {
                 // and any of them would do.
                 let reporter = (i == 0).then(|| Arc::clone(&sink));
                 let phase = INTERVAL.mul_f64(i as f64 / workers as f64);
-                tokio::spawn(probe(readings, phase, reporter))
+                tokio::spawn(probe(readings, i, phase, reporter))
             })
             .collect();
         LagProbe { meter, sink, tasks }
@@ -286,14 +330,15 @@ impl Drop for LagProbe {
     }
 }
 
-/// One probe task: measures its own wake-up lateness every [`INTERVAL`]
-/// and, as the reporter, sends each slot once it is over.
-async fn probe(readings: Arc<Readings>, phase: Duration, reporter: Option<Arc<dyn EventSink>>) {
+/// Probe task `index`: measures its own wake-up lateness every
+/// [`INTERVAL`] and, as the reporter, sends each slot once it is over.
+async fn probe(readings: Arc<Readings>, index: usize, phase: Duration, reporter: Option<Arc<dyn EventSink>>) {
     let mut due = Instant::now() + phase;
     loop {
+        readings.waits(index, due);
         tokio::time::sleep_until(due).await;
         let now = Instant::now();
-        readings.record(now, now.saturating_duration_since(due));
+        readings.woke(due, now);
         if let Some(sink) = &reporter {
             readings.report_until(readings.slot_of(now), sink.as_ref());
         }
@@ -326,7 +371,7 @@ mod tests {
     #[test]
     fn a_slot_keeps_its_largest_reading_and_a_lap_of_the_ring_forgets_it() {
         let epoch = Instant::now();
-        let r = Readings::new(epoch);
+        let r = Readings::new(epoch, 0);
         r.record(epoch + ms(10), ms(3));
         r.record(epoch + ms(20), ms(7));
         r.record(epoch + ms(30), ms(5));
@@ -372,9 +417,27 @@ mod tests {
     }
 
     #[test]
+    fn an_overdue_probe_counts_before_it_wakes_and_fills_the_slots_it_overslept() {
+        let epoch = Instant::now();
+        let r = Arc::new(Readings::new(epoch, 2));
+        let meter = LagMeter { readings: Arc::clone(&r) };
+        r.waits(0, epoch + ms(110));
+        r.waits(1, epoch + ms(400));
+        // A timer at 0.9 s: probe 0 has waited 790 ms past its time.
+        assert_eq!(meter.timer_fired(ms(500), epoch + ms(900), epoch + ms(900)), ms(790));
+        r.woke(epoch + ms(110), epoch + ms(950));
+        r.waits(0, epoch + ms(960));
+        assert_eq!(r.reading(1), Some(ms(90)));
+        assert_eq!(r.reading(5), Some(ms(490)));
+        assert_eq!(r.reading(9), Some(ms(840)));
+        // Once it has woken, what it overslept stays in the window.
+        assert_eq!(meter.timer_fired(ms(500), epoch + ms(1200), epoch + ms(1200)), ms(840));
+    }
+
+    #[test]
     fn each_slot_is_reported_once_with_when_it_began() {
         let epoch = Instant::now();
-        let r = Readings::new(epoch);
+        let r = Readings::new(epoch, 0);
         let sink = Samples::default();
         r.record(epoch + ms(10), ms(1));
         r.record(epoch + ms(250), ms(6));

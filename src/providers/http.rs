@@ -1,5 +1,5 @@
 //! An upstream over HTTP: one provider endpoint speaking one dialect, using
-//! the shared client for its transport settings.
+//! the shared clients for its transport settings (each stream's own).
 
 use futures_util::future::BoxFuture;
 use futures_util::{StreamExt, TryStreamExt};
@@ -7,7 +7,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::Dialect;
 use crate::core::failure::Failure;
-use crate::core::transport::{TransportSettings, failure_from_reqwest};
+use crate::core::transport::{Clients, TransportSettings, failure_from_reqwest};
 use crate::core::upstream::{AttemptRequest, Decoder, Response, Upstream};
 
 /// The Anthropic API version sent with every Messages request.
@@ -17,7 +17,7 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub struct HttpUpstream {
     dialect: Dialect,
     base_url: String,
-    client: reqwest::Client,
+    clients: Clients,
     extra_headers: HeaderMap,
     transport: TransportSettings,
 }
@@ -33,15 +33,15 @@ impl std::fmt::Debug for HttpUpstream {
 
 impl HttpUpstream {
     /// An endpoint at `base_url` (the SDK convention of `dialect`) using
-    /// `client`, which was built for `transport`.
+    /// `clients`, which were built for `transport`.
     pub fn new(
         dialect: Dialect,
         base_url: impl Into<String>,
-        client: reqwest::Client,
+        clients: Clients,
         extra_headers: HeaderMap,
         transport: TransportSettings,
     ) -> Self {
-        HttpUpstream { dialect, base_url: base_url.into(), client, extra_headers, transport }
+        HttpUpstream { dialect, base_url: base_url.into(), clients, extra_headers, transport }
     }
 }
 
@@ -49,7 +49,8 @@ impl Upstream for HttpUpstream {
     fn open<'a>(&'a self, request: AttemptRequest<'a>) -> BoxFuture<'a, Result<Response, Failure>> {
         Box::pin(async move {
             let mut builder = self
-                .client
+                .clients
+                .for_stream(request.stream)
                 .post(self.dialect.url(&self.base_url))
                 .header(http::header::ACCEPT, "text/event-stream")
                 .header(HeaderName::from_static("x-stallscope-stream"), request.stream)

@@ -172,10 +172,10 @@ pub fn connect(
             transport.proxy = ProxySetting::parse(proxy);
         }
         transport.ca_file.clone_from(&row.ca_file);
-        let client =
-            clients.client(&transport).map_err(|source| SetupError::Client { provider: row.name.clone(), source })?;
+        let clients =
+            clients.clients(&transport).map_err(|source| SetupError::Client { provider: row.name.clone(), source })?;
         let headers = extra_headers(row)?;
-        let upstream = HttpUpstream::new(row.kind, row.base_url.clone(), client, headers, transport);
+        let upstream = HttpUpstream::new(row.kind, row.base_url.clone(), clients, headers, transport);
         upstreams.providers.insert(row.name.clone(), Arc::new(upstream) as Arc<dyn Upstream>);
     }
     Ok((upstreams, pools))
