@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::category::TimerKind;
@@ -178,20 +178,42 @@ fn keepalive(builder: reqwest::ClientBuilder, keepalive: Option<Keepalive>) -> r
 pub const CLIENT_SHARDS: usize = 16;
 
 /// The clients of one transport configuration. Cheap to clone.
+///
+/// The first is built with the set, the others when a stream first needs
+/// one: building a client loads the platform's root certificates (tens of
+/// milliseconds in a debug build), and a set built whole would hold a
+/// runtime worker for that long sixteen times over.
 #[derive(Debug, Clone)]
-pub struct Clients(Arc<[reqwest::Client]>);
+pub struct Clients(Arc<Shards>);
+
+#[derive(Debug)]
+struct Shards {
+    settings: TransportSettings,
+    first: reqwest::Client,
+    rest: [OnceLock<reqwest::Client>; CLIENT_SHARDS - 1],
+}
 
 impl Clients {
-    /// Builds the [`CLIENT_SHARDS`] clients of `settings`.
+    /// The clients of `settings`, the first one built.
     pub fn build(settings: &TransportSettings) -> Result<Clients, TransportError> {
-        let clients: Result<Vec<reqwest::Client>, TransportError> =
-            (0..CLIENT_SHARDS).map(|_| build_client(settings)).collect();
-        Ok(Clients(clients?.into()))
+        let first = build_client(settings)?;
+        Ok(Clients(Arc::new(Shards {
+            settings: settings.clone(),
+            first,
+            rest: std::array::from_fn(|_| OnceLock::new()),
+        })))
     }
 
     /// The client of stream `stream`'s attempts.
     pub fn for_stream(&self, stream: u64) -> &reqwest::Client {
-        &self.0[(stream % self.0.len() as u64) as usize]
+        let shards = &self.0;
+        match (stream % CLIENT_SHARDS as u64) as usize {
+            0 => &shards.first,
+            // The settings built the first client; should another build
+            // fail (a CA file removed since), its streams share the first.
+            index => shards.rest[index - 1]
+                .get_or_init(|| build_client(&shards.settings).unwrap_or_else(|_| shards.first.clone())),
+        }
     }
 }
 
