@@ -39,13 +39,20 @@ fn fired(events: &[Event]) -> Vec<(TimerKind, Duration, Option<Duration>)> {
         .collect()
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_fired_timer_carries_the_largest_lag_since_its_budget_began() {
-    let up = Scripted::new(vec![Script::stream(vec![Step::Send("c:hi\n"), Step::Hang])]);
+/// One call with a 1 s idle timer and no retry over `body`; its executor
+/// reads the meter returned, empty (each test writes what a probe would).
+fn metered(body: Vec<Step>) -> (Harness, LagMeter) {
+    let up = Scripted::new(vec![Script::stream(body)]);
     let mut h =
         Harness::single(policy(&["SSE_IDLE_TIMEOUT_S=1", "PROVIDER_STREAM_RETRIES=0", "FALLBACK_MODELS=off"]), up);
     let meter = LagMeter::new(h.executor.epoch);
     h.executor.lag = Some(meter.clone());
+    (h, meter)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fired_timer_carries_the_largest_lag_since_its_budget_began() {
+    let (h, meter) = metered(vec![Step::Send("c:hi\n"), Step::Hang]);
     let start = Instant::now();
     // The chunk comes at once, so the idle budget runs from 0 to 1 s: a
     // stall at 0.6 s is inside it.
@@ -66,11 +73,7 @@ async fn lag_before_a_timers_budget_began_is_not_its_own() {
         body.extend([Step::Send("p\n"), Step::Wait(MS(500))]);
     }
     body.extend([Step::Send("p\n"), Step::Hang]);
-    let up = Scripted::new(vec![Script::stream(body)]);
-    let mut h =
-        Harness::single(policy(&["SSE_IDLE_TIMEOUT_S=1", "PROVIDER_STREAM_RETRIES=0", "FALLBACK_MODELS=off"]), up);
-    let meter = LagMeter::new(h.executor.epoch);
-    h.executor.lag = Some(meter.clone());
+    let (h, meter) = metered(body);
     let start = Instant::now();
     meter.record(start + MS(500), MS(400));
     meter.record(start + MS(2500), MS(30));
@@ -90,8 +93,8 @@ async fn the_executors_deadline_carries_lag_and_a_run_without_a_probe_none() {
     h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
     assert_eq!(fired(&h.sink.events()), [(TimerKind::Deadline, MS(5000), Some(MS(700)))]);
 
-    let up = Scripted::new(vec![Script::stream(vec![Step::Send("p\n"), Step::Hang])]);
-    let h = Harness::single(policy(&["SSE_IDLE_TIMEOUT_S=1", "PROVIDER_STREAM_RETRIES=0", "FALLBACK_MODELS=off"]), up);
+    let (mut h, _) = metered(vec![Step::Send("p\n"), Step::Hang]);
+    h.executor.lag = None;
     h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
     assert_eq!(fired(&h.sink.events()), [(TimerKind::Idle, MS(1000), None)]);
 }
