@@ -294,8 +294,9 @@ fn a_stored_timer_that_fired_late_is_not_trusted() {
 }
 
 /// The CLI: every stream of `run --json` has the documented diagnosis
-/// object, `runs show --json` prints the same, `runs show` prints a verdict
-/// per stream and the run's sentence, and a trace carries the verdicts.
+/// object, `runs show --json --no-check` prints the same, `runs show`
+/// prints a verdict per stream, the run's sentence and the setting what-if
+/// checked, and a trace carries the verdicts.
 #[test]
 fn the_cli_prints_and_exports_the_verdicts() {
     let db = scratch("cli");
@@ -321,7 +322,7 @@ fn the_cli_prints_and_exports_the_verdicts() {
         assert_eq!((d["kind"].as_str(), d["trusted"].as_bool()), (Some("silent_stall"), Some(true)));
     }
     assert_eq!(report["diagnosis"]["groups"][0]["kind"], "silent_stall");
-    assert_eq!(cli(&["runs", "--db", db_text, "show", "1", "--json"]), printed);
+    assert_eq!(cli(&["runs", "--db", db_text, "show", "1", "--json", "--no-check"]), printed);
 
     let shown = cli(&["runs", "--db", db_text, "show", "1"]);
     let verdict_lines =
@@ -331,6 +332,9 @@ fn the_cli_prints_and_exports_the_verdicts() {
         shown.contains("2 of 2 streams: silent stall, caught by the idle timer after 1 s each (2 recovered)"),
         "{shown}"
     );
+    // The run shows stalls only: tune checks against the healthy retries.
+    assert!(shown.contains("  checked: SSE_IDLE_TIMEOUT_S="), "{shown}");
+    assert!(shown.contains("would have caught these 2 stalls"), "{shown}");
 
     let trace: serde_json::Value =
         serde_json::from_str(&cli(&["export", "1", "--db", db_text, "--format", "chrome-trace"])).unwrap();

@@ -547,6 +547,7 @@ fn judged(timeline: &mut Timeline, part: usize, stream: u64, kind: VerdictKind, 
         evidence: vec![],
         tunable: Some("STALLSCOPE_SSE_IDLE_TIMEOUT_S".into()),
         suggestion: None,
+        checked: None,
         trusted,
         basis: Basis::default(),
     };

@@ -1029,6 +1029,7 @@ mod tests {
             evidence: Vec::new(),
             tunable: None,
             suggestion: None,
+            checked: None,
             trusted: true,
             basis: crate::diagnosis::Basis::default(),
         }

@@ -271,7 +271,7 @@ impl Store {
         // Checking a file and migrating it is not atomic: two opens of a new
         // file (the app starts a recorder per scenario at once) would both
         // see it empty and both create the schema. Opens in this process
-        // take turns; SQLite's locks cover the statements themselves.
+        // take turns; another process's migration is found below.
         static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _turn = OPENING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let err = |e| StoreError::sqlite(&path, e);
@@ -301,10 +301,19 @@ impl Store {
         // fsync per commit; an OS crash may lose the last commits, never integrity.
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(err)?;
-        migrations::MIGRATIONS.to_latest(&mut conn).map_err(|e| match e {
-            rusqlite_migration::Error::RusqliteError { err: source, .. } => StoreError::sqlite(&path, source),
-            source => StoreError::Migration { path: path.clone(), source },
-        })?;
+        if let Err(e) = migrations::MIGRATIONS.to_latest(&mut conn) {
+            // Another process may have migrated the file between our check
+            // and our migration (two opens of a new file at once: a run
+            // starting while its history is read); ours rolled back, and
+            // the schema is there now.
+            let now: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
+            if now != SCHEMA_VERSION {
+                return Err(match e {
+                    rusqlite_migration::Error::RusqliteError { err: source, .. } => StoreError::sqlite(&path, source),
+                    source => StoreError::Migration { path: path.clone(), source },
+                });
+            }
+        }
         let mut store = Store { conn, path };
         store.mark_interrupted()?;
         Ok(store)
