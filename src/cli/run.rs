@@ -102,7 +102,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
             }
         });
         let progress = Progress::new(plan.requests);
-        run_session(&plan, &process_env(), None, &cancel, move |report| progress.finished(report.outcome)).await
+        run_session(&plan, &process_env(), None, &cancel, move |report, _| progress.finished(report.outcome)).await
     })?;
     if outcome.dropped_events > 0 {
         eprintln!(
