@@ -155,6 +155,9 @@ fn diff_table(ui: &mut Ui, report: &WhatIfReport) {
                     .map(|f| format!("false positive: {} in healthy attempt {}", f.timer, f.attempt)),
             );
             notes.extend(stream.assumptions.iter().cloned());
+            if let Some(v) = stream.verdict.as_ref().filter(|v| v.before.kind != v.after.kind) {
+                notes.push(format!("verdict: {} → {}", v.before.kind.label(), v.after.kind.label()));
+            }
             ui.label(notes.join("\n"));
             ui.end_row();
         }
