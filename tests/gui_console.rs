@@ -435,6 +435,8 @@ fn at_800_by_600_each_form_label_stays_beside_its_field() {
         let name = h.get_by_label(label).rect();
         let field = h.query_all_by_label(label).map(|n| n.rect()).find(|r| *r != name).unwrap_or(name);
         assert!((name.center().y - field.center().y).abs() < 4.0, "{label}: {name:?} and {field:?}");
+        // The row wraps before a pair that does not fit, instead of running off the window.
+        assert!(field.right() <= 800.0, "{label}: {field:?}");
     }
 }
 
@@ -450,12 +452,19 @@ fn at_640_by_400_every_tab_keeps_its_controls_inside_the_window() {
     for label in ["Run", "Stop", "Source"] {
         inside(&h, label);
     }
+    for label in ["Label next run", "Theme"] {
+        inside(&h, label);
+    }
     tab(&mut h, "Tunables");
-    inside(&h, "Export .env");
+    for label in ["Filter tunables", "Undo reset", "File", "Export .env", "Copy .env"] {
+        inside(&h, label);
+    }
     tab(&mut h, "Budget");
     inside(&h, "Budget");
     tab(&mut h, "History");
-    inside(&h, "Refresh");
+    for label in ["Refresh", "Filter runs", "Export folder"] {
+        inside(&h, label);
+    }
 }
 
 #[test]
@@ -561,3 +570,4 @@ fn help_says_the_app_opens_without_a_subcommand_and_the_app_takes_db_and_config(
     let cli = stallscope::cli::Cli::try_parse_from(["stallscope", "--db", "mine.db", "--config", "c.toml"]).unwrap();
     assert_eq!((cli.db, cli.config, cli.command.is_none()), (Some("mine.db".into()), Some("c.toml".into()), true));
 }
+

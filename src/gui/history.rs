@@ -16,6 +16,7 @@ use egui::{RichText, Ui};
 use egui_extras::{Column, TableBuilder};
 use serde::{Deserialize, Serialize};
 
+use super::form::labelled;
 use super::live::Choice;
 use super::replay::Replay;
 use super::save::{Overwrite, full_path};
@@ -367,9 +368,8 @@ impl HistoryView {
             if ui.button("Refresh").clicked() {
                 self.refresh(db, &ctx);
             }
-            ui.horizontal(|ui| {
-                let label = ui.label("Filter runs");
-                ui.add(egui::TextEdit::singleline(&mut self.filter).desired_width(160.0)).labelled_by(label.id);
+            labelled(ui, "Filter runs", 160.0, |ui| {
+                ui.add(egui::TextEdit::singleline(&mut self.filter).desired_width(160.0))
             });
             let [a, b] = self.selected;
             let ready = matches!((a, b), (Some(a), Some(b)) if a != b);
@@ -382,12 +382,11 @@ impl HistoryView {
             {
                 self.compare(a, b, db, &ctx);
             }
-            ui.horizontal(|ui| {
-                let label = ui.label("Export folder");
+            let folder = full_path(&self.export_dir).display().to_string();
+            labelled(ui, "Export folder", 120.0, |ui| {
                 ui.add(egui::TextEdit::singleline(&mut self.export_dir).desired_width(120.0))
-                    .labelled_by(label.id)
-                    .on_hover_text(full_path(&self.export_dir).display().to_string());
-            });
+            })
+            .on_hover_text(folder);
             if self.is_loading() {
                 ui.spinner();
             }
@@ -591,7 +590,8 @@ impl HistoryView {
                     _ => format!("the {} runs of this batch", ids.len()),
                 };
                 let warn = ui.visuals().warn_fg_color;
-                ui.label(RichText::new(format!("Delete {what} and everything recorded for it?")).color(warn));
+                let question = RichText::new(format!("Delete {what} and everything recorded for it?")).color(warn);
+                ui.add(egui::Label::new(question).truncate());
                 if ui.button(format!("Delete {what}")).clicked() {
                     self.deleting = None;
                     self.delete(ids, db, ctx);
@@ -599,7 +599,7 @@ impl HistoryView {
                     self.deleting = None;
                 }
             } else {
-                ui.label(self.status.as_deref().unwrap_or(""));
+                ui.add(egui::Label::new(self.status.as_deref().unwrap_or("")).truncate());
             }
         });
     }

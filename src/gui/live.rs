@@ -12,6 +12,7 @@ use std::time::Instant;
 use egui::{RichText, Ui};
 use serde::{Deserialize, Serialize};
 
+use super::form::labelled;
 use super::lanes::Timeline;
 use super::playback::{Change, Command, Playback};
 use super::replay::Replay;
@@ -412,25 +413,14 @@ impl Live {
                 });
             });
             ui.separator();
-            // Each label stays on the same line as its field when the row wraps.
-            ui.horizontal(|ui| {
-                let label = ui.label("Requests");
-                ui.add(egui::DragValue::new(&mut form.requests).range(1..=100_000)).labelled_by(label.id);
-            });
-            ui.horizontal(|ui| {
-                let label = ui.label("Concurrency");
-                ui.add(egui::DragValue::new(&mut form.concurrency).range(1..=10_000)).labelled_by(label.id);
+            labelled(ui, "Requests", 50.0, |ui| ui.add(egui::DragValue::new(&mut form.requests).range(1..=100_000)));
+            labelled(ui, "Concurrency", 50.0, |ui| {
+                ui.add(egui::DragValue::new(&mut form.concurrency).range(1..=10_000))
             });
             ui.checkbox(&mut form.record, "Record");
-            ui.add_enabled_ui(form.record, |ui| {
-                ui.horizontal(|ui| {
-                    let label = ui.label("Label next run");
-                    let field = egui::TextEdit::singleline(&mut form.label).desired_width(100.0).hint_text("none");
-                    ui.add(field).labelled_by(label.id).on_hover_text(
-                        "Recorded with the next run only, and shown in History; cleared when the run starts",
-                    );
-                });
-            });
+            let label = egui::TextEdit::singleline(&mut form.label).desired_width(100.0).hint_text("none");
+            labelled(ui, "Label next run", 100.0, |ui| ui.add_enabled(form.record, label))
+                .on_hover_text("Recorded with the next run only, and shown in History; cleared when the run starts");
             let can_run = !running && blocked.is_none();
             let button = ui.add_enabled(can_run, egui::Button::new(RichText::new("Run").strong()));
             if let Some(why) = &blocked {

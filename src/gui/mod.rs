@@ -13,6 +13,7 @@
 pub mod budget;
 pub mod decimate;
 pub mod detail;
+pub mod form;
 pub mod history;
 pub mod lanes;
 pub mod live;
@@ -286,7 +287,8 @@ impl App {
     }
 
     fn tabs(&mut self, ui: &mut egui::Ui) {
-        ui.horizontal(|ui| {
+        // Wraps in a narrow window rather than widen every view below.
+        ui.horizontal_wrapped(|ui| {
             ui.heading("stallscope");
             ui.separator();
             for (tab, name) in
@@ -296,9 +298,8 @@ impl App {
             }
             if self.prefs.tab == Tab::Live {
                 ui.separator();
-                let label = ui.label("Lane height");
                 let height = egui::DragValue::new(&mut self.prefs.lane_height).range(40.0..=400.0).suffix(" px");
-                ui.add(height).labelled_by(label.id);
+                form::labelled(ui, "Lane height", 60.0, |ui| ui.add(height));
             }
             ui.separator();
             theme_picker(ui, &mut self.prefs.theme);

@@ -48,7 +48,7 @@ impl<T> Overwrite<T> {
     pub fn ui(&mut self, ui: &mut Ui) -> Option<(PathBuf, T)> {
         let path = self.asking.as_ref().map(|(path, _)| path.clone())?;
         let mut answer = None;
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             ui.label(
                 RichText::new(format!("{} exists: replace it?", path.display())).color(ui.visuals().warn_fg_color),
             );

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use egui::{RichText, Ui};
 use serde::{Deserialize, Serialize};
 
+use super::form::labelled;
 use super::save::{Overwrite, full_path};
 use crate::config::Settings;
 use crate::tunables::{Effective, Group, Kind, Source, TUNABLES, TunableSpec, Tunables, Value, shown};
@@ -128,9 +129,8 @@ impl TunablesEditor {
     /// be formed).
     pub fn ui(&mut self, ui: &mut Ui, settings: &Result<Settings, String>) {
         ui.horizontal_wrapped(|ui| {
-            ui.horizontal(|ui| {
-                let label = ui.label("Filter tunables");
-                ui.add(egui::TextEdit::singleline(&mut self.filter).desired_width(160.0)).labelled_by(label.id);
+            labelled(ui, "Filter tunables", 160.0, |ui| {
+                ui.add(egui::TextEdit::singleline(&mut self.filter).desired_width(160.0))
             });
             if ui.add_enabled(!self.edits.is_empty(), egui::Button::new("Reset all edits")).clicked() {
                 self.reset_all();
@@ -141,13 +141,11 @@ impl TunablesEditor {
         });
         let blocked = self.export_blocked();
         ui.horizontal_wrapped(|ui| {
-            ui.horizontal(|ui| {
-                let label = ui.label("Prefix");
-                ui.add(egui::TextEdit::singleline(&mut self.env_prefix).desired_width(110.0)).labelled_by(label.id);
+            labelled(ui, "Prefix", 110.0, |ui| {
+                ui.add(egui::TextEdit::singleline(&mut self.env_prefix).desired_width(110.0))
             });
-            ui.horizontal(|ui| {
-                let label = ui.label("File");
-                ui.add(egui::TextEdit::singleline(&mut self.env_path).desired_width(160.0)).labelled_by(label.id);
+            labelled(ui, "File", 160.0, |ui| {
+                ui.add(egui::TextEdit::singleline(&mut self.env_path).desired_width(160.0))
             });
             let text = settings.as_ref().ok().map(|s| s.tunables.to_env(&self.env_prefix));
             let can = blocked.is_none() && text.is_some();
@@ -176,9 +174,9 @@ impl TunablesEditor {
                     self.write(&path, &text);
                 }
             } else if let Some(why) = &blocked {
-                ui.label(RichText::new(why).color(ui.visuals().error_fg_color));
+                ui.add(egui::Label::new(RichText::new(why).color(ui.visuals().error_fg_color)).truncate());
             } else {
-                ui.label(self.status.as_deref().unwrap_or(""));
+                ui.add(egui::Label::new(self.status.as_deref().unwrap_or("")).truncate());
             }
         });
         let settings = match settings {
