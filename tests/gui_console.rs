@@ -115,6 +115,10 @@ fn the_empty_live_view_says_what_the_app_is_for_and_offers_a_first_run() {
     wait_for(&mut h, "the first run to end", |h| ran(h, 4));
     assert_eq!(h.state().prefs.form.choice, Choice::Scenario("silent-stall".into()));
     assert!(h.query_by_label_contains("Watch streaming LLM calls fail").is_none(), "the welcome gives way to lanes");
+    assert!(h.query_by_label_contains("The VPN or NAT stall").is_none(), "so does the scenario's description");
+    h.get_by_label("About scenario: silent-stall").click();
+    h.run();
+    h.get_by_label_contains("The VPN or NAT stall");
 }
 
 #[test]
@@ -570,4 +574,3 @@ fn help_says_the_app_opens_without_a_subcommand_and_the_app_takes_db_and_config(
     let cli = stallscope::cli::Cli::try_parse_from(["stallscope", "--db", "mine.db", "--config", "c.toml"]).unwrap();
     assert_eq!((cli.db, cli.config, cli.command.is_none()), (Some("mine.db".into()), Some("c.toml".into()), true));
 }
-

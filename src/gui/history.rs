@@ -428,18 +428,22 @@ impl HistoryView {
         let mut asked = None;
         // The table is wider than a small window: it scrolls sideways, so
         // the last columns stay reachable.
-        egui::ScrollArea::horizontal().id_salt("history-sideways").show(ui, |ui| {
+        // The bar always shows, so a narrow window tells it has more.
+        let sideways = egui::ScrollArea::horizontal()
+            .id_salt("history-sideways")
+            .scroll_bar_visibility(egui::scroll_area::ScrollBarVisibility::AlwaysVisible);
+        sideways.show(ui, |ui| {
             TableBuilder::new(ui)
                 .id_salt("history-table")
                 .striped(true)
                 .resizable(true)
                 .column(Column::exact(26.0))
                 .column(Column::exact(26.0))
-                .column(Column::initial(86.0).at_least(40.0))
+                .column(Column::initial(80.0).at_least(40.0))
                 .column(Column::initial(140.0).at_least(60.0))
-                .column(Column::initial(100.0).at_least(40.0))
-                .column(Column::initial(170.0).at_least(60.0))
-                .column(Column::initial(150.0).at_least(60.0))
+                .column(Column::initial(90.0).at_least(40.0))
+                .column(Column::initial(160.0).at_least(60.0))
+                .column(Column::initial(140.0).at_least(60.0))
                 .column(Column::initial(110.0).at_least(60.0))
                 .column(Column::initial(70.0).at_least(40.0))
                 .column(Column::initial(70.0).at_least(40.0))

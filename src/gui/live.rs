@@ -227,6 +227,9 @@ pub struct Live {
     label: Option<String>,
     /// The words about the form's choice, kept while it stays chosen.
     about: Option<(Choice, About)>,
+    /// Fold the words at the next frame: lanes came to be shown, and
+    /// they need the room.
+    fold_about: bool,
     /// Events the runner's channel holds (`None`: [`EVENT_CAPACITY`]).
     event_capacity: Option<usize>,
     /// The what-if of the run shown.
@@ -265,6 +268,7 @@ impl Live {
         let ctx = ctx.clone();
         runner.start(sessions, env, move || ctx.request_repaint());
         self.showing = Showing::Live { started: Instant::now(), ended_s: None };
+        self.fold_about = true;
     }
 
     /// Events of the run going on that the app fell behind on and did not
@@ -294,6 +298,7 @@ impl Live {
         self.whatif.clear();
         let playback = Playback::new(replay.duration_s());
         self.showing = Showing::Stored { title, replay: Box::new(replay), playback };
+        self.fold_about = true;
     }
 
     /// Replays the run shown under `changes` (`NAME=VALUE`), from `db`.
@@ -520,9 +525,12 @@ impl Live {
         }
         let Some((_, about)) = &self.about else { return };
         let nothing_shown = matches!(self.showing, Showing::Nothing);
-        let header = egui::CollapsingHeader::new(format!("About {}", choice.title()))
+        let mut header = egui::CollapsingHeader::new(format!("About {}", choice.title()))
             .id_salt("about-choice")
             .default_open(nothing_shown);
+        if std::mem::take(&mut self.fold_about) {
+            header = header.open(Some(false));
+        }
         header.show(ui, |ui| {
             ui.label(&about.description);
             if !about.try_this.is_empty() {

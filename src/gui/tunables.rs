@@ -215,7 +215,7 @@ impl TunablesEditor {
         let full_help = format!("{}\n{}\nallowed: {}", spec.name, spec.help, spec.allowed());
         ui.horizontal(|ui| {
             ui.set_min_height(LINE);
-            let name = ui.add_sized([280.0, 18.0], egui::Label::new(RichText::new(spec.short_name()).monospace()));
+            let name = column(ui, 280.0, |ui| ui.label(RichText::new(spec.short_name()).monospace()));
             let name = name.on_hover_text(&full_help);
             self.value(ui, spec, effective, name.id);
             ui.label(spec.unit);
@@ -252,7 +252,7 @@ impl TunablesEditor {
             Kind::Bool => {
                 let current = edit.and_then(|t| Value::parse(&spec.kind, t).ok()).unwrap_or(effective.value.clone());
                 let mut on = current.as_bool();
-                let response = ui.add_sized([160.0, 18.0], egui::Checkbox::without_text(&mut on)).labelled_by(label);
+                let response = column(ui, 160.0, |ui| ui.add(egui::Checkbox::without_text(&mut on))).labelled_by(label);
                 if response.changed() {
                     self.edit(spec.name, if on { "1" } else { "0" }.to_owned());
                 }
@@ -288,4 +288,15 @@ impl TunablesEditor {
             }
         }
     }
+}
+
+/// A cell `width` wide holding what `add` draws at its left, so names and
+/// values line up in columns from row to row.
+fn column(ui: &mut Ui, width: f32, add: impl FnOnce(&mut Ui) -> egui::Response) -> egui::Response {
+    let layout = egui::Layout::left_to_right(egui::Align::Center);
+    ui.allocate_ui_with_layout(egui::vec2(width, 18.0), layout, |ui| {
+        ui.set_min_width(width);
+        add(ui)
+    })
+    .inner
 }
