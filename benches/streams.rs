@@ -1498,7 +1498,7 @@ fn core_trial(streams: usize) -> Trial {
         prompt: "Say hello.".to_owned(),
         overrides: Vec::new(),
         edits: Vec::new(),
-        recording: Some(Recording { db: dir.join("runs.db"), label: None }),
+        recording: Some(Recording { db: dir.join("runs.db"), label: None, batch: None }),
         seed: Some(1),
     };
     let started = Instant::now();

@@ -39,3 +39,14 @@ shot tunables
 DISPLAY=:97 xdotool key BackSpace; sleep 1
 click 327 12 1        # Budget
 shot budget
+# The 800x600 layout: a fresh start in a small window, its first run
+# started from the empty Live view.
+kill $APP; sleep 1
+rm -rf "$scratch/small" && mkdir -p "$scratch/small/run" && chmod 700 "$scratch/small/run"
+env -i PATH="$PATH" DISPLAY=:97 HOME="$scratch/small" XDG_RUNTIME_DIR="$scratch/small/run" "$app" & APP=$!
+sleep 6
+WID=$(DISPLAY=:97 xdotool search --name '^stallscope' | head -1)
+DISPLAY=:97 xdotool windowsize "$WID" 800 600; sleep 2
+click 100 320 7       # "First run: silent-stall, 4 calls"
+DISPLAY=:97 xdotool mousemove --window "$WID" 790 590; sleep 1
+shot small-window

@@ -270,7 +270,8 @@ mod tests {
             (6, &Source::Edit)
         );
         assert_eq!(t.get("STALLSCOPE_TCP_KEEPIDLE_S").source, Source::Override);
-        assert_eq!(Source::Edit.to_string(), "app edit");
+        assert_eq!(Source::Edit.to_string(), "the app's Tunables view");
+        assert_eq!(Source::parse("app edit"), Some(Source::Edit), "as runs recorded before said it");
     }
 
     fn load(path: &Path) -> Result<Settings, ConfigError> {

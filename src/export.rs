@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use crate::core::event::{Event, EventKind, StreamId};
 use crate::diagnosis::{Diagnosis, summarize};
+use crate::store::{RunId, Store, StoreError};
 
 /// One JSON object per line: the events (recorded bodies only when
 /// `bodies`), then each stream's verdict, then the run's.
@@ -40,6 +41,19 @@ pub fn jsonl(events: &[Event], bodies: bool, diagnoses: &[(StreamId, Diagnosis)]
         out.push('\n');
     }
     Ok(out)
+}
+
+/// The Chrome trace of stored run `id`, every stream with its verdict
+/// (what `stallscope export` writes and the app's History exports).
+pub fn run_trace(store: &Store, id: RunId) -> Result<Value, StoreError> {
+    let recorded = store.recorded_run(id)?;
+    let streams = store
+        .streams(id)?
+        .into_iter()
+        .map(|s| Ok((s, store.events(id, s)?)))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let diagnoses: Vec<_> = streams.iter().map(|(s, events)| (*s, recorded.diagnose(*s, events))).collect();
+    Ok(chrome_trace(&streams, &diagnoses))
 }
 
 /// A Chrome trace of the streams' events (each in time order), with each

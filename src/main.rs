@@ -3,7 +3,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use stallscope::cli::{Cli, run};
+use stallscope::cli::{Cli, Stopped, run};
+
+/// The exit code of a run stopped by Ctrl-C, as shells report SIGINT.
+const STOPPED: u8 = 130;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -11,6 +14,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that stopped early (`| head`) is not an error of ours.
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) if error.downcast_ref::<Stopped>().is_some() => {
+            eprintln!("stallscope: {error}");
+            ExitCode::from(STOPPED)
+        }
         Err(error) => {
             eprintln!("stallscope: {}", one_line(&error));
             ExitCode::from(2)

@@ -30,7 +30,9 @@ pub struct RunReport {
     pub tunables: serde_json::Map<String, serde_json::Value>,
     /// Counts by outcome.
     pub summary: Summary,
-    /// Every call, in index order.
+    /// The run was stopped (Stop, Ctrl-C) before all its calls finished.
+    pub stopped: bool,
+    /// Every call that started, in index order.
     pub streams: Vec<StreamReport>,
     /// The streams' verdicts grouped by kind.
     pub diagnosis: Option<RunDiagnosis>,
@@ -47,6 +49,9 @@ pub struct Summary {
     pub failed: usize,
     /// Cancelled streams.
     pub cancelled: usize,
+    /// Calls still queued when the run was stopped: they never started,
+    /// have no stream and count in no percentile.
+    pub not_started: usize,
     /// Wall-clock of the whole run.
     pub elapsed_ms: f64,
 }
@@ -205,7 +210,19 @@ impl RunReport {
                 Outcome::Cancelled => summary.cancelled += 1,
             }
         }
-        RunReport { run_id: None, scenario, seed: None, tunables, summary, streams, diagnosis: None }
+        RunReport { run_id: None, scenario, seed: None, tunables, summary, stopped: false, streams, diagnosis: None }
+    }
+
+    /// The outcome counts in one line; a stopped run says so and counts
+    /// the calls it never started.
+    pub fn summary_line(&self) -> String {
+        let sum = &self.summary;
+        let counts =
+            format!("{} ok, {} partial, {} failed, {} cancelled", sum.ok, sum.partial, sum.failed, sum.cancelled);
+        match self.stopped {
+            true => format!("stopped: {counts}, {} not started, after {:.0} ms", sum.not_started, sum.elapsed_ms),
+            false => format!("{counts} in {:.0} ms", sum.elapsed_ms),
+        }
     }
 
     /// Gives every stream its verdict from `diagnoses` (a stream without

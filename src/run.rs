@@ -34,7 +34,8 @@ pub struct RunPlan {
 }
 
 /// Runs the plan; `on_finish` sees each call as it ends (for progress).
-/// Returns every call's report in index order.
+/// Returns the report of every call that started, in index order (calls
+/// still queued when `cancel` fires never start).
 pub async fn run_calls(
     executor: &Executor,
     plan: &RunPlan,
@@ -52,8 +53,10 @@ pub async fn run_calls(
 }
 
 /// Runs `calls` with at most `concurrency` at once, started in the order
-/// given; `on_finish` sees each call as it ends. Returns every call's
-/// report in stream order.
+/// given; `on_finish` sees each call as it ends. Returns the report of
+/// every call that started, in stream order: a call still waiting for its
+/// turn when `cancel` fires is never started, so it has neither events nor
+/// a report (a stopped run's queue is not a list of 0 ms cancellations).
 pub async fn run_call_list(
     executor: &Executor,
     calls: impl IntoIterator<Item = Call>,
@@ -71,16 +74,23 @@ pub async fn run_call_list(
         // main future (which costs extra CPU per chunk on a multi-thread
         // runtime).
         tasks.push(tokio::spawn(async move {
-            let _permit = permits.acquire_owned().await.ok();
+            let _permit = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return None,
+                permit = permits.acquire_owned() => permit.ok(),
+            };
+            if cancel.is_cancelled() {
+                return None;
+            }
             let report = executor.run(&call, &cancel).await;
             on_finish(&report);
-            report
+            Some(report)
         }));
     }
     let mut reports = Vec::with_capacity(tasks.len());
     for task in tasks {
         // A task only fails if it panicked; the others' reports still count.
-        if let Ok(report) = task.await {
+        if let Ok(Some(report)) = task.await {
             reports.push(report);
         }
     }

@@ -67,6 +67,8 @@ pub struct Recording {
     pub db: PathBuf,
     /// A free label for the run.
     pub label: Option<String>,
+    /// The batch the run is part of (runs started together share it).
+    pub batch: Option<i64>,
 }
 
 /// Everything one run needs.
@@ -152,6 +154,12 @@ pub async fn run_session(
 ) -> Result<SessionOutcome, SessionError> {
     let (settings, providers, target, rig) = prepare(plan, env).await?;
     let origin = Origin::now(plan.seed.unwrap_or_else(rand::random));
+    let clients = ClientCache::new();
+    let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    // Keys and URLs are checked before anything is recorded: a run that
+    // cannot start leaves no row in the history. Its sinks are attached
+    // below, before any call emits.
+    let mut executor = executor(&settings, &providers, &clients, Arc::new(Tee(Vec::new())), origin, lookup)?;
     let recorder = match &plan.recording {
         Some(recording) => {
             let scenario = scenario_name(&plan.source);
@@ -163,8 +171,9 @@ pub async fn run_session(
                 rules: serde_json::to_value(settings.classifier.rules()).unwrap_or_default(),
                 pools: key_counts(&providers),
             };
-            let start =
-                RunStart::new(recording.label.clone(), scenario, &settings.tunables, &providers).with_meta(meta);
+            let start = RunStart::new(recording.label.clone(), scenario, &settings.tunables, &providers)
+                .with_meta(meta)
+                .in_batch(recording.batch);
             let flush = settings.tunables.get("STALLSCOPE_RECORDER_FLUSH_MS").value.as_i64().unsigned_abs();
             let body_mb = settings.tunables.get("STALLSCOPE_RECORDER_BODY_BUDGET_MB").value.as_i64().unsigned_abs();
             let options = RecorderOptions {
@@ -184,10 +193,7 @@ pub async fn run_session(
     let mut sinks: Vec<Arc<dyn EventSink>> = vec![verdicts.clone()];
     sinks.extend(recorder.as_ref().map(|(recorder, _)| Arc::new(recorder.clone()) as Arc<dyn EventSink>));
     sinks.extend(watcher);
-    let sink: Arc<dyn EventSink> = Arc::new(Tee(sinks));
-    let clients = ClientCache::new();
-    let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    let mut executor = executor(&settings, &providers, &clients, sink, origin, lookup)?;
+    executor.sink = Arc::new(Tee(sinks));
     let probe = LagProbe::start(origin.epoch, Arc::clone(&executor.sink));
     executor.lag = Some(probe.meter());
     let run_plan =
@@ -208,6 +214,8 @@ pub async fn run_session(
     let mut report =
         RunReport::new(scenario_name(&plan.source), settings.tunables.snapshot(), &reports, started.elapsed());
     report.seed = Some(origin.seed);
+    report.stopped = cancel.is_cancelled();
+    report.summary.not_started = plan.requests.saturating_sub(reports.len());
     let mut diagnoses = std::mem::take(&mut *judged.lock().unwrap_or_else(PoisonError::into_inner));
     diagnoses.extend(verdicts.diagnoses());
     report.attach_diagnoses(diagnoses);
@@ -305,6 +313,11 @@ async fn prepare(
                 let provider = target.provider.clone();
                 return Err(SessionError::UnknownProvider { target: target.to_string(), provider });
             }
+            // Only providers the calls can reach are connected, so a run of
+            // one provider needs no key for the others.
+            let configured: Vec<Target> = providers.iter().map(|p| Target::new(&p.name, &p.model)).collect();
+            let chain = settings.policy.failover.fallback.chain(&target, &configured);
+            let providers = providers.into_iter().filter(|p| chain.iter().any(|t| t.provider == p.name)).collect();
             Ok((settings, providers, target, None))
         }
     }

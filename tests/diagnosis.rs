@@ -52,7 +52,7 @@ async fn record_source(source: RunSource, sets: &[&str], calls: usize, cancel: C
         prompt: "Say hello.".to_owned(),
         overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
         edits: Vec::new(),
-        recording: Some(Recording { db: db.clone(), label: None }),
+        recording: Some(Recording { db: db.clone(), label: None, batch: None }),
         seed: Some(7),
     };
     let live = run_session(&plan, &[], None, &cancel, |_, _| {}).await.unwrap().report;

@@ -126,7 +126,7 @@ fn plan(scenario: &str, streams: usize, sets: &[&str], db: &TempDb) -> SessionPl
         prompt: "Say hello.".to_owned(),
         overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
         edits: Vec::new(),
-        recording: Some(Recording { db: db.0.clone(), label: None }),
+        recording: Some(Recording { db: db.0.clone(), label: None, batch: None }),
         seed: Some(13),
     }
 }

@@ -327,7 +327,8 @@ fn report() -> RunReport {
         scenario: Some("stall_midstream".into()),
         seed: Some(u64::MAX),
         tunables: tunables.snapshot(),
-        summary: Summary { ok: 2, partial: 0, failed: 1, cancelled: 0, elapsed_ms: 49799.393084999996 },
+        summary: Summary { ok: 2, partial: 0, failed: 1, cancelled: 0, not_started: 0, elapsed_ms: 49799.393084999996 },
+        stopped: false,
         streams: vec![
             stream_report(0, "ok", 100.25),
             stream_report(1, "failed", 3000.5),

@@ -17,12 +17,19 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+pub use run::Stopped;
+
 use crate::config::{Settings, process_env};
 use crate::session::{RunSource, settings_for};
 
 /// stallscope: watch, tune and replay the fault tolerance of streaming LLM calls.
 #[derive(Debug, Parser)]
-#[command(name = "stallscope", version, about)]
+#[command(
+    name = "stallscope",
+    version,
+    about,
+    after_help = "With no subcommand, stallscope opens the desktop app (it reads --config, --set and --db)."
+)]
 pub struct Cli {
     /// Configuration file (default: $STALLSCOPE_CONFIG, else the platform
     /// config directory's stallscope/config.toml when it exists; `run
@@ -32,6 +39,10 @@ pub struct Cli {
     /// Override a tunable: NAME=VALUE (with or without the STALLSCOPE_ prefix).
     #[arg(long = "set", global = true, value_name = "NAME=VALUE")]
     pub overrides: Vec<String>,
+    /// The app's database (default: $STALLSCOPE_DB, else stallscope.db in
+    /// the platform data directory); subcommands take their own --db.
+    #[arg(long, value_name = "PATH", env = "STALLSCOPE_DB")]
+    pub db: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -91,6 +102,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Some(Command::Whatif(args)) => whatif::run(&cli, args, out),
         Some(Command::Tune(args)) => tune::run(&cli, args, out),
         Some(Command::Explain(args)) => explain::run(&cli, args, out),
-        None => crate::gui::open(crate::gui::Launch { config: cli.config_path(), overrides: cli.overrides.clone() }),
+        None => crate::gui::open(
+            crate::gui::Launch { config: cli.config_path(), overrides: cli.overrides.clone() },
+            cli.db.clone(),
+        ),
     }
 }

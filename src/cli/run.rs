@@ -80,7 +80,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
             .clone()
             .or_else(Store::default_path)
             .context("no platform data directory to keep the run in: give --db PATH, or --no-record")?;
-        Some(Recording { db, label: args.label.clone() })
+        Some(Recording { db, label: args.label.clone(), batch: None })
     };
     let plan = SessionPlan {
         source,
@@ -96,6 +96,8 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     let outcome = runtime.block_on(async {
         let cancel = CancellationToken::new();
         let ctrl_c = cancel.clone();
+        // Ctrl-C stops the calls; the run still ends with its report,
+        // recorded as stopped, its queued calls as not started.
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 ctrl_c.cancel();
@@ -122,8 +124,18 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         Some(note) => writeln!(out, "{note}")?,
         None => {}
     }
+    if outcome.report.stopped {
+        return Err(Stopped.into());
+    }
     Ok(())
 }
+
+/// `stallscope run` was stopped by Ctrl-C. Its report is printed and
+/// recorded all the same; the exit code (130, as shells report SIGINT)
+/// tells a script it did not run to its end.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped by Ctrl-C: the run is recorded as stopped, its queued calls as not started")]
+pub struct Stopped;
 
 /// The live progress line on stderr, when stderr is a terminal.
 struct Progress {
@@ -190,13 +202,7 @@ pub(super) fn print_report(report: &RunReport, out: &mut dyn Write) -> Result<()
             detail.trim()
         )?;
     }
-    let sum = &report.summary;
-    writeln!(
-        out,
-        "{} ok, {} partial, {} failed, {} cancelled in {:.0} ms",
-        sum.ok, sum.partial, sum.failed, sum.cancelled, sum.elapsed_ms
-    )
-    .context("writing the report")?;
+    writeln!(out, "{}", report.summary_line()).context("writing the report")?;
     let Some(run) = &report.diagnosis else { return Ok(()) };
     let diagnoses: Vec<(StreamId, Diagnosis)> =
         report.streams.iter().filter_map(|s| Some((s.index, s.diagnosis.clone()?))).collect();

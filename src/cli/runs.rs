@@ -289,13 +289,7 @@ pub(super) fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         if args.bodies {
             bail!("--bodies is for --format jsonl: a chrome-trace never holds bodies");
         }
-        let streams = store
-            .streams(args.id)?
-            .into_iter()
-            .map(|s| Ok((s, store.events(args.id, s)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let diagnoses: Vec<_> = streams.iter().map(|(s, events)| (*s, recorded.diagnose(*s, events))).collect();
-        serde_json::to_string(&export::chrome_trace(&streams, &diagnoses))? + "\n"
+        serde_json::to_string(&export::run_trace(&store, args.id)?)? + "\n"
     };
     match &args.output {
         Some(path) => std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?,

@@ -1,25 +1,28 @@
-//! The live view: what to run (a built-in scenario, every failure story at
-//! once, or a configured provider), how many calls, the **Run** and
-//! **Stop** buttons, and the timeline of the run going on, or of a stored
-//! run opened from the history, played back with a transport bar; and
-//! **What-if** on the run shown, under the tunables being edited.
+//! The live view: what to run (a configured provider, every failure story
+//! at once, or a built-in scenario, each explained by its own description
+//! and the tunables it sets), how many calls, the **Run** and **Stop**
+//! buttons, and the timeline of the run going on, or of a stored run
+//! opened from the history, played back with a transport bar; and
+//! **What-if** on the run shown, under the tunables being edited. Before
+//! the first run it says what the app is for and offers one.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use egui::{Color32, RichText, Ui};
+use egui::{RichText, Ui};
 use serde::{Deserialize, Serialize};
 
+use super::form::labelled;
 use super::lanes::Timeline;
 use super::playback::{Change, Command, Playback};
 use super::replay::Replay;
-use super::runner::{Runner, Update};
+use super::runner::{EVENT_CAPACITY, Runner, Update};
 use super::timeline::{Clock, TimelineView};
 use super::transport;
 use super::whatif::WhatIfView;
 use crate::providers::Dialect;
 use crate::session::{Recording, RunSource, SessionPlan};
-use crate::sim::builtin_names;
+use crate::sim::{builtin, builtin_names};
 use crate::store::RunId;
 
 /// What the next run calls.
@@ -60,7 +63,8 @@ pub struct RunForm {
     pub prompt: String,
     /// Record the run in the database.
     pub record: bool,
-    /// A label for the recorded run.
+    /// A label for the next recorded run only (it is cleared when the run
+    /// starts, so it never sticks to later runs).
     pub label: String,
 }
 
@@ -88,7 +92,9 @@ impl RunForm {
         db: Option<PathBuf>,
     ) -> Vec<(String, SessionPlan)> {
         let label = (!self.label.trim().is_empty()).then(|| self.label.trim().to_owned());
-        let recording = db.filter(|_| self.record).map(|db| Recording { db, label });
+        // The parts of one press of Run are one batch in the history.
+        let batch = (matches!(self.choice, Choice::AllStories)).then(|| (rand::random::<u64>() >> 1) as i64);
+        let recording = db.filter(|_| self.record).map(|db| Recording { db, label, batch });
         let plan = |source| SessionPlan {
             source,
             requests: self.requests.max(1) as usize,
@@ -107,6 +113,54 @@ impl RunForm {
             Choice::Provider(target) => {
                 vec![(target.clone(), plan(RunSource::Config { path: config, target: Some(target.clone()) }))]
             }
+        }
+    }
+}
+
+/// What a choice is, in words: its description and what to try with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct About {
+    /// What it does.
+    pub description: String,
+    /// What to change to see something else happen.
+    pub try_this: String,
+}
+
+impl About {
+    /// The words for `choice` (a scenario's own description and the
+    /// tunables it sets).
+    pub fn of(choice: &Choice) -> About {
+        match choice {
+            Choice::Scenario(name) => match builtin(name) {
+                Ok(scenario) => {
+                    let sets: Vec<String> = scenario.run().tunables.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    let try_this = match sets.is_empty() {
+                        true => "It sets no tunable: edit any in the Tunables view, run again and compare in History."
+                            .to_owned(),
+                        false => format!(
+                            "It sets {}. Change them in the Tunables view, then Run again, or What-if on this run, \
+                             to see what else would happen.",
+                            sets.join(", ")
+                        ),
+                    };
+                    About { description: scenario.description().to_owned(), try_this }
+                }
+                Err(e) => About { description: e.to_string(), try_this: String::new() },
+            },
+            Choice::AllStories => About {
+                description: "Every built-in failure story except healthy, at once: one part per scenario, one \
+                              batch in History."
+                    .to_owned(),
+                try_this: "Open a failing lane's detail for its verdict, or pick one scenario to see it alone."
+                    .to_owned(),
+            },
+            Choice::Provider(target) => About {
+                description: format!(
+                    "Real calls to {target} from your config file; only the providers this run can fail over to \
+                     need their keys."
+                ),
+                try_this: "Keep Requests low: every call is billed.".to_owned(),
+            },
         }
     }
 }
@@ -169,16 +223,32 @@ pub struct Live {
     replayable: Option<RunId>,
     /// Runs recorded by the run going on.
     recorded: Vec<RunId>,
+    /// The label the run going on (or last) was recorded with.
+    label: Option<String>,
+    /// The words about the form's choice, kept while it stays chosen.
+    about: Option<(Choice, About)>,
+    /// Fold the words at the next frame: lanes came to be shown, and
+    /// they need the room.
+    fold_about: bool,
+    /// Events the runner's channel holds (`None`: [`EVENT_CAPACITY`]).
+    event_capacity: Option<usize>,
     /// The what-if of the run shown.
     pub whatif: WhatIfView,
 }
 
 impl Live {
+    /// A live view whose runs' event channel holds only `capacity` events
+    /// (the app's is [`EVENT_CAPACITY`]).
+    pub fn with_event_capacity(capacity: usize) -> Live {
+        Live { event_capacity: Some(capacity), ..Live::default() }
+    }
+
     /// Starts a run of `plans` (label, plan), replacing what is shown.
     pub fn start(&mut self, plans: Vec<(String, SessionPlan)>, env: Vec<(String, String)>, ctx: &egui::Context) {
+        self.label = plans.first().and_then(|(_, p)| p.recording.as_ref()?.label.clone());
         let runner = match &mut self.runner {
             Some(runner) => runner,
-            None => match Runner::new() {
+            None => match Runner::with_capacity(self.event_capacity.unwrap_or(EVENT_CAPACITY)) {
                 Ok(runner) => self.runner.insert(runner),
                 Err(e) => {
                     self.results = vec![format!("cannot start the background runtime: {e}")];
@@ -198,6 +268,13 @@ impl Live {
         let ctx = ctx.clone();
         runner.start(sessions, env, move || ctx.request_repaint());
         self.showing = Showing::Live { started: Instant::now(), ended_s: None };
+        self.fold_about = true;
+    }
+
+    /// Events of the run going on that the app fell behind on and did not
+    /// show.
+    pub fn dropped(&self) -> u64 {
+        self.runner.as_ref().map_or(0, Runner::dropped)
     }
 
     /// Cancels the run going on.
@@ -221,6 +298,7 @@ impl Live {
         self.whatif.clear();
         let playback = Playback::new(replay.duration_s());
         self.showing = Showing::Stored { title, replay: Box::new(replay), playback };
+        self.fold_about = true;
     }
 
     /// Replays the run shown under `changes` (`NAME=VALUE`), from `db`.
@@ -283,13 +361,9 @@ impl Live {
                     let label = self.timeline.parts.get(part).map_or("", |p| p.label.as_str());
                     self.results.push(match result {
                         Ok(outcome) => {
-                            let s = &outcome.report.summary;
                             let recorded =
                                 outcome.report.run_id.map(|id| format!(", recorded as run {id}")).unwrap_or_default();
-                            format!(
-                                "{label}: {} ok, {} partial, {} failed, {} cancelled in {:.0} ms{recorded}",
-                                s.ok, s.partial, s.failed, s.cancelled, s.elapsed_ms
-                            )
+                            format!("{label}: {}{recorded}", outcome.report.summary_line())
                         }
                         Err(e) => format!("{label}: could not run: {e}"),
                     });
@@ -330,22 +404,9 @@ impl Live {
         blocked: Option<String>,
     ) -> Action {
         let mut action = Action::None;
+        let running = self.is_running();
         ui.horizontal_wrapped(|ui| {
-            // egui writes a combo box's label after it; separators keep the pairs apart.
-            let source = egui::ComboBox::from_label("Source").selected_text(form.choice.title()).width(240.0);
-            source.show_ui(ui, |ui| {
-                ui.selectable_value(&mut form.choice, Choice::AllStories, Choice::AllStories.title());
-                for name in builtin_names() {
-                    let choice = Choice::Scenario((*name).to_owned());
-                    let title = choice.title();
-                    ui.selectable_value(&mut form.choice, choice, title);
-                }
-                for target in providers {
-                    let choice = Choice::Provider(target.clone());
-                    let title = choice.title();
-                    ui.selectable_value(&mut form.choice, choice, title);
-                }
-            });
+            source_picker(ui, form, providers);
             ui.separator();
             let scenario = !matches!(form.choice, Choice::Provider(_));
             ui.add_enabled_ui(scenario, |ui| {
@@ -357,14 +418,14 @@ impl Live {
                 });
             });
             ui.separator();
-            let label = ui.label("Requests");
-            ui.add(egui::DragValue::new(&mut form.requests).range(1..=100_000)).labelled_by(label.id);
-            let label = ui.label("Concurrency");
-            ui.add(egui::DragValue::new(&mut form.concurrency).range(1..=10_000)).labelled_by(label.id);
+            labelled(ui, "Requests", 50.0, |ui| ui.add(egui::DragValue::new(&mut form.requests).range(1..=100_000)));
+            labelled(ui, "Concurrency", 50.0, |ui| {
+                ui.add(egui::DragValue::new(&mut form.concurrency).range(1..=10_000))
+            });
             ui.checkbox(&mut form.record, "Record");
-            let label = ui.label("Label");
-            ui.add(egui::TextEdit::singleline(&mut form.label).desired_width(100.0)).labelled_by(label.id);
-            let running = self.is_running();
+            let label = egui::TextEdit::singleline(&mut form.label).desired_width(100.0).hint_text("none");
+            labelled(ui, "Label next run", 100.0, |ui| ui.add_enabled(form.record, label))
+                .on_hover_text("Recorded with the next run only, and shown in History; cleared when the run starts");
             let can_run = !running && blocked.is_none();
             let button = ui.add_enabled(can_run, egui::Button::new(RichText::new("Run").strong()));
             if let Some(why) = &blocked {
@@ -397,25 +458,43 @@ impl Live {
             let label = ui.label("Prompt");
             ui.add(egui::TextEdit::singleline(&mut form.prompt).desired_width(f32::INFINITY)).labelled_by(label.id);
         });
+        let error = ui.visuals().error_fg_color;
         if let Some(why) = blocked {
-            ui.label(RichText::new(why).color(Color32::LIGHT_RED));
+            ui.label(RichText::new(why).color(error));
         }
+        self.about_ui(ui, &form.choice);
         let mut commands = Vec::new();
         match &self.showing {
             Showing::Nothing => {
-                ui.label("Pick a source and press Run: lanes fill in as the streams go.");
+                if welcome(ui) {
+                    form.choice = Choice::Scenario(FIRST_RUN.to_owned());
+                    action = Action::Run;
+                }
             }
             Showing::Stored { title, replay, playback } => {
                 ui.label(RichText::new(format!("Showing stored {title}")).strong());
                 let events = (replay.timeline().event_count(), replay.total_events());
                 commands = [transport::shortcuts(ui), transport::bar(ui, playback, events)].concat();
             }
-            Showing::Live { .. } => {}
+            Showing::Live { .. } => {
+                if let Some(label) = &self.label {
+                    ui.label(format!("Recorded with the label \u{201c}{label}\u{201d}"));
+                }
+            }
         }
         for command in commands {
             if self.command(command) {
                 ui.ctx().request_repaint();
             }
+        }
+        let dropped = self.dropped();
+        if dropped > 0 {
+            ui.label(
+                RichText::new(format!(
+                    "{dropped} events not shown: the app fell behind the run (the recording keeps every event)"
+                ))
+                .color(ui.visuals().warn_fg_color),
+            );
         }
         if !self.results.is_empty() {
             let failed = self.results.iter().filter(|r| r.contains("could not run")).count();
@@ -426,8 +505,7 @@ impl Live {
             // Open by default when something could not run: that is the news.
             egui::CollapsingHeader::new(title).default_open(failed > 0 || self.results.len() == 1).show(ui, |ui| {
                 for line in &self.results {
-                    let colour =
-                        if line.contains("could not run") { Color32::LIGHT_RED } else { ui.visuals().text_color() };
+                    let colour = if line.contains("could not run") { error } else { ui.visuals().text_color() };
                     ui.label(RichText::new(line).color(colour));
                 }
             });
@@ -438,4 +516,81 @@ impl Live {
         view.ui(ui, self.timeline(), clock);
         action
     }
+
+    /// What the chosen source is and what to try with it, folded into one
+    /// header line once a run is shown.
+    fn about_ui(&mut self, ui: &mut Ui, choice: &Choice) {
+        if self.about.as_ref().is_none_or(|(c, _)| c != choice) {
+            self.about = Some((choice.clone(), About::of(choice)));
+        }
+        let Some((_, about)) = &self.about else { return };
+        let nothing_shown = matches!(self.showing, Showing::Nothing);
+        let mut header = egui::CollapsingHeader::new(format!("About {}", choice.title()))
+            .id_salt("about-choice")
+            .default_open(nothing_shown);
+        if std::mem::take(&mut self.fold_about) {
+            header = header.open(Some(false));
+        }
+        header.show(ui, |ui| {
+            ui.label(&about.description);
+            if !about.try_this.is_empty() {
+                ui.label(RichText::new(format!("Try: {}", about.try_this)).italics());
+            }
+        });
+    }
+}
+
+/// The scenario a first run shows: one stall, caught and retried.
+pub const FIRST_RUN: &str = "silent-stall";
+
+/// What the app is for, before anything is shown; true when the user asks
+/// for the first run.
+fn welcome(ui: &mut Ui) -> bool {
+    let mut go = false;
+    ui.add_space(8.0);
+    egui::Frame::group(ui.style()).show(ui, |ui| {
+        ui.heading("Watch streaming LLM calls fail, and see what the client does about it");
+        ui.label(
+            "Each call is a lane: bytes as they arrive, the timers watching it (first byte, idle, data stall), \
+             retries with their backoff, failovers and the verdict on how it ended. Built-in scenarios play \
+             real failures (a silent stall, a buffering proxy, a 429 storm) through the same HTTP stack as \
+             real providers, with no key and no cost; every run is recorded for History, Compare and What-if.",
+        );
+        ui.add_space(4.0);
+        go = ui
+            .button(RichText::new(format!("First run: {FIRST_RUN}, {} calls", RunForm::default().requests)).strong())
+            .on_hover_text(About::of(&Choice::Scenario(FIRST_RUN.to_owned())).description)
+            .clicked();
+        ui.label("Or pick a source above (each comes with what it shows) and press Run.");
+    });
+    go
+}
+
+/// The source picker: configured providers first (they are why a user
+/// configured anything), then every failure story at once, then each
+/// scenario, with its description on hover.
+fn source_picker(ui: &mut Ui, form: &mut RunForm, providers: &[String]) {
+    let source = egui::ComboBox::from_label("Source").selected_text(form.choice.title()).width(240.0).height(420.0);
+    source.show_ui(ui, |ui| {
+        if !providers.is_empty() {
+            ui.label(RichText::new("Configured providers").weak());
+            for target in providers {
+                let choice = Choice::Provider(target.clone());
+                let title = choice.title();
+                ui.selectable_value(&mut form.choice, choice, title);
+            }
+            ui.separator();
+        }
+        ui.label(RichText::new("Built-in scenarios (no key, no cost)").weak());
+        ui.selectable_value(&mut form.choice, Choice::AllStories, Choice::AllStories.title())
+            .on_hover_text(About::of(&Choice::AllStories).description);
+        for name in builtin_names() {
+            let choice = Choice::Scenario((*name).to_owned());
+            let title = choice.title();
+            // Read only for the entry under the pointer.
+            ui.selectable_value(&mut form.choice, choice, title).on_hover_ui(|ui| {
+                ui.label(builtin(name).map(|s| s.description().to_owned()).unwrap_or_default());
+            });
+        }
+    });
 }

@@ -5,17 +5,22 @@
 //! The UI thread never waits on the network or the database: runs go on a
 //! background runtime ([`runner`]), events arrive through a channel that
 //! [`App::logic`](eframe::App::logic) drains every frame, and history reads
-//! run on background threads.
+//! run on background threads. While a run goes on the app repaints at
+//! 30 frames a second only when the Live view shows it, and four times a
+//! second otherwise. The theme follows the system's, light or dark; the
+//! config file is read again when it changes.
 
 pub mod budget;
 pub mod decimate;
 pub mod detail;
+pub mod form;
 pub mod history;
 pub mod lanes;
 pub mod live;
 pub mod playback;
 pub mod replay;
 pub mod runner;
+pub mod save;
 pub mod timeline;
 pub mod transport;
 pub mod tunables;
@@ -23,15 +28,15 @@ pub mod verdicts;
 pub mod whatif;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigFile, Layers, Settings, process_env};
+use crate::config::{ConfigFile, Layers, Settings, default_path, process_env};
 use crate::session::{RunSource, settings_for};
 use crate::store::Store;
 use budget::BudgetView;
-use history::HistoryView;
+use history::{HistoryView, Picked, RunAgain};
 use live::{Action, Choice, Live, RunForm};
 use timeline::TimelineView;
 use tunables::TunablesEditor;
@@ -45,13 +50,14 @@ pub struct Launch {
     pub overrides: Vec<String>,
 }
 
-/// Opens the app's window and runs it until it is closed.
-pub fn open(launch: Launch) -> anyhow::Result<()> {
+/// Opens the app's window over the database `db` (`None`: the platform's)
+/// and runs it until it is closed.
+pub fn open(launch: Launch, db: Option<PathBuf>) -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("stallscope").with_inner_size([1440.0, 900.0]),
         ..Default::default()
     };
-    let db = std::env::var_os("STALLSCOPE_DB").map(PathBuf::from).or_else(Store::default_path);
+    let db = db.or_else(Store::default_path);
     eframe::run_native("stallscope", options, Box::new(move |cc| Ok(Box::new(App::new(cc, launch, db, process_env())))))
         .map_err(|e| {
             anyhow::anyhow!(
@@ -75,7 +81,7 @@ pub enum Tab {
 }
 
 /// Everything that persists between launches.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Prefs {
     /// The view shown.
@@ -90,9 +96,35 @@ pub struct Prefs {
     pub budget: BudgetView,
     /// History filter and sort.
     pub history: HistoryView,
+    /// The height of one lane in the timeline, in points (for the lanes'
+    /// drawing to read).
+    pub lane_height: f32,
+    /// Light, dark, or as the system is (the default).
+    pub theme: egui::ThemePreference,
+}
+
+/// A lane's height before the user picks one.
+pub const LANE_HEIGHT: f32 = 74.0;
+
+impl Default for Prefs {
+    fn default() -> Self {
+        Prefs {
+            tab: Tab::default(),
+            form: RunForm::default(),
+            timeline: TimelineView::default(),
+            tunables: TunablesEditor::default(),
+            budget: BudgetView::default(),
+            history: HistoryView::default(),
+            lane_height: LANE_HEIGHT,
+            theme: egui::ThemePreference::System,
+        }
+    }
 }
 
 const PREFS_KEY: &str = "stallscope";
+
+/// How often the config file is looked at for changes.
+const CONFIG_CHECK: Duration = Duration::from_secs(1);
 
 /// The app.
 pub struct App {
@@ -105,6 +137,9 @@ pub struct App {
     env: Vec<(String, String)>,
     providers: Result<Vec<String>, String>,
     settings: Option<(SettingsKey, Result<Settings, String>)>,
+    /// The config file's modification time when last read, and when it
+    /// was last looked at.
+    config_seen: (Option<SystemTime>, Instant),
 }
 
 /// egui's fonts with Hack behind Ubuntu in proportional text too, for
@@ -132,19 +167,59 @@ impl App {
     ) -> Self {
         cc.egui_ctx.set_fonts(fonts());
         let prefs: Prefs = cc.storage.and_then(|s| eframe::get_value(s, PREFS_KEY)).unwrap_or_default();
-        let source = RunSource::Config { path: launch.config.clone(), target: None };
-        let providers = settings_for(&source, &launch.overrides, &[], &env)
-            .map(|s| s.providers.iter().map(|p| format!("{}/{}", p.name, p.model)).collect())
-            .map_err(|e| e.to_string());
-        let mut app = App { prefs, live: Live::default(), launch, db, env, providers, settings: None };
-        // A provider that left the config is not offered again.
-        if let Choice::Provider(target) = &app.prefs.form.choice
-            && !app.providers.as_ref().is_ok_and(|p| p.contains(target))
-        {
-            app.prefs.form.choice = RunForm::default().choice;
-        }
+        let mut app = App {
+            prefs,
+            live: Live::default(),
+            launch,
+            db,
+            env,
+            providers: Ok(Vec::new()),
+            settings: None,
+            config_seen: (None, Instant::now()),
+        };
+        app.config_seen.0 = app.config_modified();
+        app.read_config();
         app.prefs.history.refresh(&app.db, &cc.egui_ctx);
         app
+    }
+
+    /// The config file the app reads, if there is one.
+    fn config_path(&self) -> Option<PathBuf> {
+        self.launch.config.clone().or_else(default_path)
+    }
+
+    fn config_modified(&self) -> Option<SystemTime> {
+        std::fs::metadata(self.config_path()?).and_then(|m| m.modified()).ok()
+    }
+
+    /// Reads the providers of the config file (again), and forgets the
+    /// settings made from the old one.
+    fn read_config(&mut self) {
+        let source = RunSource::Config { path: self.launch.config.clone(), target: None };
+        self.providers = settings_for(&source, &self.launch.overrides, &[], &self.env)
+            .map(|s| s.providers.iter().map(|p| format!("{}/{}", p.name, p.model)).collect())
+            .map_err(|e| e.to_string());
+        self.settings = None;
+        // A provider that left the config is not offered again.
+        if let Choice::Provider(target) = &self.prefs.form.choice
+            && !self.providers.as_ref().is_ok_and(|p| p.contains(target))
+        {
+            self.prefs.form.choice = RunForm::default().choice;
+        }
+    }
+
+    /// Reads the config file again when it changed (a fix is picked up
+    /// without a restart); looks at most once a second.
+    fn watch_config(&mut self) {
+        if self.config_seen.1.elapsed() < CONFIG_CHECK {
+            return;
+        }
+        let modified = self.config_modified();
+        let changed = modified != self.config_seen.0;
+        self.config_seen = (modified, Instant::now());
+        if changed {
+            self.read_config();
+        }
     }
 
     /// The effective settings of the next run (recomputed only when the
@@ -187,16 +262,33 @@ impl App {
         self.settings().as_ref().err().cloned()
     }
 
-    /// Starts a run of the form's choice.
+    /// Starts a run of the form's choice. The label goes with this run
+    /// only.
     pub fn start_run(&mut self, ctx: &egui::Context) {
         let (config, overrides) = (self.launch.config.clone(), self.launch.overrides.clone());
         let plans = self.prefs.form.plans(config, overrides, self.prefs.tunables.assignments(), self.db.clone());
         self.live.start(plans, self.env.clone(), ctx);
+        self.prefs.form.label.clear();
         self.prefs.timeline.follow_live = true;
     }
 
+    /// Starts a stored run again with its settings: its source and size
+    /// in the form, its explicitly set tunables as the edits (the edits
+    /// they replace can be brought back with Undo reset).
+    pub fn run_again(&mut self, again: RunAgain, ctx: &egui::Context) {
+        let form = &mut self.prefs.form;
+        (form.choice, form.requests, form.concurrency) = (again.choice, again.requests, again.concurrency);
+        self.prefs.tunables.replace(again.edits);
+        self.prefs.tab = Tab::Live;
+        match self.blocked() {
+            None => self.start_run(ctx),
+            Some(why) => self.live.results = vec![format!("run {} again: could not run: {why}", again.from)],
+        }
+    }
+
     fn tabs(&mut self, ui: &mut egui::Ui) {
-        ui.horizontal(|ui| {
+        // Wraps in a narrow window rather than widen every view below.
+        ui.horizontal_wrapped(|ui| {
             ui.heading("stallscope");
             ui.separator();
             for (tab, name) in
@@ -204,30 +296,70 @@ impl App {
             {
                 ui.selectable_value(&mut self.prefs.tab, tab, name);
             }
+            if self.prefs.tab == Tab::Live {
+                ui.separator();
+                let height = egui::DragValue::new(&mut self.prefs.lane_height).range(40.0..=400.0).suffix(" px");
+                form::labelled(ui, "Lane height", 60.0, |ui| ui.add(height));
+            }
+            ui.separator();
+            theme_picker(ui, &mut self.prefs.theme);
             if let Err(e) = &self.providers {
                 ui.separator();
-                ui.label(egui::RichText::new(format!("config: {e}")).color(egui::Color32::LIGHT_RED));
+                ui.label(egui::RichText::new(format!("config: {e}")).color(ui.visuals().error_fg_color));
             }
         });
     }
 }
 
+/// The theme: the system's (the default), or light or dark whatever the
+/// system says.
+fn theme_picker(ui: &mut egui::Ui, preference: &mut egui::ThemePreference) {
+    let name = |p| match p {
+        egui::ThemePreference::System => "as the system",
+        egui::ThemePreference::Light => "light",
+        egui::ThemePreference::Dark => "dark",
+    };
+    let picker = egui::ComboBox::from_label("Theme").selected_text(name(*preference));
+    picker.show_ui(ui, |ui| {
+        for choice in [egui::ThemePreference::System, egui::ThemePreference::Light, egui::ThemePreference::Dark] {
+            ui.selectable_value(preference, choice, name(choice));
+        }
+    });
+}
+
+/// How often a run going on is drawn: smoothly where its lanes show, and
+/// just enough elsewhere for the tabs' spinners and the channel to keep up.
+pub fn repaint_every(tab: Tab) -> Duration {
+    match tab {
+        Tab::Live => Duration::from_millis(33),
+        Tab::History | Tab::Tunables | Tab::Budget => Duration::from_millis(250),
+    }
+}
+
 impl eframe::App for App {
     fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
+        if ctx.options(|o| o.theme_preference) != self.prefs.theme {
+            ctx.set_theme(self.prefs.theme);
+        }
+        self.watch_config();
         if self.live.poll() {
             // The run's record is complete: show it in the history.
             self.prefs.history.refresh(&self.db, ctx);
         }
-        if let Some(opened) = self.prefs.history.poll() {
-            self.live.show_stored(opened.title, opened.id, opened.replay);
-            self.prefs.timeline.fit();
-            self.prefs.tab = Tab::Live;
+        match self.prefs.history.poll(&self.db, ctx) {
+            Some(Picked::Open(opened)) => {
+                self.live.show_stored(opened.title, opened.id, opened.replay);
+                self.prefs.timeline.fit();
+                self.prefs.tab = Tab::Live;
+            }
+            Some(Picked::Again(again)) => self.run_again(again, ctx),
+            None => {}
         }
         if self.live.whatif.poll() {
             self.prefs.timeline.fit();
         }
         if self.live.is_running() {
-            ctx.request_repaint_after(Duration::from_millis(33));
+            ctx.request_repaint_after(repaint_every(self.prefs.tab));
         }
         // At most a tenth of a second per frame: a slow frame (a big jump
         // folded into the lanes) must not make the next jump bigger still.
@@ -263,8 +395,11 @@ impl eframe::App for App {
             Tab::Budget => {
                 self.settings();
                 let settings = &self.settings.as_ref().expect("computed above").1;
-                ui.label(format!("Tunables of: {}", self.prefs.form.choice.title()));
-                self.prefs.budget.ui(ui, settings);
+                // Its table and plot need more room than a small window has.
+                egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
+                    ui.label(format!("Tunables of: {}", self.prefs.form.choice.title()));
+                    self.prefs.budget.ui(ui, settings);
+                });
             }
         });
     }

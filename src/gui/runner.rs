@@ -1,11 +1,19 @@
 //! Runs sessions for the app on a background tokio runtime and carries
 //! their events, each stream's verdict as it finishes (the session's own,
-//! made once per stream), and their results back through a channel that
+//! made once per stream), and their results back through channels that
 //! the UI thread drains each frame, so the UI never waits on the network
 //! or the database and never diagnoses.
+//!
+//! Events go through a bounded channel: a UI that is not drawing (a
+//! minimised window during a long run) must not let it grow without
+//! limit, so an event that finds it full is dropped and counted (the
+//! recording keeps every event; only the live lanes miss it). Verdicts and
+//! part ends, a few per stream, go through a channel of their own and are
+//! never dropped.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
 use tokio_util::sync::CancellationToken;
 
@@ -42,11 +50,19 @@ pub enum Update {
     },
 }
 
+/// Events the channel holds before it drops: at 33 ms a frame, well over a
+/// million events a second; with another tab showing, drained four times
+/// a second, a quarter of that.
+pub const EVENT_CAPACITY: usize = 1 << 16;
+
 /// Owns the runtime and the run in progress.
 pub struct Runner {
     runtime: tokio::runtime::Runtime,
+    events: Receiver<(u64, Update)>,
+    event_sender: SyncSender<(u64, Update)>,
     updates: Receiver<(u64, Update)>,
     sender: Sender<(u64, Update)>,
+    dropped: Arc<AtomicU64>,
     generation: u64,
     cancel: CancellationToken,
     parts_running: usize,
@@ -62,27 +78,45 @@ impl std::fmt::Debug for Runner {
 struct ChannelSink {
     generation: u64,
     part: usize,
-    sender: Sender<(u64, Update)>,
+    events: SyncSender<(u64, Update)>,
+    dropped: Arc<AtomicU64>,
 }
 
 impl EventSink for ChannelSink {
     fn emit(&self, event: Event) {
-        // The app dropping its receiver (closing) is the only failure, and
-        // then nobody is left to show the event to.
-        let _ = self.sender.send((self.generation, Update::Event { part: self.part, event }));
+        if self.events.try_send((self.generation, Update::Event { part: self.part, event })).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
 impl Runner {
-    /// A runner with its own two-worker runtime.
+    /// A runner with its own two-worker runtime, holding up to
+    /// [`EVENT_CAPACITY`] events the UI has not taken yet.
     pub fn new() -> std::io::Result<Self> {
+        Runner::with_capacity(EVENT_CAPACITY)
+    }
+
+    /// A runner whose event channel holds `capacity` events.
+    pub fn with_capacity(capacity: usize) -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("stallscope-run")
             .enable_all()
             .build()?;
         let (sender, updates) = channel();
-        Ok(Runner { runtime, updates, sender, generation: 0, cancel: CancellationToken::new(), parts_running: 0 })
+        let (event_sender, events) = sync_channel(capacity);
+        Ok(Runner {
+            runtime,
+            events,
+            event_sender,
+            updates,
+            sender,
+            dropped: Arc::default(),
+            generation: 0,
+            cancel: CancellationToken::new(),
+            parts_running: 0,
+        })
     }
 
     /// Starts every plan at once as parts 0, 1, …; any earlier run is
@@ -98,14 +132,15 @@ impl Runner {
         self.generation += 1;
         self.cancel = CancellationToken::new();
         self.parts_running = plans.len();
+        self.dropped = Arc::default();
         let env: Arc<[(String, String)]> = env.into();
         let wake = Arc::new(wake);
         for (part, plan) in plans.into_iter().enumerate() {
             let generation = self.generation;
-            let sender = self.sender.clone();
+            let (sender, events, dropped) = (self.sender.clone(), self.event_sender.clone(), Arc::clone(&self.dropped));
             let (cancel, env, wake) = (self.cancel.clone(), Arc::clone(&env), Arc::clone(&wake));
             self.runtime.spawn(async move {
-                let sink = Arc::new(ChannelSink { generation, part, sender: sender.clone() });
+                let sink = Arc::new(ChannelSink { generation, part, events, dropped });
                 // The session's verdict on each stream, sent after its last
                 // event went through the sink.
                 let verdicts = sender.clone();
@@ -130,18 +165,23 @@ impl Runner {
         self.parts_running > 0
     }
 
-    /// The updates of the current run that have arrived, oldest first.
+    /// Events of the current run that found the channel full and were
+    /// not shown.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The updates of the current run that have arrived: its events, then
+    /// its verdicts and part ends. The verdicts and part ends are taken
+    /// first, so the events sent before them are all in the events taken.
     pub fn drain(&mut self) -> Vec<Update> {
-        let mut out = Vec::new();
-        while let Ok((generation, update)) = self.updates.try_recv() {
-            if generation != self.generation {
-                continue;
-            }
-            if matches!(update, Update::PartDone { .. }) {
-                self.parts_running = self.parts_running.saturating_sub(1);
-            }
-            out.push(update);
-        }
+        let generation = self.generation;
+        let current = |(g, update): (u64, Update)| (g == generation).then_some(update);
+        let control: Vec<Update> = self.updates.try_iter().filter_map(current).collect();
+        let mut out: Vec<Update> = self.events.try_iter().filter_map(current).collect();
+        self.parts_running =
+            self.parts_running.saturating_sub(control.iter().filter(|u| matches!(u, Update::PartDone { .. })).count());
+        out.extend(control);
         out
     }
 }

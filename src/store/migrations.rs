@@ -10,6 +10,8 @@
 //!   each attempt ended, and the `bodies` table.
 //! - 3: the run's own scheduling lag, one reading per 100 ms
 //!   (`sql/0003_runtime_lag.sql`).
+//! - 4: runs the user stopped, their calls that never started, and the
+//!   batch a run was started in (`sql/0004_console.sql`).
 //!
 //! Migrations only ever move forward. A database whose version is newer
 //! than [`SCHEMA_VERSION`] was written by a newer stallscope and is refused
@@ -22,6 +24,7 @@ const STEPS: &[M<'static>] = &[
     M::up(include_str!("sql/0001_init.sql")),
     M::up(include_str!("sql/0002_replay.sql")),
     M::up(include_str!("sql/0003_runtime_lag.sql")),
+    M::up(include_str!("sql/0004_console.sql")),
 ];
 
 /// The migrations, applied by [`super::Store::open`].

@@ -280,10 +280,18 @@ impl Store {
         if conn.is_readonly(rusqlite::MAIN_DB).map_err(err)? {
             return Err(StoreError::ReadOnly { path, reason: "the file is read-only".to_owned() });
         }
-        // Nothing is written before the file is known to be ours and not newer.
-        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
-        let app: i64 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).map_err(err)?;
-        let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0)).map_err(err)?;
+        // Nothing is written before the file is known to be ours and not
+        // newer. Read in one snapshot: another process creating the schema
+        // meanwhile must not be seen half done (tables, but no id yet).
+        let (version, app, tables) = (|| -> rusqlite::Result<(i64, i64, i64)> {
+            let snapshot = conn.unchecked_transaction()?;
+            let version: i64 = snapshot.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            let app: i64 = snapshot.pragma_query_value(None, "application_id", |r| r.get(0))?;
+            let tables: i64 = snapshot.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+            snapshot.commit()?;
+            Ok((version, app, tables))
+        })()
+        .map_err(err)?;
         if app != migrations::APPLICATION_ID && (app != 0 || version != 0 || tables != 0) {
             return Err(StoreError::NotOurs { path });
         }
@@ -301,7 +309,13 @@ impl Store {
         // fsync per commit; an OS crash may lose the last commits, never integrity.
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(err)?;
-        if let Err(e) = migrations::MIGRATIONS.to_latest(&mut conn) {
+        // Migrations take the write lock at once: a deferred one that read
+        // first could deadlock with another process's, and one of the two
+        // would fail instead of waiting.
+        conn.set_transaction_behavior(TransactionBehavior::Immediate);
+        let migrated = migrations::MIGRATIONS.to_latest(&mut conn);
+        conn.set_transaction_behavior(TransactionBehavior::Deferred);
+        if let Err(e) = migrated {
             // Another process may have migrated the file between our check
             // and our migration (two opens of a new file at once: a run
             // starting while its history is read); ours rolled back, and

@@ -59,6 +59,8 @@ struct ReportMirror {
     #[serde(default)]
     seed: Option<u64>,
     summary: SummaryMirror,
+    #[serde(default)]
+    stopped: bool,
     streams: Vec<StreamMirror>,
 }
 
@@ -73,6 +75,9 @@ struct SummaryMirror {
     partial: usize,
     failed: usize,
     cancelled: usize,
+    // Reports stored before runs could be stopped have neither.
+    #[serde(default)]
+    not_started: usize,
     elapsed_ms: Exact,
 }
 
@@ -263,8 +268,10 @@ pub(crate) fn decode(text: &str) -> Result<RunReport, String> {
             partial: sum.partial,
             failed: sum.failed,
             cancelled: sum.cancelled,
+            not_started: sum.not_started,
             elapsed_ms: sum.elapsed_ms.0,
         },
+        stopped: mirror.stopped,
         streams,
         diagnosis: None,
     })

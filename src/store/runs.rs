@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use crate::core::event::Outcome;
 use crate::providers::setup::ProviderConfig;
 use crate::report::RunReport;
 use crate::tunables::{Tunables, shown};
@@ -24,6 +25,9 @@ pub enum RunStatus {
     Completed,
     /// Its recording process ended without finishing it (a crash, a kill).
     Interrupted,
+    /// Stopped by the user (Stop, Ctrl-C) and then finished with a report;
+    /// stored as `completed` with its `stopped` column set.
+    Stopped,
 }
 
 impl RunStatus {
@@ -33,6 +37,7 @@ impl RunStatus {
             RunStatus::Running => "running",
             RunStatus::Completed => "completed",
             RunStatus::Interrupted => "interrupted",
+            RunStatus::Stopped => "stopped",
         }
     }
 
@@ -57,6 +62,8 @@ pub struct RunStart {
     /// What the core's decisions depended on beyond the tunables; runs
     /// recorded before it existed have none.
     pub meta: Option<RunMeta>,
+    /// The batch the run was started in, if any.
+    pub batch: Option<i64>,
 }
 
 /// What a replay needs to make the same decisions a run made: its shape,
@@ -94,7 +101,14 @@ impl RunStart {
             tunables: tunables_snapshot(tunables),
             providers: redacted_providers(providers),
             meta: None,
+            batch: None,
         }
+    }
+
+    /// The same start, as part of `batch` (runs started together share it).
+    pub fn in_batch(mut self, batch: Option<i64>) -> Self {
+        self.batch = batch;
+        self
     }
 
     /// The same start, with what replay needs.
@@ -124,6 +138,12 @@ pub(crate) fn now_ms() -> i64 {
 pub fn utc_minute(unix_ms: i64) -> String {
     let (date, secs) = utc_date(unix_ms.div_euclid(1000));
     format!("{date} {:02}:{:02}", secs / 3600, secs % 3600 / 60)
+}
+
+/// Unix milliseconds as `YYYY-MM-DD HH:MM:SS` in UTC.
+pub fn utc_second(unix_ms: i64) -> String {
+    let (date, secs) = utc_date(unix_ms.div_euclid(1000));
+    format!("{date} {:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
 }
 
 /// Unix nanoseconds as `YYYY-MM-DD HH:MM:SS.mmm UTC`.
@@ -207,6 +227,8 @@ pub struct Outcomes {
     pub failed: u64,
     /// Cancelled.
     pub cancelled: u64,
+    /// Still queued when the run was stopped: never started.
+    pub not_started: u64,
 }
 
 /// One line of the history (`runs list`).
@@ -224,12 +246,15 @@ pub struct RunSummary {
     pub label: Option<String>,
     /// The built-in scenario, if any.
     pub scenario: Option<String>,
+    /// The batch the run was started in (runs started together share it).
+    pub batch: Option<i64>,
     /// The configured provider names, in row order.
     pub providers: Vec<String>,
     /// Streams by outcome (for a run without a report: from its recorded
     /// `Finished` events).
     pub outcomes: Outcomes,
-    /// Median stream elapsed time.
+    /// Median elapsed time of the streams that were not cancelled (a
+    /// cancelled stream's time measures the stop, not the provider).
     pub p50_ms: Option<f64>,
     /// 99th-percentile stream elapsed time.
     pub p99_ms: Option<f64>,
@@ -310,7 +335,7 @@ pub(crate) fn insert(conn: &Connection, start: &RunStart, pid: i64, pid_start: O
     };
     conn.prepare_cached(
         "INSERT INTO runs (started_at, status, label, scenario, pid, pid_start, tunables, providers, meta, \
-         recorded_schema) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+         recorded_schema, batch) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?
     .execute(params![
         start.started_at_ms,
@@ -322,6 +347,7 @@ pub(crate) fn insert(conn: &Connection, start: &RunStart, pid: i64, pid_start: O
         start.providers.to_string(),
         meta,
         super::SCHEMA_VERSION,
+        start.batch,
     ])?;
     Ok(conn.last_insert_rowid())
 }
@@ -332,7 +358,8 @@ pub(crate) fn finish(tx: &Transaction<'_>, run: RunId, report: &RunReport, dropp
     let mut report = report.clone();
     report.run_id = Some(run);
     let text = serde_json::to_string(&report).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
-    let mut elapsed: Vec<f64> = report.streams.iter().map(|s| s.elapsed_ms).collect();
+    let timed = report.streams.iter().filter(|s| s.outcome != Outcome::Cancelled.name());
+    let mut elapsed: Vec<f64> = timed.map(|s| s.elapsed_ms).collect();
     elapsed.sort_by(f64::total_cmp);
     let retries_of = |s: &crate::report::StreamReport| s.retry_counts.values().map(|u| u64::from(u.used)).sum::<u64>();
     let retries: u64 = report.streams.iter().map(retries_of).sum();
@@ -341,7 +368,7 @@ pub(crate) fn finish(tx: &Transaction<'_>, run: RunId, report: &RunReport, dropp
     let changed = tx.execute(
         "UPDATE runs SET status = 'completed', ended_at = ?2, report = ?3, \
          dropped_events = max(dropped_events, ?4), ok = ?5, partial = ?6, failed = ?7, cancelled = ?8, \
-         p50_ms = ?9, p99_ms = ?10, retries = ?11, elapsed_ms = ?12 WHERE id = ?1",
+         p50_ms = ?9, p99_ms = ?10, retries = ?11, elapsed_ms = ?12, stopped = ?13, not_started = ?14 WHERE id = ?1",
         params![
             run,
             now_ms(),
@@ -355,6 +382,8 @@ pub(crate) fn finish(tx: &Transaction<'_>, run: RunId, report: &RunReport, dropp
             percentile(&elapsed, 99.0),
             i64::try_from(retries).unwrap_or(i64::MAX),
             sum.elapsed_ms,
+            report.stopped,
+            i64::try_from(sum.not_started).unwrap_or(i64::MAX),
         ],
     )?;
     if changed == 0 {
@@ -383,7 +412,8 @@ pub(crate) fn finish(tx: &Transaction<'_>, run: RunId, report: &RunReport, dropp
 }
 
 const SUMMARY_COLUMNS: &str = "SELECT id, started_at, ended_at, status, label, scenario, providers, events, \
-     dropped_events, ok, partial, failed, cancelled, p50_ms, p99_ms, retries, elapsed_ms, dropped_bodies FROM runs";
+     dropped_events, ok, partial, failed, cancelled, p50_ms, p99_ms, retries, elapsed_ms, dropped_bodies, stopped, \
+     not_started, batch FROM runs";
 
 fn provider_names(providers: &Value) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
@@ -406,18 +436,28 @@ pub(crate) fn summaries(conn: &Connection, only: Option<RunId>) -> rusqlite::Res
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut out: Vec<RunSummary> = stmt
         .query_map(params![only], |row| {
-            let status: String = row.get(3)?;
+            let status = match RunStatus::parse(&row.get::<_, String>(3)?) {
+                Some(RunStatus::Completed) if row.get::<_, bool>(18)? => RunStatus::Stopped,
+                status => status.unwrap_or(RunStatus::Interrupted),
+            };
             let providers: String = row.get(6)?;
             let count = |i| row.get::<_, Option<i64>>(i).map(|v| v.unwrap_or(0).max(0) as u64);
             Ok(RunSummary {
                 id: row.get(0)?,
                 started_at_ms: row.get(1)?,
                 ended_at_ms: row.get(2)?,
-                status: RunStatus::parse(&status).unwrap_or(RunStatus::Interrupted),
+                status,
                 label: row.get(4)?,
                 scenario: row.get(5)?,
+                batch: row.get(20)?,
                 providers: provider_names(&serde_json::from_str(&providers).unwrap_or(Value::Null)),
-                outcomes: Outcomes { ok: count(9)?, partial: count(10)?, failed: count(11)?, cancelled: count(12)? },
+                outcomes: Outcomes {
+                    ok: count(9)?,
+                    partial: count(10)?,
+                    failed: count(11)?,
+                    cancelled: count(12)?,
+                    not_started: count(19)?,
+                },
                 p50_ms: row.get(13)?,
                 p99_ms: row.get(14)?,
                 retries: row.get::<_, Option<i64>>(15)?.map(|v| v.max(0) as u64),
@@ -428,7 +468,7 @@ pub(crate) fn summaries(conn: &Connection, only: Option<RunId>) -> rusqlite::Res
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
-    for summary in out.iter_mut().filter(|s| s.status != RunStatus::Completed) {
+    for summary in out.iter_mut().filter(|s| !matches!(s.status, RunStatus::Completed | RunStatus::Stopped)) {
         from_streams(conn, summary)?;
     }
     Ok(out)
@@ -450,7 +490,10 @@ fn from_streams(conn: &Connection, summary: &mut RunSummary) -> rusqlite::Result
             "ok" => outcomes.ok += 1,
             "partial" => outcomes.partial += 1,
             "failed" => outcomes.failed += 1,
-            _ => outcomes.cancelled += 1,
+            _ => {
+                outcomes.cancelled += 1;
+                continue;
+            }
         }
         elapsed.extend(ns.map(|ns| ns as f64 / 1e6));
     }
@@ -550,6 +593,7 @@ mod tests {
         assert_eq!(utc_minute(0), "1970-01-01 00:00");
         assert_eq!(utc_minute(1_795_982_918_799), "2026-11-29 20:08");
         assert_eq!(utc_minute(951_782_400_000), "2000-02-29 00:00");
+        assert_eq!(utc_second(1_795_982_918_799), "2026-11-29 20:08:38");
         assert_eq!(utc_millis(1_795_982_918_799_123_456), "2026-11-29 20:08:38.799 UTC");
         assert_eq!(utc_millis(-1), "1969-12-31 23:59:59.999 UTC");
     }

@@ -50,7 +50,8 @@ impl Source {
             "derived" => Source::Derived,
             "env" => Source::Environment,
             "--set" => Source::Override,
-            "app edit" => Source::Edit,
+            // Runs recorded before the plain words said "app edit".
+            "the app's Tunables view" | "app edit" => Source::Edit,
             _ => match text.split_once(' ') {
                 Some(("scenario", name)) => Source::Scenario(name.to_owned()),
                 Some(("config", path)) => Source::ConfigFile(PathBuf::from(path)),
@@ -69,7 +70,7 @@ impl fmt::Display for Source {
             Source::ConfigFile(path) => write!(f, "config {}", path.display()),
             Source::Environment => f.write_str("env"),
             Source::Override => f.write_str("--set"),
-            Source::Edit => f.write_str("app edit"),
+            Source::Edit => f.write_str("the app's Tunables view"),
         }
     }
 }
@@ -191,7 +192,7 @@ impl Tunables {
             };
             let source = match entry.get("source") {
                 Some(serde_json::Value::String(text)) => Source::parse(text).ok_or_else(|| {
-                    let allowed = "default, derived, scenario NAME, config PATH, env, --set or app edit";
+                    let allowed = "default, derived, scenario NAME, config PATH, env, --set or the app's Tunables view";
                     invalid(text.clone(), "not a known source", allowed.to_owned())
                 })?,
                 _ => return Err(invalid(entry.to_string(), "no source", "{\"value\": …, \"source\": …}".to_owned())),

@@ -22,7 +22,7 @@ pub async fn record(scenario: &str, dialect: Dialect, sets: &[&str]) -> Recordin
         prompt: "Say hello.".to_owned(),
         overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
         edits: Vec::new(),
-        recording: Some(Record { db: db.clone(), label: None }),
+        recording: Some(Record { db: db.clone(), label: None, batch: None }),
         seed: Some(7),
     };
     let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_, _| {}).await.unwrap();

@@ -1,0 +1,48 @@
+//! Ctrl-C on `stallscope run`: the real binary gets a real SIGINT mid-run,
+//! stops its calls, prints and records the run as stopped with its queued
+//! calls not started, and exits with 130.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn ctrl_c_stops_the_calls_and_records_the_run_as_stopped() {
+    let dir = std::env::temp_dir().join(format!("stallscope-stopped-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("s.db");
+    // Two calls at a time, each stalled for a minute: eight stay queued.
+    let child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["run", "--scenario", "silent-stall", "--requests", "10", "--concurrency", "2"])
+        .args(["--set", "SSE_IDLE_TIMEOUT_S=60", "--db"])
+        .arg(&db)
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let output = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(130), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("stopped: 0 ok, 0 partial, 0 failed, 2 cancelled, 8 not started"), "{stdout}");
+    assert!(stderr.contains("stopped by Ctrl-C"), "{stderr}");
+
+    let runs = stallscope::store::Store::open(&db).unwrap().list_runs().unwrap();
+    let run = &runs[0];
+    assert_eq!(run.status, stallscope::store::runs::RunStatus::Stopped);
+    assert_eq!((run.outcomes.cancelled, run.outcomes.not_started), (2, 8));
+    assert_eq!(run.p50_ms, None, "a cancelled call's time is not a latency");
+    let listed = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["runs", "--db"])
+        .arg(&db)
+        .args(["list", "--json"])
+        .env_clear()
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed[0]["status"], "stopped");
+    let _ = std::fs::remove_dir_all(&dir);
+}
