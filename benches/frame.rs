@@ -1,5 +1,6 @@
 //! Frame time of the live view with a large run: 100 streams and 1,000,000
-//! events in total (goal: under 16 ms a frame on this 2-core machine).
+//! events in total, the overview strip drawn (goal: 8 ms a frame with the
+//! whole run fitted, for 120 Hz displays, on this 2-core machine).
 //!
 //! Run with `cargo bench --bench frame`. Without `--bench` (as under `cargo
 //! test --benches`) the same code runs on a small run as a smoke test.
@@ -121,6 +122,9 @@ fn frames(count: usize, mut draw: impl FnMut(&mut egui::Ui)) -> Vec<Duration> {
     times
 }
 
+/// A frame's budget at 120 Hz.
+const GOAL: Duration = Duration::from_millis(8);
+
 fn report(name: &str, times: &[Duration], baseline: Duration) {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let median = times[times.len() / 2];
@@ -130,7 +134,7 @@ fn report(name: &str, times: &[Duration], baseline: Duration) {
         ms(median),
         ms(p99),
         median.as_secs_f64() / baseline.as_secs_f64(),
-        if p99 < Duration::from_millis(16) { "goal met" } else { "over 16 ms" }
+        if median <= GOAL { "goal met (median ≤ 8 ms)" } else { "over 8 ms" }
     );
 }
 
@@ -151,6 +155,9 @@ fn main() {
     let baseline = raw[raw.len() / 2];
     report("baseline: egui_plot, every point, 11 lanes", &raw, baseline);
     report("whole run fitted", &view_frames(&timeline, TimelineView::default(), Clock::Ended(end), count), baseline);
+    let mut bare = TimelineView::default();
+    bare.overview = false;
+    report("whole run fitted, no overview", &view_frames(&timeline, bare, Clock::Ended(end), count), baseline);
     let mut following = TimelineView::default();
     following.window_s = 5.0;
     report("following live, last 5 s", &view_frames(&timeline, following, Clock::Live(end * 0.6), count), baseline);
@@ -237,6 +244,7 @@ fn model_bytes(timeline: &Timeline) -> usize {
             + marks(&l.fired)
             + marks(&l.hops)
             + marks(&l.low_buckets)
+            + marks(&l.bursts)
     };
     timeline.lanes.iter().map(lane).sum()
 }

@@ -366,13 +366,21 @@ impl Live {
             ui.add(egui::TextEdit::singleline(&mut form.label).desired_width(100.0)).labelled_by(label.id);
             let running = self.is_running();
             let can_run = !running && blocked.is_none();
+            // F5 runs and Shift+F5 stops, as in an IDE's debugger, even from a field.
+            let (run_key, stop_key) = ui.input_mut(|i| {
+                (
+                    i.consume_key(egui::Modifiers::NONE, egui::Key::F5),
+                    i.consume_key(egui::Modifiers::SHIFT, egui::Key::F5),
+                )
+            });
             let button = ui.add_enabled(can_run, egui::Button::new(RichText::new("Run").strong()));
             if let Some(why) = &blocked {
                 button.on_disabled_hover_text(why);
-            } else if button.clicked() {
+            } else if button.on_hover_text("F5").clicked() || (run_key && can_run) {
                 action = Action::Run;
             }
-            if ui.add_enabled(running, egui::Button::new("Stop")).clicked() {
+            let stop = ui.add_enabled(running, egui::Button::new("Stop")).on_hover_text("Shift+F5");
+            if stop.clicked() || (stop_key && running) {
                 self.stop();
             }
             if let Some(run) = self.replayable {
