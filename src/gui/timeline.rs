@@ -443,8 +443,12 @@ impl TimelineView {
         header_ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new(format!("Overview · {} streams", order.len())).strong());
             for heat in [overview::Heat::Failed, overview::Heat::Fired, overview::Heat::Hop, overview::Heat::Backoff] {
-                ui.label(RichText::new("■").color(heat.colour()));
-                ui.label(heat.name());
+                // Swatch and name as one unit, apart from the next.
+                ui.horizontal(|ui| {
+                    ui.spacing_mut().item_spacing.x = 2.0;
+                    ui.label(RichText::new("■").color(heat.colour()));
+                    ui.label(heat.name());
+                });
             }
         });
         let frame = overview::Frame {
@@ -1037,43 +1041,24 @@ fn draw_lane(
             plot.points(Points::new("events", series).color(c).radius(1.5).shape(marker));
         }
     }
-    let marks = |marks: &[super::lanes::Mark], y: f64| -> Vec<[f64; 2]> {
-        marks.iter().filter(|m| visible(m.at_s, m.at_s)).map(|m| [m.at_s, y]).collect()
-    };
-    let fired = marks(&lane.fired, 1.0);
-    if !fired.is_empty() {
-        plot.points(Points::new("fired", fired).color(palette::FIRED).radius(6.0).shape(shape::FIRED));
-    }
-    let low = marks(&lane.low_buckets, 0.9);
-    if !low.is_empty() {
-        let points = Points::new("rate limit low", low).color(palette::LOW_BUCKET).radius(5.0);
-        plot.points(points.shape(shape::LOW_BUCKET).filled(true));
-    }
-    let bursts = marks(&lane.bursts, 0.5);
-    if !bursts.is_empty() {
-        for burst in lane.bursts.iter().filter(|m| visible(m.at_s, m.at_s)) {
-            texts.push(LaneLabel {
-                at_s: burst.at_s,
-                row: 1,
-                text: "burst".into(),
-                colour: palette::BURST,
-                strong: true,
-            });
+    // Point events: (marks, name, height, colour, radius, shape, label row).
+    let kinds = [
+        (&lane.fired, "fired", 1.0, palette::FIRED, 6.0, shape::FIRED, None),
+        (&lane.low_buckets, "rate limit low", 0.9, palette::LOW_BUCKET, 5.0, shape::LOW_BUCKET, None),
+        (&lane.bursts, "burst", 0.5, palette::BURST, 8.0, shape::BURST, Some(1)),
+        (&lane.hops, "failover", 0.5, palette::HOP, 6.0, shape::HOP, Some(1)),
+    ];
+    for (marks, name, y, colour, radius, marker, row) in kinds {
+        let shown: Vec<&super::lanes::Mark> = marks.iter().filter(|m| visible(m.at_s, m.at_s)).collect();
+        if shown.is_empty() {
+            continue;
         }
-        plot.points(Points::new("burst", bursts).color(palette::BURST).radius(8.0).shape(shape::BURST));
-    }
-    let hops = marks(&lane.hops, 0.5);
-    if !hops.is_empty() {
-        for hop in lane.hops.iter().filter(|m| visible(m.at_s, m.at_s)) {
-            texts.push(LaneLabel {
-                at_s: hop.at_s,
-                row: 1,
-                text: hop.text.clone(),
-                colour: palette::HOP,
-                strong: false,
-            });
+        if let Some(row) = row {
+            let strong = false;
+            texts.extend(shown.iter().map(|m| LaneLabel { at_s: m.at_s, row, text: m.text.clone(), colour, strong }));
         }
-        plot.points(Points::new("failover", hops).color(palette::HOP).radius(6.0).shape(shape::HOP).filled(true));
+        let at: Vec<[f64; 2]> = shown.iter().map(|m| [m.at_s, y]).collect();
+        plot.points(Points::new(name, at).color(colour).radius(radius).shape(marker).filled(true));
     }
     if let Some(end) = lane.finished_s.filter(|&t| visible(t, t)) {
         let text = format!("■ {}", outcome_name(lane.outcome));
