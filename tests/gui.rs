@@ -720,6 +720,29 @@ fn a_run_that_ends_is_fitted_and_shown_from_the_top() {
     assert!((shown.start_s - fitted.start_s).abs() < 0.05 && (shown.end_s - fitted.end_s).abs() < 0.05, "{shown:?}");
     assert_eq!(view.window_s, window, "the zoom did not become the follow window");
     assert_eq!(view.selected_lane(timeline), None, "a new run starts with nothing selected");
+
+    // Scrolled down and zoomed in again, then a stored run is opened: it
+    // too is shown whole, from its first lane.
+    h.get_by_label("Lane healthy #0").click();
+    h.run();
+    for _ in 0..11 {
+        h.key_press(egui::Key::ArrowDown);
+        h.run_steps(3);
+    }
+    h.key_press(egui::Key::W);
+    h.run_steps(10);
+    assert!(!h.state().prefs.timeline.rows_shown().contains(&0));
+    h.get_by_label("History").click();
+    wait_for(&mut h, "the history to list run 1", |h| h.query_by_label("Open run 1").is_some());
+    h.get_by_label("Open run 1").click();
+    step_until(&mut h, "the stored run to open", |app| app.live.playback().is_some());
+    h.run_steps(3);
+    let view = &h.state().prefs.timeline;
+    assert_eq!(view.rows_shown().start, 0);
+    let timeline = h.state().live.timeline();
+    let order = view.visible_lanes(timeline, timeline.end_s());
+    let fitted = view.fitted(timeline, &order, timeline.end_s());
+    assert_eq!(view.shown_span(), Some(fitted));
 }
 
 /// Item 8: W/S zoom, A/D and the arrows pan, F fits, `/` goes to the

@@ -2,7 +2,9 @@
 //! per pixel column, the first, lowest, highest and last point. The drawn
 //! line then looks the same as the full series (every spike survives)
 //! while a frame walks only the visible part once and draws at most four
-//! points per column.
+//! points per column. A timer's sawtooth, reset many times a column, is
+//! reduced to its [envelope](envelope) instead: how near each column came
+//! to firing, one point a column, not a solid band of resets.
 
 use egui_plot::PlotPoint;
 
@@ -44,6 +46,39 @@ pub fn min_max(series: &[PlotPoint], x_min: f64, x_max: f64, columns: usize, out
                 out.push(visible[index]);
             }
         }
+    }
+}
+
+/// The points of `series` (sorted by x) a plot of `columns` pixel columns
+/// over `x_min..=x_max` needs to show its upper envelope, appended to
+/// `out`: the series itself while it has no more points than columns, else
+/// the highest point of each column. One point either side of the range is
+/// kept so lines run to the plot's edges.
+pub fn envelope(series: &[PlotPoint], x_min: f64, x_max: f64, columns: usize, out: &mut Vec<PlotPoint>) {
+    if series.is_empty() || x_max.partial_cmp(&x_min) != Some(std::cmp::Ordering::Greater) || columns == 0 {
+        return;
+    }
+    let start = series.partition_point(|p| p.x < x_min).saturating_sub(1);
+    let end = (series.partition_point(|p| p.x <= x_max) + 1).min(series.len());
+    let visible = &series[start..end];
+    if visible.len() <= columns {
+        out.extend_from_slice(visible);
+        return;
+    }
+    let width = (x_max - x_min) / columns as f64;
+    let column_of = |x: f64| ((x - x_min) / width).floor().clamp(-1.0, columns as f64) as i64;
+    let mut i = 0;
+    while i < visible.len() {
+        let column = column_of(visible[i].x);
+        let mut high = i;
+        i += 1;
+        while i < visible.len() && column_of(visible[i].x) == column {
+            if visible[i].y > visible[high].y {
+                high = i;
+            }
+            i += 1;
+        }
+        out.push(visible[high]);
     }
 }
 
@@ -101,6 +136,26 @@ mod tests {
         ticks(&xs, 0.5, 0.0, 1.0, 10, &mut out);
         assert_eq!(out.len(), 10);
         assert!(out.iter().all(|p| p.y == 0.5));
+    }
+
+    #[test]
+    fn a_dense_sawtooth_becomes_its_peaks_and_a_sparse_one_stays_whole() {
+        // 10,000 resets over 100 columns, climbing to 0.3 except one to 0.9.
+        let mut series = Vec::new();
+        for i in 0..10_000 {
+            let x = f64::from(i) / 100.0;
+            series.push(PlotPoint::new(x, 0.0));
+            series.push(PlotPoint::new(x + 0.009, if i == 5_432 { 0.9 } else { 0.3 }));
+        }
+        let mut out = Vec::new();
+        envelope(&series, 0.0, 100.0, 100, &mut out);
+        assert!(out.len() <= 102, "{} points", out.len());
+        assert!(out.iter().all(|p| p.y >= 0.3), "only peaks");
+        assert!(out.iter().any(|p| p.y == 0.9));
+        let sparse = points(&[0.1, 0.5, 0.0, 0.4]);
+        out.clear();
+        envelope(&sparse, 0.0, 3.0, 100, &mut out);
+        assert_eq!(out, sparse);
     }
 
     proptest! {

@@ -1,9 +1,9 @@
 //! What the lanes' marks look like, and the legend that says so. Colours
 //! come from the Okabe–Ito set (told apart by the common colour-blindness
 //! types), and no two marks differ by colour alone: each timer has its own
-//! line style as well as its own hue, and events have their own shapes
-//! (dot, square, cross, diamond, triangle, star), so the lanes also read
-//! in grey.
+//! line style as well as its own hue, events have their own shapes
+//! (cross, diamond, triangle, star) and event ticks their own heights and
+//! rows, so the lanes also read in grey.
 
 use egui::{Color32, Painter, Pos2, Rect, RichText, Shape, Stroke, Ui, pos2, vec2};
 use egui_plot::{LineStyle, MarkerShape};
@@ -62,17 +62,33 @@ pub mod shape {
     pub const LOW_BUCKET: MarkerShape = MarkerShape::Down;
     /// A burst.
     pub const BURST: MarkerShape = MarkerShape::Asterisk;
-    /// Output and keep-alive ticks.
-    pub const TICK: MarkerShape = MarkerShape::Circle;
-    /// Lifecycle ticks.
-    pub const LIFECYCLE: MarkerShape = MarkerShape::Square;
 }
+
+/// How an event tick is drawn: a bar this tall (pixels), its middle this
+/// far above the foot of the lane.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tick {
+    /// Its colour.
+    pub colour: Color32,
+    /// Its height.
+    pub height: f32,
+    /// Its middle's height above the lane's foot.
+    pub above: f32,
+}
+
+/// Content, reasoning and tool-call events: tall, top row.
+pub const OUTPUT_TICK: Tick = Tick { colour: OUTPUT, height: 5.0, above: 9.0 };
+/// Lifecycle events: middling, middle row.
+pub const LIFECYCLE_TICK: Tick = Tick { colour: LIFECYCLE, height: 3.0, above: 4.5 };
+/// Keep-alives: short, bottom row.
+pub const KEEPALIVE_TICK: Tick = Tick { colour: KEEPALIVE, height: 2.0, above: 1.5 };
 
 /// A legend entry's sample.
 #[derive(Debug, Clone, Copy)]
 enum Sample {
     Line(Color32, LineStyle, f32),
     Marker(Color32, MarkerShape),
+    Bar(Tick),
     Area(Color32, Color32),
     Rule(Color32),
 }
@@ -84,9 +100,9 @@ pub fn legend(ui: &mut Ui) {
         ui.horizontal_wrapped(|ui| {
             let entries = [
                 (Sample::Line(BYTES, LineStyle::Solid, 1.5), "bytes received".to_owned()),
-                (Sample::Marker(OUTPUT, shape::TICK), "output event".to_owned()),
-                (Sample::Marker(KEEPALIVE, shape::TICK), "keep-alive".to_owned()),
-                (Sample::Marker(LIFECYCLE, shape::LIFECYCLE), "lifecycle event".to_owned()),
+                (Sample::Bar(OUTPUT_TICK), "output event".to_owned()),
+                (Sample::Bar(LIFECYCLE_TICK), "lifecycle event".to_owned()),
+                (Sample::Bar(KEEPALIVE_TICK), "keep-alive".to_owned()),
                 (Sample::Marker(BURST, shape::BURST), "burst (output all at once)".to_owned()),
                 (Sample::Rule(ATTEMPT), "attempt start".to_owned()),
                 (Sample::Area(SLEEP, SLEEP_EDGE), "backoff sleep".to_owned()),
@@ -139,6 +155,13 @@ fn paint(painter: &Painter, rect: Rect, sample: Sample) {
             }
         }
         Sample::Marker(colour, shape) => marker(painter, c, 5.0, colour, shape),
+        Sample::Bar(tick) => {
+            let foot = rect.bottom();
+            for dx in [-6.0, -2.0, 2.0, 6.0] {
+                let centre = pos2(c.x + dx, foot - tick.above * 0.8);
+                painter.rect_filled(Rect::from_center_size(centre, vec2(1.5, tick.height)), 0.0, tick.colour);
+            }
+        }
         Sample::Area(fill, edge) => {
             painter.rect_filled(rect.shrink(1.0), 0.0, fill);
             painter.rect_stroke(rect.shrink(1.0), 0.0, Stroke::new(1.0, edge), egui::StrokeKind::Inside);
@@ -154,12 +177,6 @@ fn marker(painter: &Painter, c: Pos2, r: f32, colour: Color32, shape: MarkerShap
     let stroke = Stroke::new(1.5, colour);
     let at = |x: f32, y: f32| pos2(c.x + x * r, c.y + y * r);
     match shape {
-        MarkerShape::Circle => {
-            painter.circle_filled(c, r * 0.6, colour);
-        }
-        MarkerShape::Square => {
-            painter.rect_filled(Rect::from_center_size(c, vec2(r, r) * 1.2), 0.0, colour);
-        }
         MarkerShape::Diamond => {
             let points = vec![at(0.0, -1.0), at(1.0, 0.0), at(0.0, 1.0), at(-1.0, 0.0)];
             painter.add(Shape::convex_polygon(points, colour, Stroke::NONE));
@@ -207,10 +224,17 @@ mod tests {
     }
 
     #[test]
-    fn point_events_have_shapes_of_their_own() {
-        let shapes = [shape::FIRED, shape::HOP, shape::LOW_BUCKET, shape::BURST, shape::TICK, shape::LIFECYCLE];
+    fn point_events_have_shapes_of_their_own_and_ticks_heights_and_rows() {
+        let shapes = [shape::FIRED, shape::HOP, shape::LOW_BUCKET, shape::BURST];
         for (i, a) in shapes.iter().enumerate() {
             assert!(!shapes[i + 1..].contains(a), "{a:?} used twice");
+        }
+        let ticks = [OUTPUT_TICK, LIFECYCLE_TICK, KEEPALIVE_TICK];
+        for pair in ticks.windows(2) {
+            let (upper, lower) = (pair[0], pair[1]);
+            assert!(upper.height > lower.height, "{upper:?} {lower:?}");
+            // Rows apart: the lower bar's top is below the upper bar's foot.
+            assert!(lower.above + lower.height / 2.0 < upper.above - upper.height / 2.0, "{upper:?} {lower:?}");
         }
     }
 }

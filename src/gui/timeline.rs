@@ -228,7 +228,10 @@ const BOX_MIN_PIXELS: f32 = 4.0;
 /// Width of a character of small text, for placing labels (an estimate:
 /// a label's room, not its exact ink).
 const SMALL_CHAR_PIXELS: f32 = 6.2;
-/// Label rows of a lane, top to bottom, in plot units (the lane spans -0.1..1.18).
+/// A lane's height in plot units: timers and bytes climb 0 to 1; below 0
+/// is room for the event ticks, above 1 for the top row of labels.
+const LANE_Y: (f64, f64) = (-0.25, 1.18);
+/// Label rows of a lane, top to bottom, in plot units.
 const LABEL_ROWS: [f64; 3] = [1.16, 0.8, 0.48];
 
 /// A row split into its header, [`HEADER_WIDTH`] wide, and its plot, which
@@ -831,7 +834,7 @@ impl TimelineView {
             .show_grid([true, false])
             .show(&mut plot_ui, |plot| {
                 plot.set_plot_bounds_x(range.start_s..=range.end_s);
-                plot.set_plot_bounds_y(-0.1..=1.18);
+                plot.set_plot_bounds_y(LANE_Y.0..=LANE_Y.1);
                 let columns = area.width().max(1.0) as usize;
                 draw_lane(plot, lane, range, columns, now_s, full_scale);
                 if let Some(at) = cursor {
@@ -839,6 +842,7 @@ impl TimelineView {
                 }
                 plot.pointer_coordinate().and_then(|p| hover_text(lane, p.x, range.per_pixel(area.width()) * 6.0))
             });
+        draw_ticks(ui, &response.transform, lane, range, area.width().max(1.0) as usize);
         let name = format!("Plot of {} stream {}", timeline.label(lane), lane.stream);
         response.response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Figure, true, &name));
         let clicked = response.response.clicked();
@@ -963,6 +967,29 @@ fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: 
     }
 }
 
+/// A lane's event ticks (output, lifecycle, keep-alive), at most one a
+/// pixel column per kind, as one mesh of small bars over its plot: drawn
+/// as plot markers, thousands of dots cost more than the rest of the lane.
+fn draw_ticks(ui: &Ui, transform: &egui_plot::PlotTransform, lane: &Lane, range: TimeWindow, columns: usize) {
+    let frame = *transform.frame();
+    let mut mesh = egui::Mesh::default();
+    let mut points = Vec::new();
+    for (ticks, tick) in [
+        (&lane.output_ticks, palette::OUTPUT_TICK),
+        (&lane.lifecycle_ticks, palette::LIFECYCLE_TICK),
+        (&lane.keepalive_ticks, palette::KEEPALIVE_TICK),
+    ] {
+        decimate::ticks(ticks, 0.0, range.start_s, range.end_s, columns, &mut points);
+        for p in points.drain(..) {
+            let at = egui::pos2(transform.position_from_point_x(p.x), frame.bottom() - tick.above);
+            mesh.add_colored_rect(Rect::from_center_size(at, egui::vec2(1.5, tick.height)), tick.colour);
+        }
+    }
+    if !mesh.is_empty() {
+        ui.painter().with_clip_rect(frame.intersect(ui.clip_rect())).add(mesh);
+    }
+}
+
 /// A text label a lane wants drawn: where, on which row, in what colour.
 struct LaneLabel {
     at_s: f64,
@@ -987,7 +1014,7 @@ fn draw_lane(
     let mut texts = Vec::new();
     for sleep in lane.sleeps.iter().filter(|s| visible(s.start_s, s.end_s)) {
         let (a, b) = (sleep.start_s, sleep.end_s);
-        let rect = vec![[a, -0.1], [b, -0.1], [b, 1.18], [a, 1.18]];
+        let rect = vec![[a, LANE_Y.0], [b, LANE_Y.0], [b, LANE_Y.1], [a, LANE_Y.1]];
         let area = Polygon::new("backoff", rect).fill_color(palette::SLEEP).stroke((1.0, palette::SLEEP_EDGE));
         plot.polygon(area.allow_hover(false));
         let text = format!("{} {} ({})", sleep.reason, duration_label(b - a), sleep.category);
@@ -998,7 +1025,9 @@ fn draw_lane(
     }
     let mut points = Vec::new();
     if lane.total_bytes > 0 && full_scale > 0 {
-        decimate::min_max(&lane.bytes, x_min, x_max, columns, &mut points);
+        // Cumulative, so never falling: a column's highest point is its
+        // last, and one point a column draws the same line.
+        decimate::envelope(&lane.bytes, x_min, x_max, columns, &mut points);
         let scale = 1.0 / full_scale as f64;
         for p in &mut points {
             p.y *= scale;
@@ -1007,8 +1036,8 @@ fn draw_lane(
             points.push(PlotPoint::new(now_s, lane.total_bytes as f64 * scale));
         }
         let bytes = Line::new("bytes", PlotPoints::Owned(std::mem::take(&mut points)));
-        // Already one or two points per column; egui_plot's banding would
-        // draw a staircase as a filled band.
+        // Already one point a column; egui_plot's banding would draw a
+        // staircase as a filled band.
         plot.line(bytes.color(palette::BYTES).width(1.5).allow_band(false));
     }
     for track in lane.timers.iter() {
@@ -1017,9 +1046,9 @@ fn draw_lane(
         if !visible(start, end) {
             continue;
         }
-        // A reset is a vertical stroke; one bucket per two columns keeps
-        // a dense comb legible at half the vertices.
-        decimate::min_max(&track.progress, x_min, x_max, columns.div_ceil(2), &mut points);
+        // Resets closer than two columns apart show as the envelope of the
+        // climbs (how near it came to firing), not a solid band of strokes.
+        decimate::envelope(&track.progress, x_min, x_max, columns.div_ceil(2), &mut points);
         if track.open {
             points.push(PlotPoint::new(now_s, track.fraction_at(now_s)));
         }
@@ -1028,18 +1057,6 @@ fn draw_lane(
         plot.line(line.color(colour).width(1.2).style(style).allow_band(false));
         let text = format!("{} {}", track.kind, duration_label(track.budget_s));
         texts.push(LaneLabel { at_s: start.max(x_min), row: 0, text, colour, strong: false });
-    }
-    for (ticks, y, c, marker) in [
-        (&lane.output_ticks, -0.03, palette::OUTPUT, shape::TICK),
-        (&lane.lifecycle_ticks, -0.055, palette::LIFECYCLE, shape::LIFECYCLE),
-        (&lane.keepalive_ticks, -0.08, palette::KEEPALIVE, shape::TICK),
-    ] {
-        // A tick is a dot as wide as three columns: one per dot's width shows the same.
-        decimate::ticks(ticks, y, x_min, x_max, columns.div_ceil(3), &mut points);
-        if !points.is_empty() {
-            let series = PlotPoints::Owned(std::mem::take(&mut points));
-            plot.points(Points::new("events", series).color(c).radius(1.5).shape(marker));
-        }
     }
     // Point events: (marks, name, height, colour, radius, shape, label row).
     let kinds = [
