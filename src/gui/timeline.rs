@@ -973,15 +973,15 @@ fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: 
 fn draw_ticks(ui: &Ui, transform: &egui_plot::PlotTransform, lane: &Lane, range: TimeWindow, columns: usize) {
     let frame = *transform.frame();
     let mut mesh = egui::Mesh::default();
-    let mut points = Vec::new();
+    let mut times = Vec::new();
     for (ticks, tick) in [
         (&lane.output_ticks, palette::OUTPUT_TICK),
         (&lane.lifecycle_ticks, palette::LIFECYCLE_TICK),
         (&lane.keepalive_ticks, palette::KEEPALIVE_TICK),
     ] {
-        decimate::ticks(ticks, 0.0, range.start_s, range.end_s, columns, &mut points);
-        for p in points.drain(..) {
-            let at = egui::pos2(transform.position_from_point_x(p.x), frame.bottom() - tick.above);
+        decimate::ticks(ticks, range.start_s, range.end_s, columns, &mut times);
+        for t in times.drain(..) {
+            let at = egui::pos2(transform.position_from_point_x(t), frame.bottom() - tick.above);
             mesh.add_colored_rect(Rect::from_center_size(at, egui::vec2(1.5, tick.height)), tick.colour);
         }
     }
