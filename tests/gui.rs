@@ -496,6 +496,30 @@ fn clicking_a_lane_opens_its_details_and_copies_its_log() {
     assert!(h.query_by_label("Copy log").is_none());
 }
 
+/// A recorded run's stalls get a suggestion checked by what-if, as `runs
+/// show` gives them: the detail panel says what the setting would have
+/// done on the run and copies it as a `--set` line.
+#[test]
+fn a_recorded_stall_gets_a_checked_suggestion_to_copy() {
+    let dir = Scratch::new("checked");
+    let mut h = app(dir.path());
+    choose(&mut h, "silent-stall", 2);
+    run_to_end(&mut h, 2);
+    wait_for(&mut h, "the suggestions checked", |h| {
+        h.query_by_label_contains("Suggestions checked by what-if on run 1: 2 streams").is_some()
+    });
+    h.get_by_label("Lane silent-stall #0").click();
+    h.run();
+    h.get_by_label_contains("Checked by what-if: SSE_IDLE_TIMEOUT_S=");
+    h.get_by_label_contains("would have caught these 2 stalls");
+    h.get_by_label("Copy --set lines").scroll_to_me();
+    h.run();
+    h.get_by_label("Copy --set lines").click();
+    h.step();
+    let lines = copied(&h).expect("the --set lines on the clipboard");
+    assert!(lines.starts_with("--set SSE_IDLE_TIMEOUT_S=") && !lines.contains('\n'), "{lines}");
+}
+
 /// ↑ and ↓ move the selection between the lanes shown, Esc closes it.
 #[test]
 fn the_keyboard_moves_between_lanes_and_closes_the_panel() {

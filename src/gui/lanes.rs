@@ -322,6 +322,12 @@ impl Timeline {
         self.verdicts.insert((part, stream), Arc::new(diagnosis));
     }
 
+    /// Every verdict given, finished as of a replay's cursor or not, by
+    /// part and stream.
+    pub fn verdicts(&self) -> impl Iterator<Item = ((usize, StreamId), &Arc<Diagnosis>)> {
+        self.verdicts.iter().map(|(key, verdict)| (*key, verdict))
+    }
+
     /// A lane's verdict, once it has finished (as of a replay's cursor); a
     /// stream whose recording ends before it finished shows its
     /// `incomplete` verdict whenever it is known.

@@ -12,6 +12,7 @@ use std::time::Instant;
 use egui::{RichText, Ui};
 use serde::{Deserialize, Serialize};
 
+use super::checks::SuggestionCheck;
 use super::form::labelled;
 use super::lanes::Timeline;
 use super::playback::{Change, Command, Playback};
@@ -234,6 +235,8 @@ pub struct Live {
     event_capacity: Option<usize>,
     /// The what-if of the run shown.
     pub whatif: WhatIfView,
+    /// The suggestions of the run shown, checked by what-if.
+    pub checks: SuggestionCheck,
 }
 
 impl Live {
@@ -260,6 +263,7 @@ impl Live {
         self.results.clear();
         (self.replayable, self.recorded) = (None, Vec::new());
         self.whatif.clear();
+        self.checks.clear();
         let mut sessions = Vec::with_capacity(plans.len());
         for (label, plan) in plans {
             self.timeline.add_part(label, 0.0);
@@ -296,9 +300,41 @@ impl Live {
         self.results.clear();
         self.replayable = Some(id);
         self.whatif.clear();
+        self.checks.clear();
         let playback = Playback::new(replay.duration_s());
         self.showing = Showing::Stored { title, replay: Box::new(replay), playback };
         self.fold_about = true;
+    }
+
+    /// Checks the suggestions of the run shown by what-if, from `db`, when
+    /// it is one recorded run (as `runs show` does).
+    pub fn start_checks(&mut self, db: Option<PathBuf>, ctx: &egui::Context) {
+        let (Some(db), Some(run)) = (db, self.replayable) else { return };
+        match &self.showing {
+            Showing::Stored { replay, .. } => self.checks.start(db, run, replay.timeline(), ctx),
+            _ if self.timeline.parts.len() == 1 => self.checks.start(db, run, &self.timeline, ctx),
+            _ => {}
+        }
+    }
+
+    /// Takes in a finished check and gives the run's verdicts their
+    /// checked suggestions; true when one arrived.
+    pub fn poll_checks(&mut self) -> bool {
+        if !self.checks.poll() {
+            return false;
+        }
+        match &mut self.showing {
+            Showing::Stored { replay, .. } => {
+                let checked = self.checks.checked(replay.timeline());
+                replay.set_verdicts(checked.into_iter().map(|((_, stream), d)| (stream, d)).collect());
+            }
+            _ => {
+                for ((part, stream), diagnosis) in self.checks.checked(&self.timeline) {
+                    self.timeline.set_verdict(part, stream, diagnosis);
+                }
+            }
+        }
+        true
     }
 
     /// Replays the run shown under `changes` (`NAME=VALUE`), from `db`.
@@ -518,6 +554,7 @@ impl Live {
                 }
             });
         }
+        self.checks.ui(ui);
         self.whatif.ui(ui);
         ui.separator();
         let clock = self.clock();

@@ -11,6 +11,7 @@
 //! config file is read again when it changes.
 
 pub mod budget;
+pub mod checks;
 pub mod decimate;
 pub mod detail;
 pub mod form;
@@ -347,18 +348,22 @@ impl eframe::App for App {
         }
         self.watch_config();
         if self.live.poll() {
-            // The run's record is complete: show it in the history.
+            // The run's record is complete: show it in the history, and
+            // check its suggestions.
             self.prefs.history.refresh(&self.db, ctx);
+            self.live.start_checks(self.db.clone(), ctx);
         }
         match self.prefs.history.poll(&self.db, ctx) {
             Some(Picked::Open(opened)) => {
                 self.live.show_stored(opened.title, opened.id, opened.replay);
+                self.live.start_checks(self.db.clone(), ctx);
                 self.prefs.timeline.fit();
                 self.prefs.tab = Tab::Live;
             }
             Some(Picked::Again(again)) => self.run_again(again, ctx),
             None => {}
         }
+        self.live.poll_checks();
         if self.live.whatif.poll() {
             self.prefs.timeline.fit();
         }
