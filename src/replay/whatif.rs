@@ -378,13 +378,15 @@ fn report(
         .iter()
         .map(|recorded| {
             let before = recorded.course.clone();
+            // A call still queued when the horizon cancels the replay never starts.
+            let started = courses.contains_key(&recorded.id);
             let mut after = courses.remove(&recorded.id).unwrap_or_else(|| StreamCourse::of(&[]));
             let played = plays.get(&recorded.id).map_or(&[][..], Vec::as_slice);
             let assumptions = assumptions_used(played);
             let stopped = played.iter().any(|p| {
                 p.chosen_by == Some(AttemptAssumption::Stop) || p.past_recording == Some(StallAssumption::Stop)
             });
-            let cut_by_horizon = after.outcome == "cancelled" && before.outcome != "cancelled";
+            let cut_by_horizon = (after.outcome == "cancelled" || !started) && before.outcome != "cancelled";
             if stopped || cut_by_horizon {
                 after.outcome = "unknown";
                 summary.unknown += 1;
