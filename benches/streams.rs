@@ -1503,7 +1503,7 @@ fn core_trial(streams: usize) -> Trial {
     };
     let started = Instant::now();
     let outcome = trial_runtime()
-        .block_on(run_session(&plan, &[], None, &CancellationToken::new(), |_| {}))
+        .block_on(run_session(&plan, &[], None, &CancellationToken::new(), |_, _| {}))
         .expect("capacity run");
     let _ = std::fs::remove_dir_all(&dir);
     let lag = outcome.lag;

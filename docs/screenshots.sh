@@ -21,7 +21,10 @@ click 130 44 1        # the Source picker
 click 70 71 1         # "all failure stories"
 click 962 44 5        # Run, then let the stories play out
 shot live
-click 80 690 2        # the header of silent-stall #1: its detail panel opens
+click 255 121 2       # Compact lanes: the overview over every story's lanes
+shot overview
+click 255 121 2       # back to plotted lanes
+click 80 850 2        # the header of silent-stall #1: its detail panel opens
 shot detail
 DISPLAY=:97 xdotool windowfocus "$WID" key Escape; sleep 1   # closed again
 click 186 12 2        # History

@@ -13,18 +13,18 @@
 //! untrustworthy.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, ConfigFile, Layers, Settings};
-use crate::core::event::{Event, EventSink};
+use crate::core::event::{Event, EventSink, StreamId};
 use crate::core::executor::{CallReport, Origin};
 use crate::core::failover::Target;
 use crate::core::lag_probe::{LagProbe, LagSample, LagSummary};
 use crate::core::transport::ClientCache;
-use crate::diagnosis::Collector;
+use crate::diagnosis::{Collector, Diagnosis, diagnose};
 use crate::providers::Dialect;
 use crate::providers::setup::{ProviderConfig, SetupError, key_counts};
 use crate::recorder::{Recorder, RecorderOptions};
@@ -140,7 +140,9 @@ pub struct SessionOutcome {
 }
 
 /// Runs the plan to the end (or until `cancel`). Events go to the recorder
-/// (when recording) and to `watcher`; `on_finish` sees each call as it ends.
+/// (when recording) and to `watcher`; `on_finish` sees each call as it
+/// ends, with its verdict (after every event of the call has reached
+/// `watcher`).
 /// `env` is the process environment, the layer between the config file and
 /// the overrides, and where key variables are looked up.
 pub async fn run_session(
@@ -148,7 +150,7 @@ pub async fn run_session(
     env: &[(String, String)],
     watcher: Option<Arc<dyn EventSink>>,
     cancel: &CancellationToken,
-    on_finish: impl Fn(&CallReport) + Send + Sync + 'static,
+    on_finish: impl Fn(&CallReport, &Diagnosis) + Send + Sync + 'static,
 ) -> Result<SessionOutcome, SessionError> {
     let (settings, providers, target, rig) = prepare(plan, env).await?;
     let origin = Origin::now(plan.seed.unwrap_or_else(rand::random));
@@ -184,8 +186,10 @@ pub async fn run_session(
         }
         None => None,
     };
-    // Every stream's events are folded for its verdict as they come.
+    // Every stream's events are folded for its verdict as they come, and
+    // let go once the call ends and its verdict is made.
     let verdicts = Arc::new(Collector::new(Some(settings.policy.retry.clone())));
+    let judged: Arc<Mutex<Vec<(StreamId, Diagnosis)>>> = Arc::default();
     let mut sinks: Vec<Arc<dyn EventSink>> = vec![verdicts.clone()];
     sinks.extend(recorder.as_ref().map(|(recorder, _)| Arc::new(recorder.clone()) as Arc<dyn EventSink>));
     sinks.extend(watcher);
@@ -195,14 +199,26 @@ pub async fn run_session(
     let run_plan =
         RunPlan { requests: plan.requests, concurrency: plan.concurrency, target, prompt: plan.prompt.clone() };
     let started = tokio::time::Instant::now();
-    let reports = run_calls(&executor, &run_plan, cancel, on_finish).await;
+    let on_call = {
+        let (verdicts, judged) = (Arc::clone(&verdicts), Arc::clone(&judged));
+        move |call: &CallReport| {
+            let verdict = verdicts.take(call.stream).unwrap_or_else(|| diagnose(&[]));
+            on_finish(call, &verdict);
+            if let Ok(mut judged) = judged.lock() {
+                judged.push((call.stream, verdict));
+            }
+        }
+    };
+    let reports = run_calls(&executor, &run_plan, cancel, on_call).await;
     let lag = probe.stop();
     let mut report =
         RunReport::new(scenario_name(&plan.source), settings.tunables.snapshot(), &reports, started.elapsed());
     report.seed = Some(origin.seed);
     report.stopped = cancel.is_cancelled();
     report.summary.not_started = plan.requests.saturating_sub(reports.len());
-    report.attach_diagnoses(verdicts.diagnoses());
+    let mut diagnoses = std::mem::take(&mut *judged.lock().unwrap_or_else(PoisonError::into_inner));
+    diagnoses.extend(verdicts.diagnoses());
+    report.attach_diagnoses(diagnoses);
     if let Some(rig) = rig {
         rig.server.shutdown().await;
     }

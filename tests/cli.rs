@@ -298,9 +298,23 @@ fn a_recorded_run_is_listed_shown_exported_and_deleted() {
     assert_eq!(run["outcomes"]["ok"], 2);
     assert_eq!(run["retries"], 2);
 
-    // `runs show --json` is the report `run --json` printed.
-    let shown = stdout(&stallscope(&["runs", "--db", db, "show", &id.to_string(), "--json"], &[]));
-    assert_eq!(shown, printed);
+    // `runs show --json` is the report `run --json` printed, and with the
+    // suggestions checked, the same with each stall's checked setting.
+    let show = |extra: &[&str]| {
+        let id = id.to_string();
+        let args = [&["runs", "--db", db, "show", &id, "--json"], extra].concat();
+        stdout(&stallscope(&args, &[]))
+    };
+    assert_eq!(show(&["--no-check"]), printed);
+    let checked: serde_json::Value = serde_json::from_str(&show(&[])).unwrap();
+    let mut unchecked = checked.clone();
+    for stream in unchecked["streams"].as_array_mut().unwrap() {
+        let setting = &stream["diagnosis"]["checked"]["settings"][0];
+        assert!(setting.as_str().unwrap().starts_with("SSE_IDLE_TIMEOUT_S="), "{checked}");
+        stream["diagnosis"]["checked"] = serde_json::Value::Null;
+    }
+    unchecked["diagnosis"]["groups"][0]["checked"] = serde_json::Value::Null;
+    assert_eq!(unchecked, serde_json::from_str::<serde_json::Value>(&printed).unwrap());
 
     let trace: serde_json::Value = serde_json::from_str(&stdout(&stallscope(
         &["export", "--db", db, &id.to_string(), "--format", "chrome-trace"],
@@ -349,8 +363,23 @@ fn a_killed_run_is_interrupted_and_keeps_its_flushed_events() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Every stream starts and stalls at once; the recorder flushes every 200 ms.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Every stream starts and stalls at once; the recorder flushes every
+    // 200 ms. Killed once every stream's headers are on disk (reading the
+    // database while the run writes it, as an operator would).
+    let path = db.to_str().unwrap().to_owned();
+    let headers = || -> std::collections::BTreeSet<u64> {
+        let output = stallscope(&["export", "--db", &path, "1", "--format", "jsonl"], &[]);
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["kind"]["type"] == "headers_received")
+            .filter_map(|e| e["stream"].as_u64())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while headers().len() < 20 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     child.kill().unwrap();
     child.wait().unwrap();
 
@@ -371,6 +400,47 @@ fn a_killed_run_is_interrupted_and_keeps_its_flushed_events() {
         .map(|e| e["stream"].as_u64().unwrap())
         .collect();
     assert_eq!(started.len(), 20, "every stream's headers were flushed before the kill");
+
+    // No report, but every stream's verdict from what was recorded.
+    let shown = stdout(&stallscope(&["runs", "--db", db, "show", &id], &[]));
+    assert!(
+        shown.starts_with(&format!("run {id} is interrupted: no report; the verdicts of its 20 streams")),
+        "{shown}"
+    );
+    assert!(shown.contains("20 of 20 streams: incomplete recording"), "{shown}");
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&stallscope(&["runs", "--db", db, "show", &id, "--json"], &[]))).unwrap();
+    assert_eq!((&json["status"], &json["report"]), (&serde_json::json!("interrupted"), &serde_json::Value::Null));
+    let kinds: Vec<&str> =
+        json["streams"].as_array().unwrap().iter().map(|s| s["diagnosis"]["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["incomplete"; 20], "{json}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Processes opening one new database at once (a run starting while its
+/// history is read) all get it: one creates the schema, the others find
+/// it.
+#[test]
+fn processes_opening_a_new_database_at_once_all_succeed() {
+    let dir = temp("race");
+    for round in 0..5 {
+        let db = dir.join(format!("new-{round}.db"));
+        let opens: Vec<_> = (0..4)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_stallscope"))
+                    .args(["runs", "list", "--json", "--db"])
+                    .arg(&db)
+                    .env_clear()
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for open in opens {
+            assert_eq!(stdout(&open.wait_with_output().unwrap()), "[]\n");
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -491,7 +561,13 @@ fn whatif_json_has_a_fixed_shape_and_refuses_bad_assumptions() {
     assert_eq!(report["changed"], false, "a sooner idle timer changes when, not what: {out}");
     let stream = &report["streams"][0];
     let keys: Vec<&str> = stream.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(keys, ["after", "assumptions", "before", "changed", "false_positives", "stream"]);
+    assert_eq!(keys, ["after", "assumptions", "before", "changed", "false_positives", "stream", "verdict"]);
+    assert_eq!(
+        (&stream["verdict"]["before"]["kind"], &stream["verdict"]["after"]["kind"]),
+        (&"silent_stall".into(), &"silent_stall".into())
+    );
+    let verdicts = &report["verdicts"];
+    assert_eq!(verdicts["after"]["groups"][0]["kind"], "silent_stall", "{out}");
     assert_eq!(stream["before"]["fired"][0]["timer"], "idle");
     let (before, after) = (&stream["before"]["fired"][0]["at_s"], &stream["after"]["fired"][0]["at_s"]);
     assert!(before.as_f64().unwrap() - after.as_f64().unwrap() > 0.59, "{before} {after}");
@@ -670,6 +746,19 @@ fn tune_prints_set_lines_an_env_block_and_a_fixed_json_shape() {
         .unwrap_or_else(|| panic!("{out}"));
     let env = out.split("As .env:\n").nth(1).unwrap_or_else(|| panic!("{out}"));
     assert!(env.lines().any(|line| line == format!("STALLSCOPE_{set}")), "{out}");
+
+    // `runs show` carries the same finding on each verdict it would change.
+    let shown = stdout(&stallscope(&["runs", "show", "1", "--db", path], &[]));
+    assert!(shown.contains(&format!("checked: {set} would have caught")), "{shown}");
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout(&stallscope(&["runs", "show", "1", "--db", path, "--json"], &[]))).unwrap();
+    let checked = &report["streams"][0]["diagnosis"]["checked"];
+    assert_eq!(checked["settings"], serde_json::json!([set]), "{report}");
+    assert_eq!(checked["false_positives"], 0);
+    let unchecked = stdout(&stallscope(&["runs", "show", "1", "--db", path, "--no-check"], &[]));
+    assert!(!unchecked.contains("checked:"), "{unchecked}");
+    let healthy = stdout(&stallscope(&["runs", "show", "2", "--db", path], &[]));
+    assert!(!healthy.contains("not checked"), "nothing to suggest, nothing to say: {healthy}");
 
     let json = stdout(&stallscope(&["tune", "1", "--db", path, "--json"], &[]));
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();

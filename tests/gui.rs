@@ -13,7 +13,7 @@ use stallscope::core::failover::Target;
 use stallscope::diagnosis::{Basis, Diagnosis, Severity, VerdictKind};
 use stallscope::gui::lanes::Timeline;
 use stallscope::gui::live::Choice;
-use stallscope::gui::timeline::{Clock, TimelineView, VerdictFilter};
+use stallscope::gui::timeline::{BytesScale, Clock, OutcomeFilter, TimelineView, VerdictFilter};
 use stallscope::gui::{App, Launch, Tab};
 
 /// A scratch directory removed when the test ends.
@@ -435,7 +435,7 @@ fn what_if_replays_the_run_just_recorded_under_an_edit() {
 }
 
 /// The text the last frame put on the clipboard, if any.
-fn copied(h: &Harness<'_, App>) -> Option<String> {
+fn copied<S>(h: &Harness<'_, S>) -> Option<String> {
     h.output().platform_output.commands.iter().find_map(|c| match c {
         egui::OutputCommand::CopyText(text) => Some(text.clone()),
         _ => None,
@@ -547,6 +547,7 @@ fn judged(timeline: &mut Timeline, part: usize, stream: u64, kind: VerdictKind, 
         evidence: vec![],
         tunable: Some("STALLSCOPE_SSE_IDLE_TIMEOUT_S".into()),
         suggestion: None,
+        checked: None,
         trusted,
         basis: Basis::default(),
     };
@@ -595,4 +596,286 @@ fn lanes_carry_their_verdicts_and_filter_by_them() {
     h.run();
     assert_eq!(plots(&h), 1);
     assert_eq!(h.state().0.verdict_filter, VerdictFilter::Kind(VerdictKind::Healthy));
+}
+
+// ---------------------------------------------------------------------
+// The timeline as an operator's console: what a run shows when it ends,
+// navigation, the overview, the marks, keys and copying.
+// ---------------------------------------------------------------------
+
+/// `n` finished lanes of one part, each 100 ms later than the one before
+/// and 200 ms long; those in `failed` failed after an idle timer fired.
+fn many_lanes(n: u64, failed: &[u64]) -> Timeline {
+    let mut timeline = Timeline::new();
+    let part = timeline.add_part("load", 0.0);
+    for stream in 0..n {
+        let start = stream * 100;
+        let event = |ms, kind| Event { at: Duration::from_millis(start + ms), stream, attempt: 1, kind };
+        let target = Target::new("sim", "model");
+        timeline.ingest(part, &event(0, EventKind::CallStarted { target, context_tokens: None }));
+        timeline.ingest(part, &event(50, EventKind::ChunkReceived { bytes: 100 * (stream as usize + 1) }));
+        let outcome = if failed.contains(&stream) {
+            let fired = EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_millis(150), lag: None };
+            timeline.ingest(part, &event(200, fired));
+            Outcome::Failed
+        } else {
+            Outcome::Ok
+        };
+        timeline.ingest(part, &event(200, EventKind::Finished { outcome, attempts: 1, stop_reason: None }));
+    }
+    timeline
+}
+
+type ViewHarness = Harness<'static, (TimelineView, Timeline)>;
+
+fn span(h: &ViewHarness) -> (f64, f64) {
+    let shown = h.state().0.shown_span().expect("drawn");
+    (shown.start_s, shown.end_s)
+}
+
+fn selected_stream(h: &ViewHarness) -> Option<u64> {
+    h.state().0.selected_lane(&h.state().1).map(|l| l.stream)
+}
+
+fn right_drag(h: &mut ViewHarness, from: egui::Pos2, to: egui::Pos2) {
+    let button = |pos, pressed| egui::Event::PointerButton {
+        pos,
+        button: egui::PointerButton::Secondary,
+        pressed,
+        modifiers: egui::Modifiers::NONE,
+    };
+    h.hover_at(from);
+    h.step();
+    h.event(button(from, true));
+    h.step();
+    h.hover_at(from + (to - from) / 2.0);
+    h.step();
+    h.hover_at(to);
+    h.step();
+    h.event(button(to, false));
+    h.run();
+}
+
+/// Item 1: Fit covers the lanes the filter shows, a right-drag box zooms
+/// to the span boxed, and zooming never changes the follow window.
+#[test]
+fn fit_follows_the_filter_and_a_right_drag_box_zooms() {
+    let mut h = timeline_harness(many_lanes(30, &[20]));
+    h.run();
+    // Opened fitted: the whole run, 0 to 3.1 s, and a little room.
+    let (a, b) = span(&h);
+    assert!(a < 0.0 && a > -0.1 && b > 3.1 && b < 3.2, "{a}..{b}");
+    // Only the failed lane: Fit shows its 200 ms, not the run.
+    h.state_mut().0.outcome_filter = OutcomeFilter::Only(Outcome::Failed);
+    h.run();
+    h.get_by_label("Fit").click();
+    h.run();
+    let (a, b) = span(&h);
+    assert!(a < 2.0 && a > 1.98 && b > 2.2 && b < 2.22, "{a}..{b}");
+    // A box over the middle half of the lane's plot: that half is shown.
+    let plot = h.get_by_label("Plot of load stream 20").rect();
+    let at = |f: f32| egui::pos2(plot.left() + plot.width() * f, plot.center().y);
+    right_drag(&mut h, at(0.25), at(0.75));
+    let (c, d) = span(&h);
+    let (want_c, want_d) = (a + (b - a) * 0.25, a + (b - a) * 0.75);
+    assert!((c - want_c).abs() < 0.01 && (d - want_d).abs() < 0.01, "{c}..{d}, wanted {want_c}..{want_d}");
+    // Zooming is not a setting: the follow window is what it was.
+    assert_eq!(h.state().0.window_s, TimelineView::default().window_s);
+    assert!(!h.state().0.follow_live);
+}
+
+/// Item 1 in the app: a run that ends is shown fitted and from the top,
+/// whatever the last run's zoom and scroll; F5 starts it (item 8).
+#[test]
+fn a_run_that_ends_is_fitted_and_shown_from_the_top() {
+    let dir = Scratch::new("fit-end");
+    let mut h = app(dir.path());
+    choose(&mut h, "healthy", 12);
+    h.state_mut().prefs.form.concurrency = 12;
+    run_to_end(&mut h, 12);
+    // Scroll down to the last lane and zoom in, as a user looking around.
+    h.get_by_label("Lane healthy #0").click();
+    h.run();
+    for _ in 0..11 {
+        h.key_press(egui::Key::ArrowDown);
+        // The scroll glides there over a few frames.
+        h.run_steps(3);
+    }
+    h.run_steps(10);
+    assert!(!h.state().prefs.timeline.rows_shown().contains(&0));
+    h.key_press(egui::Key::W);
+    h.run();
+    let window = h.state().prefs.timeline.window_s;
+    // F5 runs again; when the run ends its lanes are fitted, top first.
+    h.key_press(egui::Key::F5);
+    h.step();
+    assert!(h.state().live.is_running(), "F5 starts a run");
+    step_until(&mut h, "the second run to end", |app| finished(app, 12));
+    h.run();
+    let view = &h.state().prefs.timeline;
+    assert_eq!(view.rows_shown().start, 0);
+    let timeline = h.state().live.timeline();
+    let order = view.visible_lanes(timeline, timeline.end_s());
+    let fitted = view.fitted(timeline, &order, timeline.end_s());
+    let shown = view.shown_span().unwrap();
+    assert!((shown.start_s - fitted.start_s).abs() < 0.05 && (shown.end_s - fitted.end_s).abs() < 0.05, "{shown:?}");
+    assert_eq!(view.window_s, window, "the zoom did not become the follow window");
+    assert_eq!(view.selected_lane(timeline), None, "a new run starts with nothing selected");
+
+    // Scrolled down and zoomed in again, then a stored run is opened: it
+    // too is shown whole, from its first lane.
+    h.get_by_label("Lane healthy #0").click();
+    h.run();
+    for _ in 0..11 {
+        h.key_press(egui::Key::ArrowDown);
+        h.run_steps(3);
+    }
+    h.key_press(egui::Key::W);
+    h.run_steps(10);
+    assert!(!h.state().prefs.timeline.rows_shown().contains(&0));
+    h.get_by_label("History").click();
+    wait_for(&mut h, "the history to list run 1", |h| h.query_by_label("Open run 1").is_some());
+    h.get_by_label("Open run 1").click();
+    step_until(&mut h, "the stored run to open", |app| app.live.playback().is_some());
+    h.run_steps(3);
+    let view = &h.state().prefs.timeline;
+    assert_eq!(view.rows_shown().start, 0);
+    let timeline = h.state().live.timeline();
+    let order = view.visible_lanes(timeline, timeline.end_s());
+    let fitted = view.fitted(timeline, &order, timeline.end_s());
+    assert_eq!(view.shown_span(), Some(fitted));
+}
+
+/// Item 8: W/S zoom, A/D and the arrows pan, F fits, `/` goes to the
+/// filter, Esc closes the panel; Ctrl+C copies what hovering a lane says
+/// and Copy summary copies the summary.
+#[test]
+fn the_keys_move_the_view_and_copy_what_is_shown() {
+    let mut h = timeline_harness(many_lanes(4, &[3]));
+    h.run();
+    let fitted = span(&h);
+    let width = |s: (f64, f64)| s.1 - s.0;
+    h.key_press(egui::Key::W);
+    h.run();
+    assert!((width(span(&h)) - width(fitted) * 0.8).abs() < 1e-6, "{:?}", span(&h));
+    h.key_press(egui::Key::S);
+    h.run();
+    assert!((width(span(&h)) - width(fitted)).abs() < 1e-6);
+    h.key_press(egui::Key::D);
+    h.run();
+    assert!((span(&h).0 - fitted.0 - width(fitted) * 0.2).abs() < 1e-6, "{:?}", span(&h));
+    h.key_press(egui::Key::ArrowLeft);
+    h.key_press(egui::Key::A);
+    h.run();
+    assert!((span(&h).0 - fitted.0 + width(fitted) * 0.2).abs() < 1e-6, "{:?}", span(&h));
+    h.key_press(egui::Key::F);
+    h.run();
+    assert_eq!(span(&h), fitted);
+
+    // `/` puts the cursor in the filter: what is typed next filters.
+    h.key_press(egui::Key::Slash);
+    h.run();
+    h.event(egui::Event::Text("fail".into()));
+    h.run();
+    assert_eq!(h.state().0.text_filter, "fail");
+    assert_eq!(h.query_all_by_label_contains("Plot of ").count(), 1);
+    h.key_press(egui::Key::Escape);
+    h.run();
+
+    // Hovering a lane, Ctrl+C copies what the tooltip says (the lane runs
+    // over the last 40 % of the span shown).
+    let plot = h.get_by_label("Plot of load stream 3").rect();
+    h.hover_at(egui::pos2(plot.left() + plot.width() * 0.8, plot.center().y));
+    h.run();
+    h.event(egui::Event::Copy);
+    h.step();
+    let text = copied(&h).expect("the hover text on the clipboard");
+    assert!(text.contains(" s · ") && text.contains("received"), "{text}");
+    h.get_by_label("Copy summary").click();
+    h.step();
+    let summary = copied(&h).expect("the summary on the clipboard");
+    assert!(summary.starts_with("0 ok · 0 partial · 1 failed"), "{summary}");
+
+    // Esc closes a lane's panel.
+    h.get_by_label("Lane load #3").click();
+    h.run();
+    assert_eq!(selected_stream(&h), Some(3));
+    h.key_press(egui::Key::Escape);
+    h.run();
+    assert_eq!(selected_stream(&h), None);
+}
+
+/// Item 7: with more lanes than fit, the overview stays above them; a
+/// click on a failed lane's row goes to that lane; the text filter
+/// matches outcomes and verdicts.
+#[test]
+fn the_overview_jumps_to_a_lane_and_the_filter_matches_outcomes_and_verdicts() {
+    let mut timeline = many_lanes(60, &[45]);
+    judged(&mut timeline, 0, 60, VerdictKind::SilentStall, Severity::Failed, false);
+    let mut h = timeline_harness(timeline);
+    h.run();
+    let strip = h.get_by_label("Overview of 61 streams").rect();
+    assert!(!h.state().0.rows_shown().contains(&45), "lane 45 starts out of view");
+    // Row 45 of 61, at the time that lane failed (2.7 s of 0..6.1 s).
+    let y = strip.top() + strip.height() * (45.5 / 61.0);
+    let x = strip.left() + strip.width() * (4.7 / 6.2);
+    h.get_by_label("Overview of 61 streams").hover();
+    h.run();
+    h.hover_at(egui::pos2(x, y));
+    h.run();
+    h.event(egui::Event::PointerButton {
+        pos: egui::pos2(x, y),
+        button: egui::PointerButton::Primary,
+        pressed: true,
+        modifiers: egui::Modifiers::NONE,
+    });
+    h.event(egui::Event::PointerButton {
+        pos: egui::pos2(x, y),
+        button: egui::PointerButton::Primary,
+        pressed: false,
+        modifiers: egui::Modifiers::NONE,
+    });
+    h.run();
+    assert_eq!(selected_stream(&h), Some(45));
+    assert!(h.state().0.rows_shown().contains(&45), "scrolled to it: {:?}", h.state().0.rows_shown());
+    h.get_by_label("Plot of load stream 45");
+    // The overview is still there, above the lanes.
+    h.get_by_label("Overview of 61 streams");
+
+    let filtered = |h: &mut ViewHarness, text: &str| {
+        h.state_mut().0.text_filter = text.into();
+        h.run();
+        let timeline = &h.state().1;
+        let order = h.state().0.visible_lanes(timeline, timeline.end_s());
+        order.iter().map(|&i| timeline.lanes[i].stream).collect::<Vec<_>>()
+    };
+    assert_eq!(filtered(&mut h, "failed"), [45, 60]);
+    assert_eq!(filtered(&mut h, "silent stall"), [60]);
+    assert_eq!(filtered(&mut h, "not trustworthy"), [60]);
+    assert_eq!(filtered(&mut h, "OK").len(), 59);
+}
+
+/// Item 3: the legend names each timer and mark once, in body text; the
+/// bytes scale is an option; a proxy's "everything at once" is a burst on
+/// its lane.
+#[test]
+fn the_marks_have_a_legible_legend_a_bytes_scale_and_a_visible_burst() {
+    let dir = Scratch::new("marks");
+    let mut h = app(dir.path());
+    choose(&mut h, "proxy-buffered", 1);
+    run_to_end(&mut h, 1);
+    let lane = &h.state().live.timeline().lanes[0];
+    assert_eq!(lane.bursts.len(), 1, "the proxy's release is one burst: {:?}", lane.output_ticks);
+    let released = lane.bursts[0].at_s;
+    assert!(released > 1.4, "after the 1.5 s hold: {released}");
+    for entry in ["bytes received", "burst (output all at once)", "backoff sleep", "timer fired", "ttfb", "idle"] {
+        h.get_by_label(entry);
+    }
+    assert!(h.query_by_label_contains("(1 = fires)").is_none());
+    // The bytes scale: each lane's own, or the largest lane's.
+    h.get_by_label("Bytes scale").click();
+    h.run();
+    h.get_by_label("largest lane").click();
+    h.run();
+    assert_eq!(h.state().prefs.timeline.bytes_scale, BytesScale::Shared);
 }

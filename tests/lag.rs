@@ -160,7 +160,7 @@ fn a_starved_runtime_marks_every_timeout_it_causes() {
                 std::thread::sleep(MS(200));
             }
         });
-        let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_| {}).await.unwrap();
+        let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_, _| {}).await.unwrap();
         hog.abort();
         outcome
     });
@@ -198,7 +198,7 @@ async fn a_calm_runs_real_stalls_carry_small_lags_and_are_trusted() {
     // 2 s idle timer catches it and the retry is healthy.
     let sets = ["STALLSCOPE_SSE_IDLE_TIMEOUT_S=2"];
     let plan = plan("silent-stall", 20, &sets, &db);
-    let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_| {}).await.unwrap();
+    let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_, _| {}).await.unwrap();
     let (events, lags) = recorded(&outcome, &db);
     let fired = fired(&events);
     assert_eq!(fired.len(), 20, "one stall per stream: {fired:?}");

@@ -13,11 +13,14 @@ mod recorded;
 
 use recorded::record;
 use stallscope::core::category::TimerKind;
+use stallscope::diagnosis::VerdictKind;
 use stallscope::providers::Dialect::OpenAiChat;
+use stallscope::replay::advice;
 use stallscope::replay::recording::Recording;
 use stallscope::replay::tune::{MAX_PROBES_PER_TIMER, TimerTuning, TuneError, TuneReport, check, tune};
 use stallscope::replay::upstream::Assumptions;
 use stallscope::replay::whatif::{WhatIf, what_if};
+use stallscope::tunables::Value;
 
 /// `first` with the streams of `second` added under new ids, all at once.
 fn together(mut first: Recording, second: Recording) -> Recording {
@@ -39,7 +42,7 @@ fn timer(report: &TuneReport, timer: TimerKind) -> &TimerTuning {
 
 /// False positives of one setting, by a what-if of its own.
 fn false_positives(recording: &Recording, set: String) -> usize {
-    let whatif = WhatIf { overrides: vec![set], assumptions: Assumptions::default() };
+    let whatif = WhatIf { overrides: vec![set], ..WhatIf::default() };
     what_if(recording, &whatif).unwrap().summary.false_positives
 }
 
@@ -119,7 +122,12 @@ async fn the_idle_timeout_stops_above_a_buffering_proxys_gap() {
     let (stalled, buffered) =
         tokio::join!(record("silent-stall", OpenAiChat, &sets), record("proxy-buffered", OpenAiChat, &sets));
     let recording = together(stalled, buffered);
-    let report = tokio::task::spawn_blocking(move || tune(&recording, Assumptions::default()).unwrap()).await.unwrap();
+    let report = tokio::task::spawn_blocking({
+        let recording = recording.clone();
+        move || tune(&recording, Assumptions::default()).unwrap()
+    })
+    .await
+    .unwrap();
 
     let idle = timer(&report, TimerKind::Idle);
     let value = idle.suggested_s.unwrap_or_else(|| panic!("{idle:#?}"));
@@ -131,6 +139,22 @@ async fn the_idle_timeout_stops_above_a_buffering_proxys_gap() {
     assert_eq!(caught, [(0, TimerKind::Idle), (1, TimerKind::Idle)], "{evidence:#?}");
     assert!(evidence.caught.iter().all(|c| (c.sooner_s - (3.0 - value)).abs() < 0.01), "{evidence:#?}");
     assert_eq!(evidence.healthy_streams, 2, "the buffered streams are healthy and were checked");
+
+    // The stalls' verdicts carry the setting, checked; the buffered
+    // streams' verdicts (healthy, or proxy buffering) carry none.
+    let candidates = advice::by_stream(&report);
+    for stream in &recording.streams {
+        let checked = candidates.get(&stream.id).and_then(|c| advice::choose(&stream.verdict, c));
+        if stream.id < 2 {
+            assert_eq!(stream.verdict.kind, VerdictKind::SilentStall, "{:#?}", stream.verdict);
+            let checked = checked.unwrap_or_else(|| panic!("stream {}: {candidates:#?}", stream.id));
+            assert_eq!(checked.settings, [format!("SSE_IDLE_TIMEOUT_S={}", Value::Float(value))]);
+            assert_eq!((checked.caught, checked.false_positives), (2, 0));
+            assert_eq!(checked.sentence, evidence.sentence());
+        } else {
+            assert_eq!(checked, None, "stream {}", stream.id);
+        }
+    }
 }
 
 /// A run with nothing to catch, or nothing healthy to check against,

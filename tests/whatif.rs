@@ -8,6 +8,7 @@ mod recorded;
 
 use recorded::record;
 use stallscope::core::category::TimerKind;
+use stallscope::diagnosis::VerdictKind;
 use stallscope::providers::Dialect;
 use stallscope::replay::recording::Recording;
 use stallscope::replay::upstream::{Assumptions, StallAssumption};
@@ -15,15 +16,15 @@ use stallscope::replay::whatif::{WhatIf, WhatIfReport, fidelity, what_if};
 use stallscope::sim::builtin_names;
 
 fn whatif(recording: &Recording, sets: &[&str], assumptions: Assumptions) -> WhatIfReport {
-    let whatif = WhatIf { overrides: sets.iter().map(|s| (*s).to_owned()).collect(), assumptions };
+    let whatif = WhatIf { overrides: sets.iter().map(|s| (*s).to_owned()).collect(), assumptions, verdicts: true };
     what_if(recording, &whatif).unwrap()
 }
 
 /// With the recorded tunables and seed, what-if reproduces the recording:
 /// the same outcomes, attempts, hops and categories, and every timer fires
 /// within 5 ms of when it fired live (beyond the lag our own runtime
-/// recorded at that moment) — for every built-in scenario in every
-/// dialect.
+/// recorded at that moment), and every stream's verdict is the one its
+/// recording got — for every built-in scenario in every dialect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_tunables_reproduce_every_recorded_scenario() {
     let runs = builtin_names().iter().flat_map(|name| Dialect::ALL.map(move |dialect| (*name, dialect)));
@@ -33,6 +34,25 @@ async fn unchanged_tunables_reproduce_every_recorded_scenario() {
     .await;
     let mut failures = Vec::new();
     for (name, dialect, recording) in &recordings {
+        // Diagnosed from the replay's events, each stream gets the verdict
+        // its recording got.
+        let unchanged = whatif(recording, &[], Assumptions::default());
+        for stream in &unchanged.streams {
+            let verdict = stream.verdict.as_ref().unwrap();
+            let (before, after) = (&verdict.before, &verdict.after);
+            if (before.kind, before.severity) != (after.kind, after.severity) {
+                failures.push(format!(
+                    "{name} ({}) stream {}: verdict {} ({}) replays as {} ({}): {}",
+                    dialect.name(),
+                    stream.stream,
+                    before.kind,
+                    before.severity.name(),
+                    after.kind,
+                    after.severity.name(),
+                    after.summary
+                ));
+            }
+        }
         let fidelity = fidelity(recording).unwrap();
         if !fidelity.is_exact() {
             let report = whatif(recording, &[], Assumptions::default());
@@ -60,6 +80,11 @@ async fn a_lower_idle_timeout_detects_the_silent_stall_sooner() {
         assert!((before.at_s - after.at_s - 0.6).abs() < 0.01, "{before:?} {after:?}");
         assert_eq!((stream.after.outcome, stream.changed), ("ok", false));
         assert!(stream.assumptions.is_empty());
+        // The verdict is the same pattern, caught by the shorter timer.
+        let verdict = stream.verdict.as_ref().unwrap();
+        assert_eq!((verdict.before.kind, verdict.after.kind), (VerdictKind::SilentStall, VerdictKind::SilentStall));
+        let budgets = (verdict.before.basis.timer_budget_ms, verdict.after.basis.timer_budget_ms);
+        assert_eq!(budgets, (Some(1000.0), Some(400.0)));
     }
     let idle = report.timers.iter().find(|t| t.timer == TimerKind::Idle).unwrap();
     assert_eq!((idle.before.seconds, idle.after.seconds), (Some(1.0), Some(0.4)));

@@ -184,7 +184,7 @@ fn recorded_failure(args: &Args, run: RunId, id: StreamId) -> Result<(Failure, R
     if events.is_empty() {
         bail!("run {run} has no stream {id}");
     }
-    let recorded = stream(id, &events);
+    let recorded = stream(id, &events, &store.recorded_run(run)?);
     let failed = |a: &&RecordedAttempt| !a.completed() && a.ended.is_some();
     let attempt = match args.attempt {
         Some(k) => recorded.attempts.iter().find(|a| a.ordinal == k).with_context(|| {

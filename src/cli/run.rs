@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Cli;
 use crate::config::process_env;
-use crate::core::event::Outcome;
+use crate::core::event::{Outcome, StreamId};
+use crate::diagnosis::{Diagnosis, RunDiagnosis};
 use crate::providers::Dialect;
 use crate::report::RunReport;
 use crate::session::{Recording, RunSource, SessionPlan, run_session};
@@ -103,7 +104,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
             }
         });
         let progress = Progress::new(plan.requests);
-        run_session(&plan, &process_env(), None, &cancel, move |report| progress.finished(report.outcome)).await
+        run_session(&plan, &process_env(), None, &cancel, move |report, _| progress.finished(report.outcome)).await
     })?;
     if outcome.dropped_events > 0 {
         eprintln!(
@@ -202,21 +203,36 @@ pub(super) fn print_report(report: &RunReport, out: &mut dyn Write) -> Result<()
         )?;
     }
     writeln!(out, "{}", report.summary_line()).context("writing the report")?;
-    print_verdicts(report, out)
+    let Some(run) = &report.diagnosis else { return Ok(()) };
+    let diagnoses: Vec<(StreamId, Diagnosis)> =
+        report.streams.iter().filter_map(|s| Some((s.index, s.diagnosis.clone()?))).collect();
+    print_verdicts(&diagnoses, run, out)
 }
 
 /// One verdict line per stream, then the run's verdicts grouped by kind;
 /// an untrustworthy verdict's summary says so first.
-fn print_verdicts(report: &RunReport, out: &mut dyn Write) -> Result<()> {
-    let Some(run) = &report.diagnosis else { return Ok(()) };
+pub(super) fn print_verdicts(
+    diagnoses: &[(StreamId, Diagnosis)],
+    run: &RunDiagnosis,
+    out: &mut dyn Write,
+) -> Result<()> {
     writeln!(out, "{:>5}  {:<9}  {:<20}  VERDICT", "#", "SEVERITY", "KIND")?;
-    for s in &report.streams {
-        if let Some(d) = &s.diagnosis {
-            writeln!(out, "{:>5}  {:<9}  {:<20}  {}", s.index, d.severity.name(), d.kind.name(), d.summary)?;
-        }
+    for (stream, d) in diagnoses {
+        writeln!(out, "{stream:>5}  {:<9}  {:<20}  {}", d.severity.name(), d.kind.name(), d.summary)?;
     }
     for group in &run.groups {
         writeln!(out, "{}", group.summary)?;
+        // A suggestion the group shares once; the others under their streams.
+        match &group.checked {
+            Some(checked) => writeln!(out, "  checked: {}", checked.sentence)?,
+            None => {
+                for (stream, d) in diagnoses.iter().filter(|(s, _)| group.streams.contains(s)) {
+                    if let Some(checked) = &d.checked {
+                        writeln!(out, "  stream {stream} checked: {}", checked.sentence)?;
+                    }
+                }
+            }
+        }
     }
     if run.untrusted > 0 {
         writeln!(

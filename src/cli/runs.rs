@@ -5,7 +5,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
+use crate::diagnosis::{Severity, summarize};
 use crate::export;
+use crate::replay::advice;
+use crate::replay::recording::Recording;
+use crate::replay::tune::tune;
+use crate::replay::upstream::Assumptions;
 use crate::store::runs::{RunSummary, tunables_diff, utc_millis, utc_minute};
 use crate::store::{RunId, RunRecord, Store};
 
@@ -47,13 +52,19 @@ pub enum RunsCommand {
         json: bool,
     },
     /// One run's report (the same JSON `run --json` printed), with every
-    /// stream's verdict computed from its recorded events.
+    /// stream's verdict computed from its recorded events, and the stall
+    /// timers' suggestions checked by what-if on the run (as `tune` finds
+    /// them). A run that did not finish shows its verdicts alone.
     Show {
         /// The run.
         id: RunId,
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Skip the what-if check of suggestions (about 30 replays of the
+        /// run: a minute for an hour of 1,000 streams).
+        #[arg(long)]
+        no_check: bool,
     },
     /// What differs between two runs: tunables and outcomes.
     Compare {
@@ -80,22 +91,7 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
                 print_list(&runs, out)?;
             }
         }
-        RunsCommand::Show { id, json } => match (store.diagnosed_report(*id)?, *json) {
-            (Some(report), true) => writeln!(out, "{}", serde_json::to_string(&report)?)?,
-            (Some(report), false) => {
-                super::run::print_report(&report, out)?;
-                if let Some(record) = store.run(*id)? {
-                    print_recording(&record, out)?;
-                }
-            }
-            (None, _) => match store.run(*id)? {
-                Some(record) => {
-                    let s = &record.summary;
-                    bail!("run {id} has no report: it is {} ({} events recorded)", s.status.name(), s.events)
-                }
-                None => bail!("no run {id} in {}", store.path().display()),
-            },
-        },
+        RunsCommand::Show { id, json, no_check } => show(&store, *id, *json, !*no_check, out)?,
         RunsCommand::Compare { a, b } => {
             let (Some(ra), Some(rb)) = (store.run(*a)?, store.run(*b)?) else {
                 bail!("runs {a} and {b} must both exist in {}", store.path().display());
@@ -134,6 +130,68 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `runs show`: the report with its verdicts (and, when `check`, their
+/// suggestions checked by what-if), or a run's verdicts alone when it has
+/// no report.
+fn show(store: &Store, id: RunId, json: bool, check: bool, out: &mut dyn Write) -> Result<()> {
+    let Some(record) = store.run(id)? else { bail!("no run {id} in {}", store.path().display()) };
+    let Some(mut report) = store.diagnosed_report(id)? else {
+        return show_unfinished(store, &record, json, out);
+    };
+    // Only a failure (recovered from or not) can need a setting changed.
+    let suggested =
+        report.streams.iter().any(|s| s.diagnosis.as_ref().is_some_and(|d| d.severity >= Severity::Recovered));
+    if check && suggested {
+        // Without a check the verdicts still stand: say why there is none.
+        let checked = Recording::load(store, id)
+            .map_err(anyhow::Error::from)
+            .and_then(|recording| Ok(tune(&recording, Assumptions::default())?));
+        match checked {
+            Ok(found) => advice::attach(&mut report, &found),
+            Err(e) if json => eprintln!("stallscope: suggestions not checked: {e:#}"),
+            Err(e) => writeln!(out, "suggestions not checked: {e:#}")?,
+        }
+    }
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        return Ok(());
+    }
+    super::run::print_report(&report, out)?;
+    print_recording(&record, out)
+}
+
+/// The verdicts of a run that has no report (interrupted, or still
+/// going): every stream recorded, from its events.
+fn show_unfinished(store: &Store, record: &RunRecord, json: bool, out: &mut dyn Write) -> Result<()> {
+    let s = &record.summary;
+    let streams = store.streams(s.id)?;
+    let diagnoses = store.diagnoses(s.id, &streams)?;
+    let run = summarize(&diagnoses);
+    if json {
+        let streams: Vec<_> =
+            diagnoses.iter().map(|(index, d)| serde_json::json!({"index": index, "diagnosis": d})).collect();
+        let shown = serde_json::json!({
+            "run_id": s.id, "status": s.status.name(), "report": null, "streams": streams, "diagnosis": run,
+        });
+        writeln!(out, "{shown}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "run {} is {}: no report; the verdicts of its {} from its {} recorded events",
+        s.id,
+        s.status.name(),
+        plural(streams.len(), "stream"),
+        s.events
+    )?;
+    super::run::print_verdicts(&diagnoses, &run, out)?;
+    print_recording(record, out)
+}
+
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 /// What `runs show` adds to the report: what the run was recorded with,

@@ -34,7 +34,7 @@ pub struct Args {
 
 pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     let (recording, assumptions) = args.load()?;
-    let report = what_if(&recording, &WhatIf { overrides: cli.overrides.clone(), assumptions })?;
+    let report = what_if(&recording, &WhatIf { overrides: cli.overrides.clone(), assumptions, verdicts: true })?;
     args.write(&report, print, out)
 }
 
@@ -120,6 +120,9 @@ fn print(report: &WhatIfReport, out: &mut dyn Write) -> Result<()> {
         for assumption in &stream.assumptions {
             writeln!(out, "        assumes: {assumption}")?;
         }
+        if let Some(v) = stream.verdict.as_ref().filter(|v| v.before.kind != v.after.kind) {
+            writeln!(out, "        verdict: {} → {}: {}", v.before.kind, v.after.kind, v.after.summary)?;
+        }
     }
     let s = &report.summary;
     writeln!(
@@ -127,6 +130,14 @@ fn print(report: &WhatIfReport, out: &mut dyn Write) -> Result<()> {
         "{} streams: {} changed, {} saved, {} lost, {} false positives, {} resting on an assumption, {} unknown",
         s.streams, s.changed, s.saved, s.lost, s.false_positives, s.assumed, s.unknown
     )?;
+    if let Some(verdicts) = &report.verdicts {
+        for (when, run) in [("as recorded", &verdicts.before), ("after the change", &verdicts.after)] {
+            writeln!(out, "verdicts {when}:")?;
+            for group in &run.groups {
+                writeln!(out, "  {}", group.summary)?;
+            }
+        }
+    }
     Ok(())
 }
 

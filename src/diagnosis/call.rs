@@ -50,6 +50,7 @@ pub(super) fn judge(facts: &CallFacts, limits: Option<&RetrySettings>) -> Diagno
             evidence: vec![fact(Topic::Recording, None, None, format!("{} recorded", count(facts.events, "event")))],
             tunable: None,
             suggestion: None,
+            checked: None,
             trusted: true,
             basis: Basis::default(),
         };
@@ -63,6 +64,7 @@ pub(super) fn judge(facts: &CallFacts, limits: Option<&RetrySettings>) -> Diagno
         evidence: call.evidence(),
         tunable: tunable.map(str::to_owned),
         suggestion,
+        checked: None,
         trusted: call.untrusted.is_empty(),
         basis: call.basis(),
     }

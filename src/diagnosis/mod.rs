@@ -63,7 +63,9 @@ pub use call::UNTRUSTED;
 pub use collector::Collector;
 pub use recorded::RecordedRun;
 pub use summary::summarize;
-pub use verdict::{Basis, DeniedBy, Diagnosis, Evidence, RunDiagnosis, Severity, Topic, VerdictGroup, VerdictKind};
+pub use verdict::{
+    Basis, CheckedSuggestion, DeniedBy, Diagnosis, Evidence, RunDiagnosis, Severity, Topic, VerdictGroup, VerdictKind,
+};
 
 /// The verdict on one stream, from its events in order. Without the run's
 /// retry limits, a spent budget is reported as `retry_budget` (see
@@ -79,11 +81,29 @@ pub fn diagnose_with(events: &[Event], limits: &RetrySettings) -> Diagnosis {
 }
 
 fn fold(events: &[Event], limits: Option<&RetrySettings>) -> Diagnosis {
-    let mut facts = facts::CallFacts::default();
+    let mut stream = StreamDiagnoser::default();
     for event in events {
-        facts.push(event);
+        stream.push(event);
     }
-    call::judge(&facts, limits)
+    stream.verdict(limits)
+}
+
+/// One stream's verdict built event by event, keeping no event: for a
+/// caller that already keeps its streams apart (a replay's sink).
+#[derive(Debug, Clone, Default)]
+pub struct StreamDiagnoser(facts::CallFacts);
+
+impl StreamDiagnoser {
+    /// Folds the stream's next event in.
+    pub fn push(&mut self, event: &Event) {
+        self.0.push(event);
+    }
+
+    /// The verdict on the events so far, retry denials read against
+    /// `limits` when known (see [`diagnose_with`]).
+    pub fn verdict(&self, limits: Option<&RetrySettings>) -> Diagnosis {
+        call::judge(&self.0, limits)
+    }
 }
 
 #[cfg(test)]

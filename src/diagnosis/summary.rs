@@ -75,6 +75,7 @@ fn group(kind: VerdictKind, members: &[(StreamId, &Diagnosis)], total: usize) ->
         untrusted,
         summary: sentence,
         tunable: shared(&diagnoses, |d| d.tunable.clone()),
+        checked: shared(&diagnoses, |d| d.checked.clone()),
     }
 }
 

@@ -332,14 +332,37 @@ pub struct Diagnosis {
     pub evidence: Vec<Evidence>,
     /// The `STALLSCOPE_` tunable that governs this pattern, when one does.
     pub tunable: Option<String>,
-    /// What to try (not checked against the run: what-if checks it).
+    /// What to try, in words (not checked against the run: `checked`
+    /// holds what what-if found).
     pub suggestion: Option<String>,
+    /// A setting what-if checked on the run this stream comes from, when
+    /// one would have caught it sooner (`None` until checked: see
+    /// [`crate::replay::advice`]).
+    #[serde(default)]
+    pub checked: Option<CheckedSuggestion>,
     /// False when a timer that decided the verdict fired while our own
     /// runtime lagged a meaningful share of its budget
     /// ([`crate::core::lag::lag_untrusts`]).
     pub trusted: bool,
     /// What the verdict rests on.
     pub basis: Basis,
+}
+
+/// A suggestion checked by what-if on the recorded run: "SSE_IDLE_TIMEOUT_S=2
+/// would have caught these 12 stalls 28 s sooner and fired on none of the
+/// 28 healthy streams (what-if on this run)".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckedSuggestion {
+    /// The settings, `NAME=VALUE` each, as `--set` takes them.
+    pub settings: Vec<String>,
+    /// What they would have done on the run, in one sentence.
+    pub sentence: String,
+    /// Stalls they would have caught sooner.
+    pub caught: usize,
+    /// How much sooner, in all, in seconds.
+    pub sooner_s: f64,
+    /// Attempts the recording shows healthy that a timer would have cut.
+    pub false_positives: usize,
 }
 
 /// Streams of a run that share a verdict kind.
@@ -358,6 +381,9 @@ pub struct VerdictGroup {
     pub summary: String,
     /// The tunable that governs them, when they share one.
     pub tunable: Option<String>,
+    /// The checked suggestion they share, when they all have the same one.
+    #[serde(default)]
+    pub checked: Option<CheckedSuggestion>,
 }
 
 /// The verdicts of a whole run.

@@ -81,6 +81,9 @@ pub struct Lane {
     pub fired: Vec<Mark>,
     /// Rate-limit buckets that ran low.
     pub low_buckets: Vec<Mark>,
+    /// Where output arrived all at once (a buffering proxy releasing a
+    /// whole answer): [`BURST_EVENTS`] output events within [`BURST_WINDOW_S`].
+    pub bursts: Vec<Mark>,
     /// The stream's events in order, for hovering and the detail panel:
     /// each event other than data as it came, and each run of data
     /// (chunks, parsed stream events) between two of them folded into one
@@ -254,6 +257,14 @@ pub struct SleepSpan {
 
 const TIMER_KINDS: usize = 6;
 
+/// Output events this close together arrived at once (one read of the
+/// socket, parsed in one go).
+pub const BURST_WINDOW_S: f64 = 0.002;
+
+/// Output events arriving at once that make a burst: more than one read of
+/// a streaming answer ever holds in practice.
+pub const BURST_EVENTS: usize = 8;
+
 const fn slot(kind: TimerKind) -> usize {
     match kind {
         TimerKind::Connect => 0,
@@ -424,7 +435,7 @@ struct ArmedTrack {
 }
 
 /// The number of series a lane grows (see [`Lane::series_lengths`]).
-const SERIES: usize = 11;
+const SERIES: usize = 12;
 
 impl Timeline {
     /// Where this timeline stands now, to [`rewind`](Self::rewind) to later.
@@ -482,12 +493,14 @@ impl Lane {
                 return;
             }
             EventKind::SseReceived { class, progress, .. } => {
-                let ticks = match class {
-                    EventClass::Keepalive => &mut self.keepalive_ticks,
-                    EventClass::Lifecycle | EventClass::Error => &mut self.lifecycle_ticks,
-                    EventClass::Content | EventClass::Reasoning | EventClass::ToolCall => &mut self.output_ticks,
-                };
-                ticks.push(at);
+                match class {
+                    EventClass::Keepalive => self.keepalive_ticks.push(at),
+                    EventClass::Lifecycle | EventClass::Error => self.lifecycle_ticks.push(at),
+                    EventClass::Content | EventClass::Reasoning | EventClass::ToolCall => {
+                        self.output_ticks.push(at);
+                        self.mark_burst();
+                    }
+                }
                 if *progress {
                     self.reset(TimerKind::DataStall, at);
                 }
@@ -554,6 +567,20 @@ impl Lane {
         self.log.push(LogEntry { at_s: at, attempt: event.attempt, what });
     }
 
+    /// Marks a burst when the last [`BURST_EVENTS`] output ticks came within
+    /// [`BURST_WINDOW_S`] and the tick before them did not: once per burst,
+    /// however long it goes on, read from the ticks alone (so a rewind,
+    /// which truncates both, needs nothing more).
+    fn mark_burst(&mut self) {
+        let ticks = &self.output_ticks;
+        let Some(first) = ticks.len().checked_sub(BURST_EVENTS) else { return };
+        let at = ticks[ticks.len() - 1];
+        let starts = first.checked_sub(1).is_none_or(|before| ticks[first] - ticks[before] > BURST_WINDOW_S);
+        if at - ticks[first] <= BURST_WINDOW_S && starts {
+            self.bursts.push(Mark { at_s: ticks[first], text: "burst".to_owned() });
+        }
+    }
+
     /// Folds a data event into the log's last entry when that is a run of
     /// data of the same attempt, else starts one.
     fn log_data(&mut self, at: f64, event: &Event) {
@@ -589,6 +616,7 @@ impl Lane {
             hops,
             fired,
             low_buckets,
+            bursts,
             log,
             outcome: _,
             finished_s: _,
@@ -609,6 +637,7 @@ impl Lane {
             hops.len(),
             fired.len(),
             low_buckets.len(),
+            bursts.len(),
             log.len(),
         ]
     }
@@ -643,7 +672,8 @@ impl Lane {
     }
 
     fn rewind(&mut self, mark: &LaneCheckpoint) {
-        let [bytes, output, keepalive, lifecycle, timers, sleeps, attempts, hops, fired, low, log] = mark.lengths;
+        let [bytes, output, keepalive, lifecycle, timers, sleeps, attempts, hops, fired, low, bursts, log] =
+            mark.lengths;
         self.bytes.truncate(bytes);
         self.output_ticks.truncate(output);
         self.keepalive_ticks.truncate(keepalive);
@@ -654,6 +684,7 @@ impl Lane {
         self.hops.truncate(hops);
         self.fired.truncate(fired);
         self.low_buckets.truncate(low);
+        self.bursts.truncate(bursts);
         self.log.truncate(log);
         if let (Some(was), Some(LogEntry { what: Logged::Data(run), .. })) = (mark.last_data, self.log.last_mut()) {
             *run = was;
@@ -1009,6 +1040,30 @@ mod tests {
     }
 
     #[test]
+    fn output_arriving_all_at_once_is_one_burst_and_a_steady_stream_none() {
+        let content = || EventKind::SseReceived { class: EventClass::Content, chars: 4, progress: true };
+        // A steady stream, 25 ms apart, then twelve events in one read at 2 s.
+        let mut events: Vec<Event> = (0..20).map(|i| event(i * 25, 0, 1, content())).collect();
+        events.extend((0..12).map(|_| event(2000, 0, 1, content())));
+        let whole = Timeline::from_events("x", &events);
+        let lane = &whole.lanes[0];
+        assert_eq!(lane.bursts.len(), 1, "{:?}", lane.bursts);
+        assert!((lane.bursts[0].at_s - 2.0).abs() < 1e-9);
+        // Rewound to before the burst, then forward: the same, once.
+        let mut timeline = Timeline::from_events("x", &events[..20]);
+        let checkpoint = timeline.checkpoint();
+        for event in &events[20..] {
+            timeline.ingest(0, event);
+        }
+        timeline.rewind(&checkpoint);
+        assert!(timeline.lanes[0].bursts.is_empty());
+        for event in &events[20..] {
+            timeline.ingest(0, event);
+        }
+        assert_eq!(timeline, whole);
+    }
+
+    #[test]
     fn hovering_finds_the_nearest_event() {
         let timeline = Timeline::from_events("x", &stalled_then_ok());
         let lane = &timeline.lanes[0];
@@ -1029,6 +1084,7 @@ mod tests {
             evidence: Vec::new(),
             tunable: None,
             suggestion: None,
+            checked: None,
             trusted: true,
             basis: crate::diagnosis::Basis::default(),
         }

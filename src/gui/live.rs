@@ -427,13 +427,21 @@ impl Live {
             labelled(ui, "Label next run", 100.0, |ui| ui.add_enabled(form.record, label))
                 .on_hover_text("Recorded with the next run only, and shown in History; cleared when the run starts");
             let can_run = !running && blocked.is_none();
+            // F5 runs and Shift+F5 stops, as in an IDE's debugger, even from a field.
+            let (run_key, stop_key) = ui.input_mut(|i| {
+                (
+                    i.consume_key(egui::Modifiers::NONE, egui::Key::F5),
+                    i.consume_key(egui::Modifiers::SHIFT, egui::Key::F5),
+                )
+            });
             let button = ui.add_enabled(can_run, egui::Button::new(RichText::new("Run").strong()));
             if let Some(why) = &blocked {
                 button.on_disabled_hover_text(why);
-            } else if button.clicked() {
+            } else if button.on_hover_text("F5").clicked() || (run_key && can_run) {
                 action = Action::Run;
             }
-            if ui.add_enabled(running, egui::Button::new("Stop")).clicked() {
+            let stop = ui.add_enabled(running, egui::Button::new("Stop")).on_hover_text("Shift+F5");
+            if stop.clicked() || (stop_key && running) {
                 self.stop();
             }
             if let Some(run) = self.replayable {

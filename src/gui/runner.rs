@@ -1,7 +1,8 @@
 //! Runs sessions for the app on a background tokio runtime and carries
-//! their events, each stream's verdict as it finishes, and their results
-//! back through channels that the UI thread drains each frame, so the UI
-//! never waits on the network or the database and never diagnoses.
+//! their events, each stream's verdict as it finishes (the session's own,
+//! made once per stream), and their results back through channels that
+//! the UI thread drains each frame, so the UI never waits on the network
+//! or the database and never diagnoses.
 //!
 //! Events go through a bounded channel: a UI that is not drawing (a
 //! minimised window during a long run) must not let it grow without
@@ -16,9 +17,10 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::core::event::{Event, EventKind, EventSink, StreamId};
-use crate::diagnosis::{Collector, Diagnosis};
-use crate::session::{SessionOutcome, SessionPlan, run_session, settings_for};
+use crate::core::event::{Event, EventSink, StreamId};
+use crate::core::executor::CallReport;
+use crate::diagnosis::Diagnosis;
+use crate::session::{SessionOutcome, SessionPlan, run_session};
 
 /// What arrives from a run.
 #[derive(Debug)]
@@ -72,33 +74,18 @@ impl std::fmt::Debug for Runner {
     }
 }
 
-/// The sink a part's events leave through. It folds each stream's events
-/// for its verdict as they pass, and sends the verdict after the stream's
-/// last event, so verdicts are made here, on the run's threads, once per
-/// stream.
+/// The sink a part's events leave through.
 struct ChannelSink {
     generation: u64,
     part: usize,
     events: SyncSender<(u64, Update)>,
     dropped: Arc<AtomicU64>,
-    sender: Sender<(u64, Update)>,
-    verdicts: Collector,
 }
 
 impl EventSink for ChannelSink {
     fn emit(&self, event: Event) {
-        self.verdicts.push(&event);
-        let finished = matches!(event.kind, EventKind::Finished { .. }).then_some(event.stream);
         if self.events.try_send((self.generation, Update::Event { part: self.part, event })).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-        // The app dropping its receiver (closing) is the only failure, and
-        // then nobody is left to show the verdict to.
-        if let Some(stream) = finished
-            && let Some(diagnosis) = self.verdicts.take(stream)
-        {
-            let verdict = Update::Verdict { part: self.part, stream, diagnosis: Box::new(diagnosis) };
-            let _ = self.sender.send((self.generation, verdict));
         }
     }
 }
@@ -153,13 +140,15 @@ impl Runner {
             let (sender, events, dropped) = (self.sender.clone(), self.event_sender.clone(), Arc::clone(&self.dropped));
             let (cancel, env, wake) = (self.cancel.clone(), Arc::clone(&env), Arc::clone(&wake));
             self.runtime.spawn(async move {
-                // Verdicts read retry denials against the run's own limits.
-                let limits =
-                    settings_for(&plan.source, &plan.overrides, &plan.edits, &env).ok().map(|s| s.policy.retry);
-                let verdicts = Collector::new(limits);
-                let sink =
-                    Arc::new(ChannelSink { generation, part, events, dropped, sender: sender.clone(), verdicts });
-                let result = run_session(&plan, &env, Some(sink), &cancel, |_| {}).await.map_err(|e| e.to_string());
+                let sink = Arc::new(ChannelSink { generation, part, events, dropped });
+                // The session's verdict on each stream, sent after its last
+                // event went through the sink.
+                let verdicts = sender.clone();
+                let on_finish = move |call: &CallReport, diagnosis: &Diagnosis| {
+                    let verdict = Update::Verdict { part, stream: call.stream, diagnosis: Box::new(diagnosis.clone()) };
+                    let _ = verdicts.send((generation, verdict));
+                };
+                let result = run_session(&plan, &env, Some(sink), &cancel, on_finish).await.map_err(|e| e.to_string());
                 let _ = sender.send((generation, Update::PartDone { part, result }));
                 wake();
             });

@@ -1,24 +1,35 @@
 //! Drawing a [`Timeline`]: lane controls (follow live, fit, compact, sort,
-//! filter by outcome, verdict or text), a summary strip and the verdict
-//! summary of the lanes shown, and one lane per stream on a shared, linked
-//! time axis; a lane clicked (or reached with ↑/↓) opens its
-//! [detail panel](super::detail) on the right. Only the lanes scrolled
+//! filter by outcome, verdict or text, the bytes scale), a summary strip
+//! and the verdict summary of the lanes shown, the [overview](super::overview)
+//! strip of every lane shown, and one lane per stream on a shared time
+//! axis; a lane clicked (or reached with ↑/↓ or from the overview) opens
+//! its [detail panel](super::detail) on the right. Only the lanes scrolled
 //! into view are drawn, and each series is reduced to the plot's pixel
 //! columns, so a frame's cost follows the window's size, not the run's.
 //!
-//! Every row (the axis and each lane) is split by [`lane_columns`], so
-//! every plot spans the same pixels whatever its header holds: a time is
-//! at the same x in every lane.
+//! The view owns the span shown (a [`TimeWindow`]) and sets it on every
+//! plot each frame; dragging, Ctrl+wheel, a right-drag box and the keys
+//! (W/S zoom, A/D and ←/→ pan, F fit, `/` filter, Esc) all move that one
+//! window. A run that ends and a run opened are shown fitted, scrolled to
+//! the top; navigating never changes the follow window, which only its
+//! own control sets.
+//!
+//! Every row (the overview, the axis and each lane) is split by
+//! [`lane_columns`], so every plot spans the same pixels whatever its
+//! header holds: a time is at the same x in every lane.
 
-use egui::{Color32, Key, Modifiers, Rect, RichText, Ui, UiBuilder};
-use egui_plot::{Line, MarkerShape, Plot, PlotPoint, PlotPoints, Points, Polygon, Text, VLine};
+use egui::{Color32, Key, Modifiers, PointerButton, Rect, RichText, Ui, UiBuilder};
+use egui_plot::{Line, Plot, PlotPoint, PlotPoints, Points, Polygon, Text, VLine};
 use serde::{Deserialize, Serialize};
 
 use super::decimate;
 use super::detail::{self, PanelAction};
+use super::labels::{self, Placed, Wanted};
 use super::lanes::{Lane, Summary, Timeline};
+use super::overview::{self, Overview};
+use super::palette::{self, shape};
 use super::verdicts::{self, SummaryCache};
-use crate::core::category::TimerKind;
+use super::viewport::{KEY_PAN, KEY_ZOOM, TimeWindow};
 use crate::core::event::{Outcome, StreamId};
 use crate::diagnosis::{Diagnosis, VerdictKind};
 
@@ -102,13 +113,25 @@ impl VerdictFilter {
     }
 }
 
-/// The view's options; they persist between launches.
+/// What the top of a lane's bytes line stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum BytesScale {
+    /// The lane's own bytes so far: the shape of each stream's delivery.
+    #[default]
+    PerLane,
+    /// The most bytes any lane received: lanes compare by height.
+    Shared,
+}
+
+/// The view's options; they persist between launches. Where the view is
+/// (the span shown, the scroll, the selection) does not.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TimelineView {
     /// Keep the right edge of the time axis at the present while a run goes.
     pub follow_live: bool,
-    /// The width of the time window while following, in seconds.
+    /// The width of the time window while following, in seconds (set by
+    /// its control only: zooming does not change it).
     pub window_s: f64,
     /// One line of text per lane instead of a plot.
     pub compact: bool,
@@ -118,23 +141,52 @@ pub struct TimelineView {
     pub outcome_filter: OutcomeFilter,
     /// Which verdicts are shown.
     pub verdict_filter: VerdictFilter,
-    /// Lanes whose label, target or error contain this text.
+    /// Lanes whose label, target, error, outcome or verdict contain this text.
     pub text_filter: String,
+    /// What a lane's bytes line is scaled to.
+    pub bytes_scale: BytesScale,
+    /// Show the overview strip above the lanes.
+    pub overview: bool,
+    /// The span shown when not following (none yet: fitted when first drawn).
+    #[serde(skip)]
+    view: Option<TimeWindow>,
+    /// The span drawn last frame.
+    #[serde(skip)]
+    shown: Option<TimeWindow>,
     #[serde(skip)]
     fit_requested: bool,
+    #[serde(skip)]
+    scroll_top: bool,
+    /// Whether the clock was live last frame (`None` before the first).
+    #[serde(skip)]
+    was_live: Option<bool>,
+    /// Where a right-drag box began, in seconds.
+    #[serde(skip)]
+    boxing: Option<f64>,
+    /// The time under the pointer on a lane last frame (W/S zoom about it).
+    #[serde(skip)]
+    pointer_s: Option<f64>,
+    /// The lane filter's field, for `/`.
+    #[serde(skip)]
+    filter_id: Option<egui::Id>,
     /// The lane whose detail panel is open: (part, stream).
     #[serde(skip)]
     selected: Option<(usize, StreamId)>,
     /// Positions in the lane order drawn last frame.
     #[serde(skip)]
     rows_shown: std::ops::Range<usize>,
-    /// A position the keyboard moved the selection to, to scroll into view.
+    /// A position the keyboard or the overview moved to, to scroll into view.
     #[serde(skip)]
     scroll_to: Option<usize>,
     /// The verdict summary of the lanes shown, one per part when the parts
     /// are compared (a run and its what-if), else one for all.
     #[serde(skip)]
     verdict_summaries: Vec<SummaryCache>,
+    /// The verdict summary's lines, for Copy summary.
+    #[serde(skip)]
+    verdict_lines: Vec<String>,
+    #[serde(skip)]
+    strip: Overview,
 }
 
 impl Default for TimelineView {
@@ -147,11 +199,22 @@ impl Default for TimelineView {
             outcome_filter: OutcomeFilter::All,
             verdict_filter: VerdictFilter::All,
             text_filter: String::new(),
+            bytes_scale: BytesScale::PerLane,
+            overview: true,
+            view: None,
+            shown: None,
             fit_requested: true,
+            scroll_top: false,
+            was_live: None,
+            boxing: None,
+            pointer_s: None,
+            filter_id: None,
             selected: None,
             rows_shown: 0..0,
             scroll_to: None,
             verdict_summaries: Vec::new(),
+            verdict_lines: Vec::new(),
+            strip: Overview::default(),
         }
     }
 }
@@ -160,6 +223,16 @@ const LANE_HEIGHT: f32 = 74.0;
 const COMPACT_HEIGHT: f32 = 20.0;
 const HEADER_WIDTH: f32 = 230.0;
 const AXIS_HEIGHT: f32 = 26.0;
+/// A right-drag narrower than this is a click, not a box.
+const BOX_MIN_PIXELS: f32 = 4.0;
+/// Width of a character of small text, for placing labels (an estimate:
+/// a label's room, not its exact ink).
+const SMALL_CHAR_PIXELS: f32 = 6.2;
+/// A lane's height in plot units: timers and bytes climb 0 to 1; below 0
+/// is room for the event ticks, above 1 for the top row of labels.
+const LANE_Y: (f64, f64) = (-0.25, 1.18);
+/// Label rows of a lane, top to bottom, in plot units.
+const LABEL_ROWS: [f64; 3] = [1.16, 0.8, 0.48];
 
 /// A row split into its header, [`HEADER_WIDTH`] wide, and its plot, which
 /// starts `gap` further right and takes the rest. The split depends on
@@ -183,30 +256,22 @@ pub fn time_label(value_s: f64, step_s: f64, span_s: f64) -> String {
     format!("{value:.decimals$} {unit}")
 }
 
-/// Colours, shared with the legend.
-mod colour {
-    use egui::Color32;
-    pub const BYTES: Color32 = Color32::from_rgb(90, 160, 255);
-    pub const OUTPUT: Color32 = Color32::from_rgb(80, 200, 120);
-    pub const KEEPALIVE: Color32 = Color32::from_rgb(150, 150, 150);
-    pub const LIFECYCLE: Color32 = Color32::from_rgb(120, 120, 220);
-    pub const SLEEP: Color32 = Color32::from_rgba_premultiplied(110, 80, 10, 70);
-    pub const SLEEP_TEXT: Color32 = Color32::from_rgb(240, 180, 60);
-    pub const FIRED: Color32 = Color32::from_rgb(255, 70, 70);
-    pub const HOP: Color32 = Color32::from_rgb(200, 110, 255);
-    pub const ATTEMPT: Color32 = Color32::from_rgb(170, 170, 170);
-    pub const LOW_BUCKET: Color32 = Color32::from_rgb(255, 220, 0);
-    pub const CURSOR: Color32 = Color32::from_rgb(255, 255, 255);
+/// A duration as a threshold reads: `400 ms`, `1.5 s`, `30 s`.
+pub fn duration_label(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.0} ms", s * 1000.0)
+    } else {
+        let text = format!("{s:.3}");
+        format!("{} s", text.trim_end_matches('0').trim_end_matches('.'))
+    }
 }
 
-fn timer_colour(kind: TimerKind) -> Color32 {
-    match kind {
-        TimerKind::Connect => Color32::from_rgb(120, 200, 200),
-        TimerKind::Ttfb => Color32::from_rgb(255, 200, 80),
-        TimerKind::Idle => Color32::from_rgb(255, 130, 60),
-        TimerKind::DataStall => Color32::from_rgb(230, 90, 160),
-        TimerKind::Total => Color32::from_rgb(160, 160, 255),
-        TimerKind::Deadline => Color32::from_rgb(255, 255, 255),
+/// Bytes as people read them: `900 B`, `12.3 kB`, `4.1 MB`.
+pub fn bytes_label(bytes: f64) -> String {
+    match bytes {
+        b if b < 1000.0 => format!("{b:.0} B"),
+        b if b < 1e6 => format!("{:.1} kB", b / 1e3),
+        b => format!("{:.1} MB", b / 1e6),
     }
 }
 
@@ -243,6 +308,11 @@ pub fn summary_text(summary: &Summary) -> String {
     text
 }
 
+/// Whether the user asked for a copy this frame (Ctrl+C, or the platform's copy).
+fn copy_asked(ui: &Ui) -> bool {
+    ui.input(|i| i.events.iter().any(|e| matches!(e, egui::Event::Copy)))
+}
+
 impl TimelineView {
     /// Draws the timeline as of `clock`; a replay's cursor is drawn across
     /// every lane. A selected lane's detail panel opens on the right.
@@ -252,12 +322,23 @@ impl TimelineView {
             Clock::Cursor(s) => Some(s),
             Clock::Live(_) | Clock::Ended(_) => None,
         };
+        self.follow_the_clock(live);
         self.controls(ui, timeline, live);
         let order = self.visible_lanes(timeline, now_s);
-        ui.label(RichText::new(summary_text(&timeline.summary_of(order.iter().copied()))).strong());
+        let summary = summary_text(&timeline.summary_of(order.iter().copied()));
+        ui.horizontal(|ui| {
+            ui.label(RichText::new(&summary).strong());
+            let copy = ui.small_button("Copy summary").on_hover_text("The summary and the verdicts, as text");
+            if copy.clicked() {
+                ui.ctx().copy_text(
+                    [summary.clone()].into_iter().chain(self.verdict_lines.clone()).collect::<Vec<_>>().join("\n"),
+                );
+            }
+        });
         self.verdict_summary(ui, timeline, &order);
-        legend(ui);
-        self.keys(ui, timeline, &order);
+        palette::legend(ui);
+        let range = self.x_range(timeline, &order, now_s, live);
+        self.keys(ui, timeline, &order, range);
         if let Some(lane) = self.selected_lane(timeline) {
             let panel = egui::Panel::right("lane-detail").resizable(true).default_size(480.0).min_size(300.0);
             if panel.show(ui, |ui| detail::ui(ui, timeline, lane, now_s)).inner == PanelAction::Close {
@@ -268,20 +349,26 @@ impl TimelineView {
             ui.label(if timeline.lanes.is_empty() { "No streams yet." } else { "No lane matches the filter." });
             return;
         }
-        let range = self.x_range(timeline, now_s, live);
-        let link = egui::Id::unique("timeline-x");
-        // The lanes' scroll area may keep room for its bar; the axis above
+        // The lanes' scroll area may keep room for its bar; the rows above
         // it must be exactly as wide as the rows below.
         let width = ui.available_width() - ui.spacing().scroll.allocated_width();
+        if self.overview && order.len() > 1 {
+            self.overview_strip(ui, timeline, &order, range, width, now_s, live);
+        }
+        let mut moved = None;
         if !self.compact {
-            self.axis(ui, link, range, width, cursor);
+            moved = self.axis(ui, range, width, cursor);
         }
         let row_height = if self.compact { COMPACT_HEIGHT } else { LANE_HEIGHT };
         let mut scroll = egui::ScrollArea::vertical().auto_shrink([false, false]);
-        if let Some(at) = self.scroll_to.take().filter(|at| !self.rows_shown.contains(at)) {
+        if std::mem::take(&mut self.scroll_top) {
+            scroll = scroll.vertical_scroll_offset(0.0);
+        } else if let Some(at) = self.scroll_to.take().filter(|at| !self.rows_shown.contains(at)) {
             scroll = scroll.vertical_scroll_offset(at as f32 * (row_height + ui.spacing().item_spacing.y));
         }
         let mut clicked = None;
+        let largest = timeline.lanes.iter().map(|l| l.total_bytes).max().unwrap_or(0);
+        self.pointer_s = None;
         scroll.show_rows(ui, row_height, order.len(), |ui, rows| {
             self.rows_shown = rows.clone();
             for &index in &order[rows] {
@@ -291,8 +378,14 @@ impl TimelineView {
                     let row = ui.horizontal(|ui| lane_header(ui, timeline, lane, now_s, false)).response;
                     pick(ui, row.rect, timeline, lane, selected)
                 } else {
-                    let row = LaneRow { link, range, width, now_s, cursor, selected };
-                    self.lane(ui, timeline, lane, &row)
+                    let full_scale = match self.bytes_scale {
+                        BytesScale::PerLane => lane.total_bytes,
+                        BytesScale::Shared => largest,
+                    };
+                    let row = LaneRow { range, width, now_s, cursor, selected, full_scale };
+                    let (picked, navigated) = self.lane(ui, timeline, lane, &row);
+                    moved = moved.or(navigated);
+                    picked
                 };
                 if picked {
                     clicked = Some((lane.part, lane.stream));
@@ -302,6 +395,82 @@ impl TimelineView {
         if clicked.is_some() {
             self.selected = clicked;
         }
+        self.go_to(ui, moved);
+        self.shown = Some(range);
+    }
+
+    /// A run that starts is shown from the top of its lanes; a run that
+    /// ends is fitted and shown from the top.
+    fn follow_the_clock(&mut self, live: bool) {
+        match (self.was_live, live) {
+            (Some(true), false) => {
+                self.fit_requested = true;
+                self.scroll_top = true;
+            }
+            (None | Some(false), true) => {
+                self.scroll_top = true;
+                self.view = None;
+                self.selected = None;
+            }
+            _ => {}
+        }
+        self.was_live = Some(live);
+    }
+
+    /// Shows `to` from the next frame on, if the user moved the view.
+    fn go_to(&mut self, ui: &Ui, to: Option<TimeWindow>) {
+        if let Some(to) = to {
+            self.view = Some(to);
+            self.follow_live = false;
+            ui.ctx().request_repaint();
+        }
+    }
+
+    /// The overview strip, in the plot column, its legend in the header.
+    #[allow(clippy::too_many_arguments)]
+    fn overview_strip(
+        &mut self,
+        ui: &mut Ui,
+        timeline: &Timeline,
+        order: &[usize],
+        range: TimeWindow,
+        width: f32,
+        now_s: f64,
+        live: bool,
+    ) {
+        let height = Overview::height(order.len());
+        let (row, _) = ui.allocate_exact_size(egui::vec2(width, height), egui::Sense::hover());
+        let (header, area) = lane_columns(row, ui.spacing().item_spacing.x);
+        let mut header_ui = ui.new_child(UiBuilder::new().max_rect(header).id_salt("overview-header"));
+        header_ui.set_clip_rect(header.intersect(ui.clip_rect()));
+        header_ui.horizontal_wrapped(|ui| {
+            ui.label(RichText::new(format!("Overview · {} streams", order.len())).strong());
+            for heat in [overview::Heat::Failed, overview::Heat::Fired, overview::Heat::Hop, overview::Heat::Backoff] {
+                // Swatch and name as one unit, apart from the next.
+                ui.horizontal(|ui| {
+                    ui.spacing_mut().item_spacing.x = 2.0;
+                    ui.label(RichText::new("■").color(heat.colour()));
+                    ui.label(heat.name());
+                });
+            }
+        });
+        let frame = overview::Frame {
+            timeline,
+            order,
+            span: self.fitted(timeline, order, now_s),
+            view: range,
+            rows_shown: self.rows_shown.clone(),
+            now_s,
+            live,
+        };
+        if let Some(jump) = self.strip.ui(ui, area, &frame) {
+            let lane = &timeline.lanes[order[jump.position]];
+            self.selected = Some((lane.part, lane.stream));
+            self.scroll_to = Some(jump.position);
+            if !range.contains(jump.at_s) {
+                self.go_to(ui, Some(range.centred_on(jump.at_s)));
+            }
+        }
     }
 
     /// The run-level verdict summary of the lanes in `order`; a click on a
@@ -310,6 +479,7 @@ impl TimelineView {
         let parts: Vec<Option<usize>> =
             if timeline.parts_compared { (0..timeline.parts.len()).map(Some).collect() } else { vec![None] };
         self.verdict_summaries.resize_with(parts.len(), SummaryCache::default);
+        self.verdict_lines.clear();
         let mut picked = None;
         for (cache, part) in self.verdict_summaries.iter_mut().zip(parts) {
             let shown = order
@@ -319,7 +489,9 @@ impl TimelineView {
                 .filter_map(|lane| timeline.verdict(lane).map(|d| (lane.stream, d.clone())))
                 .collect();
             let title = part.and_then(|p| timeline.parts.get(p)).map(|p| p.label.as_str());
-            picked = verdicts::summary_ui(ui, title, cache.of(shown)).or(picked);
+            let run = cache.of(shown);
+            self.verdict_lines.extend(run.groups.iter().map(|g| g.summary.clone()));
+            picked = verdicts::summary_ui(ui, title, run).or(picked);
         }
         if let Some(kind) = picked {
             self.verdict_filter = VerdictFilter::Kind(kind);
@@ -333,21 +505,65 @@ impl TimelineView {
         timeline.lanes.iter().find(|l| l.part == part && l.stream == stream)
     }
 
-    /// With a lane selected, ↑ and ↓ select the lane above or below among
-    /// those shown, and Esc closes the panel; not while text is edited.
-    fn keys(&mut self, ui: &mut Ui, timeline: &Timeline, order: &[usize]) {
-        if self.selected.is_none() || ui.ctx().text_edit_focused() {
+    /// The span of time the lanes showed last frame.
+    pub fn shown_span(&self) -> Option<TimeWindow> {
+        self.shown
+    }
+
+    /// Positions in the lane order scrolled into view last frame.
+    pub fn rows_shown(&self) -> std::ops::Range<usize> {
+        self.rows_shown.clone()
+    }
+
+    /// The keys, none while text is edited: F fits; W/S zoom (about the
+    /// pointer on a lane, else the middle), A/D and ←/→ pan (a replay takes
+    /// ←/→ first, to step); `/` goes to the lane filter; with a lane
+    /// selected ↑ and ↓ select the lane above or below among those shown;
+    /// Esc drops a box being drawn, else closes the panel.
+    fn keys(&mut self, ui: &mut Ui, timeline: &Timeline, order: &[usize], range: TimeWindow) {
+        if ui.ctx().text_edit_focused() {
             return;
         }
-        let (up, down, close) = ui.input_mut(|i| {
+        let (fit, zoom_in, zoom_out, left, right, slash) = ui.input_mut(|i| {
+            let slash =
+                i.events.iter().any(|e| matches!(e, egui::Event::Text(t) if t == "/")) || i.key_pressed(Key::Slash);
             (
-                i.consume_key(Modifiers::NONE, Key::ArrowUp),
-                i.consume_key(Modifiers::NONE, Key::ArrowDown),
-                i.consume_key(Modifiers::NONE, Key::Escape),
+                i.consume_key(Modifiers::NONE, Key::F),
+                i.consume_key(Modifiers::NONE, Key::W),
+                i.consume_key(Modifiers::NONE, Key::S),
+                i.consume_key(Modifiers::NONE, Key::A) | i.consume_key(Modifiers::NONE, Key::ArrowLeft),
+                i.consume_key(Modifiers::NONE, Key::D) | i.consume_key(Modifiers::NONE, Key::ArrowRight),
+                slash,
             )
         });
-        if close {
-            self.selected = None;
+        if fit {
+            self.fit_view();
+            ui.ctx().request_repaint();
+        }
+        let about = self.pointer_s.filter(|s| range.contains(*s)).unwrap_or((range.start_s + range.end_s) / 2.0);
+        let step = range.span_s() * KEY_PAN;
+        let moved = match (zoom_in, zoom_out, left, right) {
+            (true, false, _, _) => Some(range.zoomed(KEY_ZOOM, about)),
+            (false, true, _, _) => Some(range.zoomed(1.0 / KEY_ZOOM, about)),
+            (_, _, true, false) => Some(range.panned(-step)),
+            (_, _, false, true) => Some(range.panned(step)),
+            _ => None,
+        };
+        self.go_to(ui, moved);
+        if slash && let Some(id) = self.filter_id {
+            ui.memory_mut(|m| m.request_focus(id));
+        }
+        let (up, down, escape) = ui.input_mut(|i| {
+            (
+                self.selected.is_some() && i.consume_key(Modifiers::NONE, Key::ArrowUp),
+                self.selected.is_some() && i.consume_key(Modifiers::NONE, Key::ArrowDown),
+                (self.selected.is_some() || self.boxing.is_some()) && i.consume_key(Modifiers::NONE, Key::Escape),
+            )
+        });
+        if escape {
+            if self.boxing.take().is_none() {
+                self.selected = None;
+            }
             return;
         }
         let key = |i: usize| (timeline.lanes[i].part, timeline.lanes[i].stream);
@@ -365,12 +581,17 @@ impl TimelineView {
     }
 
     fn controls(&mut self, ui: &mut Ui, timeline: &Timeline, live: bool) {
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             ui.add_enabled(live, egui::Checkbox::new(&mut self.follow_live, "Follow live"));
-            if ui.button("Fit").on_hover_text("Show the whole run").clicked() {
-                self.fit();
+            let label = ui.label("Window");
+            let window = egui::DragValue::new(&mut self.window_s).range(0.1..=3600.0).speed(0.1).suffix(" s");
+            ui.add(window).labelled_by(label.id).on_hover_text("How much of the run the lanes show while following it");
+            let fit = ui.button("Fit").on_hover_text("Show the whole of the lanes shown (F)");
+            if fit.clicked() {
+                self.fit_view();
             }
             ui.checkbox(&mut self.compact, "Compact lanes");
+            ui.checkbox(&mut self.overview, "Overview");
             ui.separator();
             egui::ComboBox::from_label("Sort")
                 .selected_text(match self.sort {
@@ -419,19 +640,44 @@ impl TimelineView {
                 }
             });
             let label = ui.label("Filter lanes");
-            ui.add(egui::TextEdit::singleline(&mut self.text_filter).desired_width(140.0)).labelled_by(label.id);
+            let field = egui::TextEdit::singleline(&mut self.text_filter)
+                .hint_text("/ name, outcome, verdict")
+                .desired_width(160.0);
+            let field = ui.add(field).labelled_by(label.id);
+            self.filter_id = Some(field.id);
+            ui.separator();
+            let scale = egui::ComboBox::from_label("Bytes scale").selected_text(match self.bytes_scale {
+                BytesScale::PerLane => "each lane",
+                BytesScale::Shared => "largest lane",
+            });
+            scale.show_ui(ui, |ui| {
+                ui.selectable_value(&mut self.bytes_scale, BytesScale::PerLane, "each lane")
+                    .on_hover_text("The top of a lane is its own bytes: the shape of each delivery");
+                ui.selectable_value(&mut self.bytes_scale, BytesScale::Shared, "largest lane")
+                    .on_hover_text("The top of every lane is the most bytes any lane received: lanes compare");
+            });
         });
     }
 
-    /// Shows the whole timeline on the next frame and stops following.
-    pub fn fit(&mut self) {
+    /// Shows the whole of the lanes shown on the next frame and stops following.
+    fn fit_view(&mut self) {
         self.fit_requested = true;
         self.follow_live = false;
     }
 
-    /// Indices of the lanes to draw, filtered and in order.
+    /// Shows a timeline just opened (a stored run, a what-if) whole: fitted
+    /// to its lanes, scrolled to the top, not following.
+    pub fn fit(&mut self) {
+        self.fit_view();
+        self.scroll_top = true;
+    }
+
+    /// Indices of the lanes to draw, filtered and in order. The text
+    /// filter matches a lane's label, target, error, outcome, verdict
+    /// (kind, severity and summary) and `not trustworthy`.
     pub fn visible_lanes(&self, timeline: &Timeline, now_s: f64) -> Vec<usize> {
-        let needle = self.text_filter.to_lowercase();
+        let needle = self.text_filter.trim().to_lowercase();
+        let matches = |text: &str| text.to_lowercase().contains(&needle);
         let mut order: Vec<usize> = (0..timeline.lanes.len())
             .filter(|&i| {
                 let lane = &timeline.lanes[i];
@@ -444,10 +690,16 @@ impl TimelineView {
                 outcome_ok
                     && self.verdict_filter.passes(verdict)
                     && (needle.is_empty()
-                        || timeline.label(lane).to_lowercase().contains(&needle)
-                        || lane.target.to_lowercase().contains(&needle)
-                        || lane.last_error.as_deref().is_some_and(|e| e.to_lowercase().contains(&needle))
-                        || verdict.is_some_and(|d| d.kind.label().contains(&needle)))
+                        || matches(timeline.label(lane))
+                        || matches(&lane.target)
+                        || matches(outcome_name(lane.outcome))
+                        || lane.last_error.as_deref().is_some_and(matches)
+                        || verdict.is_some_and(|d| {
+                            matches(d.kind.label())
+                                || matches(d.severity.name())
+                                || matches(&d.summary)
+                                || (!d.trusted && matches(VerdictFilter::Untrusted.name()))
+                        }))
             })
             .collect();
         match self.sort {
@@ -467,64 +719,101 @@ impl TimelineView {
         order
     }
 
-    /// The time range to show this frame, or `None` to leave the linked
-    /// axis where the user put it.
-    fn x_range(&mut self, timeline: &Timeline, now_s: f64, live: bool) -> Option<(f64, f64)> {
-        if live && self.follow_live {
-            let end = now_s.max(0.1);
-            return Some(((end - self.window_s).max(0.0), end + self.window_s * 0.02));
+    /// The span covering the lanes at `order`, from the first one's start
+    /// to the last one's end (the present for those still going), with a
+    /// little room either side.
+    pub fn fitted(&self, timeline: &Timeline, order: &[usize], now_s: f64) -> TimeWindow {
+        let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
+        for lane in order.iter().map(|&i| &timeline.lanes[i]) {
+            first = first.min(lane.started_s);
+            last = last.max(lane.finished_s.unwrap_or(now_s.max(lane.last_s)));
         }
-        if std::mem::take(&mut self.fit_requested) {
-            let end = timeline.end_s().max(now_s).max(0.1);
-            return Some((0.0, end * 1.02));
+        if !first.is_finite() || !last.is_finite() {
+            return TimeWindow::new(0.0, now_s.max(0.1));
         }
-        None
+        let room = ((last - first) * 0.02).max(0.005);
+        TimeWindow::new(first - room, last + room)
     }
 
-    /// The shared time axis above the lanes.
-    fn axis(&mut self, ui: &mut Ui, link: egui::Id, range: Option<(f64, f64)>, width: f32, cursor: Option<f64>) {
+    /// The span to show this frame: the follow window while following a
+    /// run, else the span the user navigated to (fitted when asked, or
+    /// when nothing was shown yet).
+    fn x_range(&mut self, timeline: &Timeline, order: &[usize], now_s: f64, live: bool) -> TimeWindow {
+        if live && self.follow_live {
+            let end = now_s.max(0.1);
+            return TimeWindow::new((end - self.window_s).max(0.0), end + self.window_s * 0.02);
+        }
+        if std::mem::take(&mut self.fit_requested) || self.view.is_none() {
+            self.view = Some(self.fitted(timeline, order, now_s));
+        }
+        self.view.unwrap_or_else(|| self.fitted(timeline, order, now_s))
+    }
+
+    /// The shared time axis above the lanes; returns where the user moved
+    /// the view, if they did.
+    fn axis(&mut self, ui: &mut Ui, range: TimeWindow, width: f32, cursor: Option<f64>) -> Option<TimeWindow> {
         let (row, _) = ui.allocate_exact_size(egui::vec2(width, AXIS_HEIGHT), egui::Sense::hover());
         let (_, area) = lane_columns(row, ui.spacing().item_spacing.x);
         let mut child = ui.new_child(UiBuilder::new().max_rect(area).id_salt("axis"));
-        let response = Plot::new(link.with("axis"))
-            .width(area.width())
-            .height(area.height())
-            .link_axis(link, [true, false])
+        let response = fixed_plot("timeline-axis", area)
             .show_axes([true, false])
             .show_grid([false, false])
             .show_background(false)
-            .allow_zoom([true, false])
-            .allow_drag([true, false])
-            .allow_scroll(false)
-            .show_x(false)
-            .show_y(false)
             .x_axis_formatter(|mark, range| time_label(mark.value, mark.step_size, range.end() - range.start()))
             .show(&mut child, |plot| {
-                if let Some((a, b)) = range {
-                    plot.set_plot_bounds_x(a..=b);
-                }
+                plot.set_plot_bounds_x(range.start_s..=range.end_s);
                 plot.set_plot_bounds_y(0.0..=1.0);
-                self.note_user_zoom(plot);
                 if let Some(at) = cursor {
                     plot.vline(cursor_line(at));
                 }
             });
         let label = || egui::WidgetInfo::labeled(egui::Role::Figure, true, "Time axis");
         response.response.widget_info(label);
+        self.navigate(ui, &response.response, range)
     }
 
-    fn note_user_zoom(&mut self, plot: &egui_plot::PlotUi<'_>) {
-        let response = plot.response();
-        let zoomed = response.hovered() && plot.ctx().input(|i| i.zoom_delta() != 1.0);
-        if response.dragged() || zoomed {
-            self.follow_live = false;
-            self.window_s = plot.plot_bounds().width().max(0.01);
+    /// What a drag, a Ctrl+wheel or a right-drag box on a plot asks of the
+    /// view (the box is drawn while it is dragged); `None` if nothing.
+    fn navigate(&mut self, ui: &Ui, response: &egui::Response, range: TimeWindow) -> Option<TimeWindow> {
+        let rect = response.rect;
+        let time_at = |x: f32| range.time_at(x, rect.left(), rect.width());
+        if let Some(pointer) = response.hover_pos() {
+            self.pointer_s = Some(time_at(pointer.x));
         }
+        if response.dragged_by(PointerButton::Primary) && response.drag_delta().x != 0.0 {
+            return Some(range.panned(-f64::from(response.drag_delta().x) * range.per_pixel(rect.width())));
+        }
+        if response.hovered() {
+            let zoom = ui.input(|i| i.zoom_delta());
+            if let (true, Some(pointer)) = (zoom != 1.0, response.hover_pos()) {
+                return Some(range.zoomed(1.0 / f64::from(zoom), time_at(pointer.x)));
+            }
+        }
+        if response.drag_started_by(PointerButton::Secondary) {
+            self.boxing = ui.input(|i| i.pointer.press_origin()).map(|p| time_at(p.x));
+        }
+        let (from, to) = (self.boxing?, response.interact_pointer_pos().or(response.hover_pos()));
+        let to = to.map(|p| p.x)?;
+        let x_from = rect.left() + ((from - range.start_s) / range.span_s()) as f32 * rect.width();
+        if response.dragged_by(PointerButton::Secondary) {
+            let band = Rect::from_x_y_ranges(x_from.min(to)..=x_from.max(to), rect.y_range());
+            let painter = ui.painter().with_clip_rect(rect);
+            painter.rect_filled(band, 0.0, ui.visuals().selection.bg_fill.gamma_multiply(0.35));
+            painter.rect_stroke(band, 0.0, ui.visuals().selection.stroke, egui::StrokeKind::Inside);
+        }
+        if response.drag_stopped_by(PointerButton::Secondary) {
+            self.boxing = None;
+            if (to - x_from).abs() >= BOX_MIN_PIXELS {
+                return Some(TimeWindow::new(from, time_at(to)));
+            }
+        }
+        None
     }
 
-    /// Draws one lane; returns whether it was clicked (to select it).
-    fn lane(&mut self, ui: &mut Ui, timeline: &Timeline, lane: &Lane, row: &LaneRow) -> bool {
-        let LaneRow { link, range, width, now_s, cursor, selected } = *row;
+    /// Draws one lane; returns whether it was clicked (to select it), and
+    /// where the user moved the view, if they did.
+    fn lane(&mut self, ui: &mut Ui, timeline: &Timeline, lane: &Lane, row: &LaneRow) -> (bool, Option<TimeWindow>) {
+        let LaneRow { range, width, now_s, cursor, selected, full_scale } = *row;
         let size = egui::vec2(width.min(ui.available_width()), LANE_HEIGHT - ui.spacing().item_spacing.y);
         let (rect, _) = ui.allocate_exact_size(size, egui::Sense::hover());
         let (header, area) = lane_columns(rect, ui.spacing().item_spacing.x);
@@ -539,42 +828,63 @@ impl TimelineView {
         lane_header(&mut header_ui, timeline, lane, now_s, true);
         let picked = pick(ui, header, timeline, lane, selected);
         let mut plot_ui = ui.new_child(UiBuilder::new().max_rect(area).id_salt(("plot", id)));
-        let response = Plot::new(link.with(("lane", lane.part, lane.stream)))
-            .width(area.width())
-            .height(area.height())
-            .link_axis(link, [true, false])
-            .link_cursor(link, [true, false])
+        let response = fixed_plot(("lane", lane.part, lane.stream), area)
+            .link_cursor(egui::Id::unique("timeline-cursor"), [true, false])
             .show_axes([false, false])
             .show_grid([true, false])
-            .allow_zoom([true, false])
-            .allow_drag([true, false])
-            .allow_scroll(false)
-            .allow_double_click_reset(false)
-            .show_x(false)
-            .show_y(false)
             .show(&mut plot_ui, |plot| {
-                if let Some((a, b)) = range {
-                    plot.set_plot_bounds_x(a..=b);
-                }
-                plot.set_plot_bounds_y(-0.1..=1.18);
-                self.note_user_zoom(plot);
-                let bounds = plot.plot_bounds();
-                let columns = plot.response().rect.width().max(1.0) as usize;
-                draw_lane(plot, lane, bounds.min()[0], bounds.max()[0], columns, now_s);
+                plot.set_plot_bounds_x(range.start_s..=range.end_s);
+                plot.set_plot_bounds_y(LANE_Y.0..=LANE_Y.1);
+                let columns = area.width().max(1.0) as usize;
+                draw_lane(plot, lane, range, columns, now_s, full_scale);
                 if let Some(at) = cursor {
                     plot.vline(cursor_line(at));
                 }
-                let per_pixel = bounds.width() / columns as f64;
-                plot.pointer_coordinate().and_then(|p| lane.describe_near(p.x, per_pixel * 6.0))
+                plot.pointer_coordinate().and_then(|p| hover_text(lane, p.x, range.per_pixel(area.width()) * 6.0))
             });
+        draw_ticks(ui, &response.transform, lane, range, area.width().max(1.0) as usize);
         let name = format!("Plot of {} stream {}", timeline.label(lane), lane.stream);
         response.response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Figure, true, &name));
         let clicked = response.response.clicked();
+        let moved = self.navigate(ui, &response.response, range);
         if let Some(text) = response.inner {
-            response.response.on_hover_text_at_pointer(text);
+            if copy_asked(ui) {
+                ui.ctx().copy_text(text.clone());
+            }
+            response.response.on_hover_text_at_pointer(format!("{text}\n(Ctrl+C copies this)"));
         }
-        picked || clicked
+        (picked || clicked, moved)
     }
+}
+
+/// A plot whose span the view sets every frame: egui_plot's own
+/// navigation is off, so every gesture goes through [`TimeWindow`].
+fn fixed_plot(id: impl std::hash::Hash + std::fmt::Debug, area: Rect) -> Plot<'static> {
+    Plot::new(id)
+        .width(area.width())
+        .height(area.height())
+        .allow_zoom(false)
+        .allow_drag(false)
+        .allow_scroll(false)
+        .allow_boxed_zoom(false)
+        .allow_double_click_reset(false)
+        .show_x(false)
+        .show_y(false)
+}
+
+/// What hovering a lane at `at_s` says: the time, the bytes received by
+/// then (an absolute scale whatever the lane's), and the events near it.
+fn hover_text(lane: &Lane, at_s: f64, tolerance_s: f64) -> Option<String> {
+    if at_s < lane.started_s - tolerance_s || lane.finished_s.is_some_and(|end| at_s > end + tolerance_s) {
+        return None;
+    }
+    let received = lane.bytes.partition_point(|p| p.x <= at_s).checked_sub(1).map_or(0.0, |i| lane.bytes[i].y);
+    let mut text = format!("{at_s:.3} s · {} received", bytes_label(received));
+    if let Some(near) = lane.describe_near(at_s, tolerance_s) {
+        text.push('\n');
+        text.push_str(&near);
+    }
+    Some(text)
 }
 
 /// Makes `rect` (a lane's header or compact row) a button that selects its
@@ -590,17 +900,18 @@ fn pick(ui: &mut Ui, rect: Rect, timeline: &Timeline, lane: &Lane, selected: boo
 /// What every lane row of a frame shares.
 #[derive(Debug, Clone, Copy)]
 struct LaneRow {
-    link: egui::Id,
-    range: Option<(f64, f64)>,
+    range: TimeWindow,
     width: f32,
     now_s: f64,
     cursor: Option<f64>,
     selected: bool,
+    /// The bytes at the top of the lane.
+    full_scale: u64,
 }
 
 /// The replay cursor, drawn across a plot.
 fn cursor_line(at_s: f64) -> VLine {
-    VLine::new("cursor", at_s).color(colour::CURSOR).width(1.5).allow_hover(false)
+    VLine::new("cursor", at_s).color(palette::CURSOR).width(1.5).allow_hover(false)
 }
 
 fn filter_name(filter: OutcomeFilter) -> &'static str {
@@ -630,11 +941,11 @@ fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: 
     // leaves room for the rest of the header.
     ui.add(egui::Label::new(headline).truncate());
     let detail = format!(
-        "{} · {} attempt(s) · {:.2} s · {} B",
+        "{} · {} attempt(s) · {:.2} s · {}",
         lane.target,
         lane.attempt_count,
         lane.elapsed_s(now_s),
-        lane.total_bytes
+        bytes_label(lane.total_bytes as f64)
     );
     // The verdict says more than the last error, once there is one.
     match timeline.verdict(lane) {
@@ -646,7 +957,7 @@ fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: 
             ui.small(detail);
             if let Some(error) = &lane.last_error {
                 // Red only when the failure was final; a recovered one is history.
-                let tint = if lane.outcome == Some(Outcome::Failed) { colour::FIRED } else { colour::SLEEP_TEXT };
+                let tint = if lane.outcome == Some(Outcome::Failed) { palette::FIRED } else { palette::SLEEP_EDGE };
                 ui.small(RichText::new(error).color(tint));
             }
         }
@@ -656,55 +967,78 @@ fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: 
     }
 }
 
-fn legend(ui: &mut Ui) {
-    ui.horizontal_wrapped(|ui| {
-        let key = |ui: &mut Ui, colour: Color32, text: &str| {
-            ui.label(RichText::new("■").color(colour));
-            ui.small(text);
-        };
-        key(ui, colour::BYTES, "cumulative bytes");
-        key(ui, colour::OUTPUT, "output event");
-        key(ui, colour::KEEPALIVE, "keep-alive");
-        key(ui, colour::LIFECYCLE, "lifecycle");
-        for kind in [TimerKind::Ttfb, TimerKind::Idle, TimerKind::DataStall, TimerKind::Total, TimerKind::Deadline] {
-            key(ui, timer_colour(kind), &format!("{kind} timer (1 = fires)"));
+/// A lane's event ticks (output, lifecycle, keep-alive), at most one a
+/// pixel column per kind, as one mesh of small bars over its plot: drawn
+/// as plot markers, thousands of dots cost more than the rest of the lane.
+fn draw_ticks(ui: &Ui, transform: &egui_plot::PlotTransform, lane: &Lane, range: TimeWindow, columns: usize) {
+    let frame = *transform.frame();
+    let mut mesh = egui::Mesh::default();
+    let mut times = Vec::new();
+    for (ticks, tick) in [
+        (&lane.output_ticks, palette::OUTPUT_TICK),
+        (&lane.lifecycle_ticks, palette::LIFECYCLE_TICK),
+        (&lane.keepalive_ticks, palette::KEEPALIVE_TICK),
+    ] {
+        decimate::ticks(ticks, range.start_s, range.end_s, columns, &mut times);
+        for t in times.drain(..) {
+            let at = egui::pos2(transform.position_from_point_x(t), frame.bottom() - tick.above);
+            mesh.add_colored_rect(Rect::from_center_size(at, egui::vec2(1.5, tick.height)), tick.colour);
         }
-        key(ui, colour::FIRED, "fired");
-        key(ui, colour::SLEEP_TEXT, "backoff sleep");
-        key(ui, colour::HOP, "failover hop");
-        key(ui, colour::ATTEMPT, "attempt start");
-        key(ui, colour::LOW_BUCKET, "rate limit running low");
-    });
+    }
+    if !mesh.is_empty() {
+        ui.painter().with_clip_rect(frame.intersect(ui.clip_rect())).add(mesh);
+    }
 }
 
-/// Everything of one lane within `x_min..=x_max`, reduced to `columns`.
-fn draw_lane(plot: &mut egui_plot::PlotUi<'_>, lane: &Lane, x_min: f64, x_max: f64, columns: usize, now_s: f64) {
+/// A text label a lane wants drawn: where, on which row, in what colour.
+struct LaneLabel {
+    at_s: f64,
+    row: usize,
+    text: String,
+    colour: Color32,
+    strong: bool,
+}
+
+/// Everything of one lane within `range`, reduced to `columns`; its bytes
+/// line reaches the top at `full_scale` bytes.
+fn draw_lane(
+    plot: &mut egui_plot::PlotUi<'_>,
+    lane: &Lane,
+    range: TimeWindow,
+    columns: usize,
+    now_s: f64,
+    full_scale: u64,
+) {
+    let (x_min, x_max) = (range.start_s, range.end_s);
     let visible = |a: f64, b: f64| b >= x_min && a <= x_max;
+    let mut texts = Vec::new();
     for sleep in lane.sleeps.iter().filter(|s| visible(s.start_s, s.end_s)) {
         let (a, b) = (sleep.start_s, sleep.end_s);
-        let rect = vec![[a, -0.1], [b, -0.1], [b, 1.18], [a, 1.18]];
-        plot.polygon(Polygon::new("backoff", rect).fill_color(colour::SLEEP).width(0.0).allow_hover(false));
-        let text = format!("{} {:.2} s ({})", sleep.reason, b - a, sleep.category);
-        plot.text(
-            Text::new("backoff", PlotPoint::new(a, 1.15), RichText::new(text).small().color(colour::SLEEP_TEXT))
-                .anchor(egui::Align2::LEFT_TOP),
-        );
+        let rect = vec![[a, LANE_Y.0], [b, LANE_Y.0], [b, LANE_Y.1], [a, LANE_Y.1]];
+        let area = Polygon::new("backoff", rect).fill_color(palette::SLEEP).stroke((1.0, palette::SLEEP_EDGE));
+        plot.polygon(area.allow_hover(false));
+        let text = format!("{} {} ({})", sleep.reason, duration_label(b - a), sleep.category);
+        texts.push(LaneLabel { at_s: a, row: 0, text, colour: palette::SLEEP_EDGE, strong: false });
     }
     for mark in lane.attempts.iter().filter(|m| visible(m.at_s, m.at_s)) {
-        plot.vline(VLine::new("attempt", mark.at_s).color(colour::ATTEMPT).width(1.0).allow_hover(false));
+        plot.vline(VLine::new("attempt", mark.at_s).color(palette::ATTEMPT).width(1.0).allow_hover(false));
     }
     let mut points = Vec::new();
-    if lane.total_bytes > 0 {
-        decimate::min_max(&lane.bytes, x_min, x_max, columns, &mut points);
-        let scale = 1.0 / lane.total_bytes as f64;
+    if lane.total_bytes > 0 && full_scale > 0 {
+        // Cumulative, so never falling: a column's highest point is its
+        // last, and one point a column draws the same line.
+        decimate::envelope(&lane.bytes, x_min, x_max, columns, &mut points);
+        let scale = 1.0 / full_scale as f64;
         for p in &mut points {
             p.y *= scale;
         }
         if lane.outcome.is_none() && now_s > points.last().map_or(f64::MAX, |p| p.x) {
-            points.push(PlotPoint::new(now_s, 1.0));
+            points.push(PlotPoint::new(now_s, lane.total_bytes as f64 * scale));
         }
         let bytes = Line::new("bytes", PlotPoints::Owned(std::mem::take(&mut points)));
-        plot.line(bytes.color(colour::BYTES).width(1.5));
+        // Already one point a column; egui_plot's banding would draw a
+        // staircase as a filled band.
+        plot.line(bytes.color(palette::BYTES).width(1.5).allow_band(false));
     }
     for track in lane.timers.iter() {
         let (start, end) =
@@ -712,64 +1046,67 @@ fn draw_lane(plot: &mut egui_plot::PlotUi<'_>, lane: &Lane, x_min: f64, x_max: f
         if !visible(start, end) {
             continue;
         }
-        // A reset is a vertical stroke; one bucket per two columns keeps
-        // a dense comb legible at half the vertices.
-        decimate::min_max(&track.progress, x_min, x_max, columns.div_ceil(2), &mut points);
+        // Resets closer than two columns apart show as the envelope of the
+        // climbs (how near it came to firing), not a solid band of strokes.
+        decimate::envelope(&track.progress, x_min, x_max, columns.div_ceil(2), &mut points);
         if track.open {
             points.push(PlotPoint::new(now_s, track.fraction_at(now_s)));
         }
+        let (colour, style) = palette::timer_style(track.kind);
         let line = Line::new(format!("{} timer", track.kind), PlotPoints::Owned(std::mem::take(&mut points)));
-        // Already reduced per column; egui_plot's own banding would fill
-        // the area under a climb that crosses few columns.
-        plot.line(line.color(timer_colour(track.kind)).width(1.0).allow_band(false));
+        plot.line(line.color(colour).width(1.2).style(style).allow_band(false));
+        let text = format!("{} {}", track.kind, duration_label(track.budget_s));
+        texts.push(LaneLabel { at_s: start.max(x_min), row: 0, text, colour, strong: false });
     }
-    for (ticks, y, c) in [
-        (&lane.output_ticks, -0.03, colour::OUTPUT),
-        (&lane.lifecycle_ticks, -0.055, colour::LIFECYCLE),
-        (&lane.keepalive_ticks, -0.08, colour::KEEPALIVE),
-    ] {
-        // A tick is a dot as wide as three columns: one per dot's width shows the same.
-        decimate::ticks(ticks, y, x_min, x_max, columns.div_ceil(3), &mut points);
-        if !points.is_empty() {
-            let series = PlotPoints::Owned(std::mem::take(&mut points));
-            plot.points(Points::new("events", series).color(c).radius(1.5).shape(MarkerShape::Circle));
+    // Point events: (marks, name, height, colour, radius, shape, label row).
+    let kinds = [
+        (&lane.fired, "fired", 1.0, palette::FIRED, 6.0, shape::FIRED, None),
+        (&lane.low_buckets, "rate limit low", 0.9, palette::LOW_BUCKET, 5.0, shape::LOW_BUCKET, None),
+        (&lane.bursts, "burst", 0.5, palette::BURST, 8.0, shape::BURST, Some(1)),
+        (&lane.hops, "failover", 0.5, palette::HOP, 6.0, shape::HOP, Some(1)),
+    ];
+    for (marks, name, y, colour, radius, marker, row) in kinds {
+        let shown: Vec<&super::lanes::Mark> = marks.iter().filter(|m| visible(m.at_s, m.at_s)).collect();
+        if shown.is_empty() {
+            continue;
         }
-    }
-    let marks = |marks: &[super::lanes::Mark], y: f64| -> Vec<[f64; 2]> {
-        marks.iter().filter(|m| visible(m.at_s, m.at_s)).map(|m| [m.at_s, y]).collect()
-    };
-    let fired = marks(&lane.fired, 1.0);
-    if !fired.is_empty() {
-        plot.points(Points::new("fired", fired).color(colour::FIRED).radius(6.0).shape(MarkerShape::Cross));
-    }
-    let low = marks(&lane.low_buckets, 0.9);
-    if !low.is_empty() {
-        let points = Points::new("rate limit low", low).color(colour::LOW_BUCKET).radius(5.0);
-        plot.points(points.shape(MarkerShape::Down).filled(true));
-    }
-    for hop in lane.hops.iter().filter(|m| visible(m.at_s, m.at_s)) {
-        plot.points(
-            Points::new("failover", vec![[hop.at_s, 0.5]])
-                .color(colour::HOP)
-                .radius(6.0)
-                .shape(MarkerShape::Diamond)
-                .filled(true),
-        );
-        plot.text(
-            Text::new("failover", PlotPoint::new(hop.at_s, 0.62), RichText::new(&hop.text).small().color(colour::HOP))
-                .anchor(egui::Align2::LEFT_BOTTOM),
-        );
+        if let Some(row) = row {
+            let strong = false;
+            texts.extend(shown.iter().map(|m| LaneLabel { at_s: m.at_s, row, text: m.text.clone(), colour, strong }));
+        }
+        let at: Vec<[f64; 2]> = shown.iter().map(|m| [m.at_s, y]).collect();
+        plot.points(Points::new(name, at).color(colour).radius(radius).shape(marker).filled(true));
     }
     if let Some(end) = lane.finished_s.filter(|&t| visible(t, t)) {
         let text = format!("■ {}", outcome_name(lane.outcome));
-        plot.text(
-            Text::new(
-                "outcome",
-                PlotPoint::new(end, 0.35),
-                RichText::new(text).strong().color(outcome_colour(lane.outcome)),
-            )
-            .anchor(egui::Align2::LEFT_CENTER),
-        );
+        texts.push(LaneLabel { at_s: end, row: 2, text, colour: outcome_colour(lane.outcome), strong: true });
+    }
+    draw_labels(plot, &texts, range, columns);
+}
+
+/// Draws `texts` where [`labels::place`] puts them: none overprints
+/// another; one that found no room is counted in its neighbour's `+N`.
+fn draw_labels(plot: &mut egui_plot::PlotUi<'_>, texts: &[LaneLabel], range: TimeWindow, columns: usize) {
+    let per_pixel = range.per_pixel(columns as f32);
+    let wanted: Vec<Wanted> = texts
+        .iter()
+        .map(|t| Wanted {
+            x: ((t.at_s - range.start_s) / per_pixel) as f32,
+            width: t.text.chars().count() as f32 * SMALL_CHAR_PIXELS,
+            row: t.row,
+        })
+        .collect();
+    let placed = labels::place(&wanted, LABEL_ROWS.len());
+    let counts = labels::folded_counts(&placed);
+    for ((label, placed), count) in texts.iter().zip(&placed).zip(counts) {
+        let Placed::Row(row) = *placed else { continue };
+        let text = if count > 0 { format!("{} +{count}", label.text) } else { label.text.clone() };
+        let mut rich = RichText::new(text).small().color(label.colour);
+        if label.strong {
+            rich = rich.strong();
+        }
+        let at = PlotPoint::new(label.at_s, LABEL_ROWS[row]);
+        plot.text(Text::new("label", at, rich).anchor(egui::Align2::LEFT_TOP).allow_hover(false));
     }
 }
 
@@ -794,6 +1131,18 @@ mod tests {
         ];
         for (value, step, span, label) in cases {
             assert_eq!(time_label(value, step, span), label, "{value} s, marks {step} s apart, {span} s shown");
+        }
+    }
+
+    #[test]
+    fn thresholds_and_byte_counts_read_as_people_write_them() {
+        let durations = [(0.4, "400 ms"), (1.0, "1 s"), (1.5, "1.5 s"), (30.0, "30 s"), (0.0126, "13 ms")];
+        for (s, text) in durations {
+            assert_eq!(duration_label(s), text);
+        }
+        let sizes = [(0.0, "0 B"), (999.0, "999 B"), (12_345.0, "12.3 kB"), (4_100_000.0, "4.1 MB")];
+        for (b, text) in sizes {
+            assert_eq!(bytes_label(b), text);
         }
     }
 

@@ -1,7 +1,7 @@
 //! Verdicts in the app: the badge each lane carries (a shape, the verdict
 //! in words and a colour, by severity, so it reads without colour too), the
 //! run-level summary strip over the lanes shown, the verdict section of the
-//! detail panel, and the `--set` lines a suggestion names.
+//! detail panel, and the `--set` lines of a checked suggestion.
 //!
 //! The verdicts themselves are the library's ([`crate::diagnosis`]); the
 //! timeline model holds them, and nothing here diagnoses.
@@ -12,8 +12,6 @@ use egui::{Color32, RichText, Ui};
 
 use crate::core::event::StreamId;
 use crate::diagnosis::{Diagnosis, RunDiagnosis, Severity, VerdictGroup, VerdictKind, summarize};
-use crate::tunables::Tunables;
-use crate::tunables::spec;
 
 /// What a verdict's mark looks like, by severity: a shape that tells the
 /// severities apart without colour, and a colour.
@@ -102,7 +100,9 @@ pub fn summary_ui(ui: &mut Ui, title: Option<&str>, run: &RunDiagnosis) -> Optio
         let (shape, colour) = severity_mark(group.severity);
         let text = RichText::new(format!("{shape} {}", group.summary)).color(colour);
         let tunable = group.tunable.as_deref().map(|t| format!("\nGoverned by {t}.")).unwrap_or_default();
-        let hint = format!("Show only these lanes{tunable}");
+        let checked =
+            group.checked.as_ref().map(|c| format!("\nChecked by what-if: {}", c.sentence)).unwrap_or_default();
+        let hint = format!("Show only these lanes{tunable}{checked}");
         if ui.add(egui::Label::new(text).sense(egui::Sense::click())).on_hover_text(hint).clicked() {
             picked = Some(group.kind);
         }
@@ -120,8 +120,8 @@ pub fn summary_ui(ui: &mut Ui, title: Option<&str>, run: &RunDiagnosis) -> Optio
 }
 
 /// The verdict section of the detail panel: the verdict, its summary, the
-/// evidence, the tunable and the suggestion, with a copy button for the
-/// `--set` lines the suggestion names.
+/// evidence, the tunable, the suggestion and the setting what-if checked,
+/// with a copy button for its `--set` lines.
 pub fn verdict_ui(ui: &mut Ui, diagnosis: &Diagnosis) {
     let (shape, colour) = severity_mark(diagnosis.severity);
     ui.horizontal_wrapped(|ui| {
@@ -149,6 +149,9 @@ pub fn verdict_ui(ui: &mut Ui, diagnosis: &Diagnosis) {
     if let Some(suggestion) = &diagnosis.suggestion {
         ui.add(egui::Label::new(format!("Suggestion: {suggestion}")).wrap());
     }
+    if let Some(checked) = &diagnosis.checked {
+        ui.add(egui::Label::new(format!("Checked by what-if: {}", checked.sentence)).wrap());
+    }
     let lines = set_lines(diagnosis);
     if !lines.is_empty() {
         let button = ui.button("Copy --set lines").on_hover_text(lines.join("\n"));
@@ -158,33 +161,16 @@ pub fn verdict_ui(ui: &mut Ui, diagnosis: &Diagnosis) {
     }
 }
 
-/// The `--set NAME=VALUE` lines a verdict's suggestion names: each
-/// `NAME=VALUE` in it whose name is a tunable (with or without the
-/// `STALLSCOPE_` prefix) and whose value that tunable accepts.
+/// The `--set NAME=VALUE` lines of the setting what-if checked for a
+/// verdict; none until one is checked.
 pub fn set_lines(diagnosis: &Diagnosis) -> Vec<String> {
-    let Some(suggestion) = &diagnosis.suggestion else { return Vec::new() };
-    let mut tunables = Tunables::defaults();
-    let mut lines: Vec<String> = Vec::new();
-    for word in suggestion.split_whitespace() {
-        let Some((name, value)) = word.split_once('=') else { continue };
-        let name = name.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
-        // Sentence punctuation after the value is not part of it.
-        let value = value.trim_end_matches(['.', ',', ';', ':', ')', '"', '\'', '`']);
-        let Some(spec) = spec::find(name).filter(|_| !value.is_empty()) else { continue };
-        if tunables.set(spec.name, value, crate::tunables::Source::Override).is_ok() {
-            let line = format!("--set {}={value}", spec.name);
-            if !lines.contains(&line) {
-                lines.push(line);
-            }
-        }
-    }
-    lines
+    diagnosis.checked.iter().flat_map(|c| &c.settings).map(|setting| format!("--set {setting}")).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnosis::Basis;
+    use crate::diagnosis::{Basis, CheckedSuggestion};
 
     fn verdict(kind: VerdictKind, severity: Severity, suggestion: Option<&str>) -> Diagnosis {
         Diagnosis {
@@ -194,28 +180,28 @@ mod tests {
             evidence: Vec::new(),
             tunable: None,
             suggestion: suggestion.map(str::to_owned),
+            checked: None,
             trusted: true,
             basis: Basis::default(),
         }
     }
 
     #[test]
-    fn a_suggestion_gives_the_set_lines_it_names_and_only_valid_ones() {
-        let suggested = verdict(
+    fn the_set_lines_are_the_checked_settings_and_prose_gives_none() {
+        let mut stalled = verdict(
             VerdictKind::KeepaliveOnlyStall,
             Severity::Recovered,
-            Some(
-                "SSE_DATA_STALL_TIMEOUT_S=120 would have caught these 12 stalls sooner (what-if); \
-                 also try STALLSCOPE_SSE_IDLE_TIMEOUT_S=30, not SSE_IDLE_TIMEOUT_S=soon nor NOT_A_TUNABLE=3.",
-            ),
+            Some("lower STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S=5 to catch it sooner"),
         );
-        assert_eq!(
-            set_lines(&suggested),
-            ["--set STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S=120", "--set STALLSCOPE_SSE_IDLE_TIMEOUT_S=30"]
-        );
-        let prose = verdict(VerdictKind::SilentStall, Severity::Failed, Some("lower STALLSCOPE_SSE_IDLE_TIMEOUT_S"));
-        assert!(set_lines(&prose).is_empty());
-        assert!(set_lines(&verdict(VerdictKind::Healthy, Severity::Ok, None)).is_empty());
+        assert!(set_lines(&stalled).is_empty(), "prose is not a checked setting");
+        stalled.checked = Some(CheckedSuggestion {
+            settings: vec!["SSE_DATA_STALL_TIMEOUT_S=2".into(), "SSE_IDLE_TIMEOUT_S=1.5".into()],
+            sentence: "SSE_DATA_STALL_TIMEOUT_S=2 would have caught this stall 3 s sooner".into(),
+            caught: 1,
+            sooner_s: 3.0,
+            false_positives: 0,
+        });
+        assert_eq!(set_lines(&stalled), ["--set SSE_DATA_STALL_TIMEOUT_S=2", "--set SSE_IDLE_TIMEOUT_S=1.5"]);
     }
 
     #[test]

@@ -13,13 +13,11 @@ use egui::{Color32, RichText, Ui};
 
 use super::lanes::Timeline;
 use crate::core::event::{Event, StreamId, VecSink};
-use crate::core::policy::{CorePolicy, RetrySettings};
-use crate::diagnosis::{RecordedRun, diagnose, diagnose_with};
+use crate::diagnosis::Diagnosis;
 use crate::replay::outcome::StreamCourse;
 use crate::replay::recording::Recording;
-use crate::replay::whatif::{Fidelity, WhatIf, WhatIfReport, fidelity, what_if_watched};
+use crate::replay::whatif::{Fidelity, VerdictChange, WhatIf, WhatIfReport, fidelity, what_if_watched};
 use crate::store::{RunId, Store};
-use crate::tunables::Tunables;
 
 /// A what-if's result, ready to show.
 #[derive(Debug)]
@@ -157,6 +155,9 @@ fn diff_table(ui: &mut Ui, report: &WhatIfReport) {
                     .map(|f| format!("false positive: {} in healthy attempt {}", f.timer, f.attempt)),
             );
             notes.extend(stream.assumptions.iter().cloned());
+            if let Some(v) = stream.verdict.as_ref().filter(|v| v.before.kind != v.after.kind) {
+                notes.push(format!("verdict: {} → {}", v.before.kind.label(), v.after.kind.label()));
+            }
             ui.label(notes.join("\n"));
             ui.end_row();
         }
@@ -202,38 +203,18 @@ fn compute(db: &PathBuf, run: RunId, changes: Vec<String>) -> Result<Outcome, St
     let recording = Recording::load(&store, run).map_err(|e| e.to_string())?;
     let fidelity = fidelity(&recording).map_err(|e| e.to_string())?;
     let replayed = Arc::new(VecSink::new());
-    let whatif = WhatIf { overrides: changes, ..WhatIf::default() };
+    let whatif = WhatIf { overrides: changes, verdicts: true, ..WhatIf::default() };
     let report = what_if_watched(&recording, &whatif, Some(replayed.clone())).map_err(|e| e.to_string())?;
     let recorded = store.run_events(run).map_err(|e| e.to_string())?;
-    // Each side's verdicts read retry denials against its own limits.
-    let record = store.run(run).map_err(|e| e.to_string())?.ok_or_else(|| format!("no run {run}"))?;
-    let judges = Judges {
-        recorded: RecordedRun::new(&record.tunables, &record.dropped_by_stream),
-        whatif: retry_limits(&recording.tunables, &whatif.overrides),
-    };
-    let timeline = interleaved(run, recorded, replayed.events(), &judges);
+    let timeline = interleaved(run, recorded, replayed.events(), &report);
     Ok(Outcome { run, report, fidelity, timeline })
 }
 
-/// What each side's verdicts are read against: the recorded run's limits
-/// (and the events it lost), and the what-if's limits.
-struct Judges {
-    recorded: RecordedRun,
-    whatif: Option<RetrySettings>,
-}
-
-/// The retry limits of `tunables` under `changes` (`NAME=VALUE`).
-fn retry_limits(tunables: &Tunables, changes: &[String]) -> Option<RetrySettings> {
-    let mut tunables = tunables.clone();
-    for change in changes {
-        tunables.apply_override(change).ok()?;
-    }
-    CorePolicy::from_tunables(&tunables).ok().map(|policy| policy.retry)
-}
-
 /// One timeline with each stream's recorded lane followed by its what-if
-/// lane, both from the run's epoch, each with its verdict.
-fn interleaved(run: RunId, recorded: Vec<Event>, replayed: Vec<Event>, judges: &Judges) -> Timeline {
+/// lane, both from the run's epoch, each with its verdict from `report`.
+fn interleaved(run: RunId, recorded: Vec<Event>, replayed: Vec<Event>, report: &WhatIfReport) -> Timeline {
+    let verdicts: BTreeMap<StreamId, &VerdictChange<Diagnosis>> =
+        report.streams.iter().filter_map(|s| Some((s.stream, s.verdict.as_ref()?))).collect();
     let mut by_stream: BTreeMap<StreamId, (Vec<Event>, Vec<Event>)> = BTreeMap::new();
     for event in recorded {
         by_stream.entry(event.stream).or_default().0.push(event);
@@ -253,15 +234,12 @@ fn interleaved(run: RunId, recorded: Vec<Event>, replayed: Vec<Event>, judges: &
         for event in &replayed {
             timeline.ingest(after, event);
         }
+        let Some(verdict) = verdicts.get(&stream) else { continue };
         if !recorded.is_empty() {
-            timeline.set_verdict(before, stream, judges.recorded.diagnose(stream, &recorded));
+            timeline.set_verdict(before, stream, verdict.before.clone());
         }
         if !replayed.is_empty() {
-            let verdict = match &judges.whatif {
-                Some(limits) => diagnose_with(&replayed, limits),
-                None => diagnose(&replayed),
-            };
-            timeline.set_verdict(after, stream, verdict);
+            timeline.set_verdict(after, stream, verdict.after.clone());
         }
     }
     timeline

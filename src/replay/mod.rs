@@ -3,8 +3,10 @@
 //! recorded [`upstream`], under the recorded or changed tunables
 //! ([`whatif`]), and each stream's course read the same way from the
 //! recording and from its replay ([`outcome`]); the tightest timers a
-//! recording supports, each checked by what-if ([`tune`]).
+//! recording supports, each checked by what-if ([`tune`]), and attached to
+//! the verdicts they would have changed ([`advice`]).
 
+pub mod advice;
 pub mod outcome;
 pub mod recording;
 pub mod tune;

@@ -11,6 +11,7 @@ use super::outcome::{CourseBuilder, StreamCourse};
 use crate::core::classify::Rule;
 use crate::core::event::{AttemptEnd, Event, EventClass, EventKind, RecordedBody, StreamId};
 use crate::core::failover::Target;
+use crate::diagnosis::{Diagnosis, RecordedRun};
 use crate::providers::Dialect;
 use crate::store::runs::RunMeta;
 use crate::store::{RunId, Store, StoreError};
@@ -83,6 +84,8 @@ pub struct RecordedStream {
     pub context_tokens: Option<u64>,
     /// What happened to it, as recorded.
     pub course: StreamCourse,
+    /// Its verdict, as recorded (what a what-if's verdicts compare with).
+    pub verdict: Diagnosis,
     /// Its last event's time.
     pub last_at: Duration,
     /// Its attempts, in order.
@@ -203,9 +206,10 @@ impl Recording {
             })
             .unwrap_or_default();
         // Stream by stream: a long run's events never sit in memory at once.
+        let verdicts = store.recorded_run(run)?;
         let mut streams = Vec::new();
         for id in store.streams(run)? {
-            streams.push(stream(id, &store.events(run, id)?));
+            streams.push(stream(id, &store.events(run, id)?, &verdicts));
         }
         Ok(Recording { run, tunables, meta, rules, providers, streams })
     }
@@ -216,14 +220,16 @@ impl Recording {
     }
 }
 
-/// One stream's events (in order) folded into its attempts.
-pub fn stream(id: StreamId, events: &[Event]) -> RecordedStream {
+/// One stream's events (in order) folded into its attempts, with its
+/// verdict read as `run` reads it.
+pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStream {
     let mut course = CourseBuilder::default();
     let mut recorded = RecordedStream {
         id,
         target: Target::new("", ""),
         context_tokens: None,
         course: StreamCourse::of(&[]),
+        verdict: run.diagnose(id, events),
         last_at: events.last().map_or(Duration::ZERO, |e| e.at),
         attempts: Vec::new(),
     };
@@ -327,7 +333,7 @@ mod tests {
             ),
             at(60, 2, EventKind::AttemptStarted { target: t.clone(), credential: None }),
         ];
-        let stream = &stream(3, &events);
+        let stream = &stream(3, &events, &RecordedRun::new(&serde_json::Map::new(), &Default::default()));
         assert_eq!((stream.id, stream.context_tokens, stream.attempts.len()), (3, Some(7), 2));
         let first = &stream.attempts[0];
         assert_eq!(first.response.as_ref().unwrap().headers, [("server".to_owned(), "sim".to_owned())]);

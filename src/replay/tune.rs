@@ -194,8 +194,8 @@ pub fn check_assuming(
         .iter()
         .map(|(name, value)| format!("{}={}", name.trim().strip_prefix(PREFIX).unwrap_or(name.trim()), value.trim()))
         .collect();
-    let baseline = what_if(recording, &WhatIf { overrides: Vec::new(), assumptions })?;
-    let report = what_if(recording, &WhatIf { overrides, assumptions })?;
+    let baseline = what_if(recording, &WhatIf { overrides: Vec::new(), assumptions, verdicts: false })?;
+    let report = what_if(recording, &WhatIf { overrides, assumptions, verdicts: false })?;
     Ok(Checked::of(recording, &baseline, &report))
 }
 
@@ -284,6 +284,7 @@ impl Checked {
         }
         let healthy = healthy.join(" and ");
         let fired = match self.false_positive_attempts() {
+            0 if self.healthy_streams + self.healthy_retries == 1 => format!("and did not fire on the {healthy}"),
             0 => format!("and fired on none of the {healthy}"),
             n => format!("but fired on {n} of the {healthy}"),
         };
@@ -448,7 +449,7 @@ pub fn tune(recording: &Recording, assumptions: Assumptions) -> Result<TuneRepor
         let reason = "no attempt completed, so no setting can be checked against a healthy stream";
         return Err(TuneError::Untunable { run: recording.run, reason });
     };
-    let baseline = what_if(recording, &WhatIf { overrides: Vec::new(), assumptions })?;
+    let baseline = what_if(recording, &WhatIf { overrides: Vec::new(), assumptions, verdicts: false })?;
     let fidelity = Fidelity::of(&baseline);
     let healthy = Checked::of(recording, &baseline, &baseline);
     let mut search = Search { recording, assumptions, baseline, probes: 1 };
@@ -488,7 +489,7 @@ struct Search<'a> {
 impl Search<'_> {
     fn check(&mut self, overrides: Vec<String>) -> Result<Checked, TuneError> {
         self.probes += 1;
-        let report = what_if(self.recording, &WhatIf { overrides, assumptions: self.assumptions })?;
+        let report = what_if(self.recording, &WhatIf { overrides, assumptions: self.assumptions, verdicts: false })?;
         Ok(Checked::of(self.recording, &self.baseline, &report))
     }
 

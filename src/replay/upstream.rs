@@ -681,6 +681,7 @@ mod tests {
             target: attempt.target.clone(),
             context_tokens: None,
             course: StreamCourse::of(&[]),
+            verdict: crate::diagnosis::diagnose(&[]),
             last_at: Duration::ZERO,
             attempts: vec![attempt],
         };

@@ -26,8 +26,9 @@ use crate::core::credentials::{CredentialPool, Secret};
 use crate::core::event::{Event, EventSink, StreamId};
 use crate::core::executor::{Call, Executor};
 use crate::core::fleet::Fleet;
-use crate::core::policy::CorePolicy;
+use crate::core::policy::{CorePolicy, RetrySettings};
 use crate::core::upstream::{CallInput, Upstream, Upstreams};
+use crate::diagnosis::{Diagnosis, RunDiagnosis, StreamDiagnoser, diagnose, summarize};
 use crate::run::run_call_list;
 use crate::store::RunId;
 use crate::tunables::{TunableError, Tunables};
@@ -53,6 +54,9 @@ pub struct WhatIf {
     pub overrides: Vec<String>,
     /// What to assume where the recording ends.
     pub assumptions: Assumptions,
+    /// Diagnose every replayed stream too, for verdicts before and after
+    /// (what an operator reads; a search making many what-ifs skips it).
+    pub verdicts: bool,
 }
 
 /// What the change would have done to a run.
@@ -74,6 +78,18 @@ pub struct WhatIfReport {
     pub summary: WhatIfSummary,
     /// Every stream.
     pub streams: Vec<StreamWhatIf>,
+    /// The run's verdicts as recorded and under the change, when asked for
+    /// ([`WhatIf::verdicts`]).
+    pub verdicts: Option<VerdictChange<RunDiagnosis>>,
+}
+
+/// A verdict as recorded and under the change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VerdictChange<T> {
+    /// As recorded.
+    pub before: T,
+    /// Under the change.
+    pub after: T,
 }
 
 /// One timer's effective value before and after.
@@ -132,6 +148,8 @@ pub struct StreamWhatIf {
     /// Timers that fired in attempts the recording shows were healthy
     /// (attempts played from their own recording only).
     pub false_positives: Vec<FiredTimer>,
+    /// Its verdict as recorded and under the change, when asked for.
+    pub verdict: Option<VerdictChange<Diagnosis>>,
 }
 
 /// How far past the recording's end a replay may run before streams still
@@ -155,6 +173,7 @@ pub fn what_if_watched(
         tunables.apply_override(set)?;
     }
     let policy = CorePolicy::from_tunables(&tunables)?;
+    let limits = whatif.verdicts.then(|| policy.retry.clone());
     let classifier = Classifier::new(recording.rules.clone())?;
     // A thread of its own: the caller may be on a runtime already, and a
     // runtime can be neither driven nor dropped inside another.
@@ -162,7 +181,7 @@ pub fn what_if_watched(
         scope
             .spawn(|| {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?;
-                let replayed = replay(recording, policy, classifier, whatif.assumptions, watcher);
+                let replayed = replay(recording, policy, classifier, whatif.assumptions, limits, watcher);
                 Ok::<_, std::io::Error>(runtime.block_on(replayed))
             })
             .join()
@@ -171,14 +190,16 @@ pub fn what_if_watched(
     Ok(report(recording, &tunables, whatif, courses, &plays))
 }
 
-/// The replay's events and where each stream's attempts came from.
+/// The replay's courses (with verdicts read against `limits`, when given)
+/// and where each stream's attempts came from.
 async fn replay(
     recording: &Recording,
     policy: CorePolicy,
     classifier: Classifier,
     assumptions: Assumptions,
+    limits: Option<RetrySettings>,
     watcher: Option<Arc<dyn EventSink>>,
-) -> (HashMap<StreamId, StreamCourse>, BTreeMap<u64, Vec<Played>>) {
+) -> (HashMap<StreamId, Replayed>, BTreeMap<u64, Vec<Played>>) {
     // The replay starts where the recording's first call started, so both
     // share one clock: replayed events line up with recorded ones, and
     // "now" in the run means the same in both.
@@ -209,7 +230,7 @@ async fn replay(
             (name.clone(), Arc::new(CredentialPool::new(keys, policy.credentials.rotation)))
         })
         .collect();
-    let sink = Arc::new(CourseSink { streams: Mutex::default(), watcher });
+    let sink = Arc::new(CourseSink { streams: Mutex::default(), limits, watcher });
     let executor = Executor {
         fleet: Arc::new(Fleet::new(policy.fleet, pools)),
         policy: Arc::new(policy),
@@ -244,11 +265,25 @@ async fn replay(
     (sink.take(), playback.log.take())
 }
 
-/// Folds each stream's events into its course as they come: a replay of
-/// millions of events keeps none of them.
+/// Folds each stream's events into its course (and its verdict, when
+/// `limits` is given) as they come: a replay of millions of events keeps
+/// none of them.
 struct CourseSink {
-    streams: Mutex<HashMap<StreamId, CourseBuilder, BuildHasherDefault<StreamIdHasher>>>,
+    streams: Mutex<HashMap<StreamId, Fold, BuildHasherDefault<StreamIdHasher>>>,
+    limits: Option<RetrySettings>,
     watcher: Option<Arc<dyn EventSink>>,
+}
+
+/// One stream's replay, folded so far.
+struct Fold {
+    course: CourseBuilder,
+    verdict: Option<StreamDiagnoser>,
+}
+
+/// One stream's replay: its course, and its verdict when asked for.
+struct Replayed {
+    course: StreamCourse,
+    verdict: Option<Diagnosis>,
 }
 
 /// Stream ids are small, dense and ours: a multiply spreads them enough,
@@ -273,9 +308,16 @@ impl Hasher for StreamIdHasher {
 }
 
 impl CourseSink {
-    fn take(&self) -> HashMap<StreamId, StreamCourse> {
+    fn take(&self) -> HashMap<StreamId, Replayed> {
         let streams = self.streams.lock().map(|mut s| std::mem::take(&mut *s)).unwrap_or_default();
-        streams.into_iter().map(|(id, builder)| (id, builder.finish())).collect()
+        let limits = self.limits.as_ref();
+        streams
+            .into_iter()
+            .map(|(id, fold)| {
+                let verdict = fold.verdict.map(|v| v.verdict(limits));
+                (id, Replayed { course: fold.course.finish(), verdict })
+            })
+            .collect()
     }
 }
 
@@ -283,7 +325,14 @@ impl EventSink for CourseSink {
     fn emit(&self, event: Event) {
         // One thread drives the replay: the lock is never contended.
         if let Ok(mut streams) = self.streams.lock() {
-            streams.entry(event.stream).or_default().push(&event);
+            let fold = streams.entry(event.stream).or_insert_with(|| Fold {
+                course: CourseBuilder::default(),
+                verdict: self.limits.is_some().then(StreamDiagnoser::default),
+            });
+            fold.course.push(&event);
+            if let Some(verdict) = &mut fold.verdict {
+                verdict.push(&event);
+            }
         }
         if let Some(watcher) = &self.watcher {
             watcher.emit(event);
@@ -369,7 +418,7 @@ fn report(
     recording: &Recording,
     tunables: &Tunables,
     whatif: &WhatIf,
-    mut courses: HashMap<StreamId, StreamCourse>,
+    mut replayed: HashMap<StreamId, Replayed>,
     plays: &BTreeMap<u64, Vec<Played>>,
 ) -> WhatIfReport {
     let mut summary = WhatIfSummary { streams: recording.streams.len(), ..WhatIfSummary::default() };
@@ -379,8 +428,12 @@ fn report(
         .map(|recorded| {
             let before = recorded.course.clone();
             // A call still queued when the horizon cancels the replay never starts.
-            let started = courses.contains_key(&recorded.id);
-            let mut after = courses.remove(&recorded.id).unwrap_or_else(|| StreamCourse::of(&[]));
+            let started = replayed.contains_key(&recorded.id);
+            let (mut after, verdict) = match replayed.remove(&recorded.id) {
+                Some(r) => (r.course, r.verdict),
+                None => (StreamCourse::of(&[]), whatif.verdicts.then(|| diagnose(&[]))),
+            };
+            let verdict = verdict.map(|after| VerdictChange { before: recorded.verdict.clone(), after });
             let played = plays.get(&recorded.id).map_or(&[][..], Vec::as_slice);
             let assumptions = assumptions_used(played);
             let stopped = played.iter().any(|p| {
@@ -406,9 +459,17 @@ fn report(
             summary.lost += usize::from(finished(before.outcome) && after.outcome == "failed");
             summary.false_positives += false_positives.len();
             summary.assumed += usize::from(!assumptions.is_empty());
-            StreamWhatIf { stream: recorded.id, changed, before, after, assumptions, false_positives }
+            StreamWhatIf { stream: recorded.id, changed, before, after, assumptions, false_positives, verdict }
         })
         .collect();
+    let verdicts = whatif.verdicts.then(|| {
+        let of = |side: fn(&VerdictChange<Diagnosis>) -> &Diagnosis| {
+            let diagnoses: Vec<(StreamId, Diagnosis)> =
+                streams.iter().filter_map(|s| Some((s.stream, side(s.verdict.as_ref()?).clone()))).collect();
+            summarize(&diagnoses)
+        };
+        VerdictChange { before: of(|v| &v.before), after: of(|v| &v.after) }
+    });
     WhatIfReport {
         run: recording.run,
         changed: summary.changed > 0,
@@ -417,6 +478,7 @@ fn report(
         timers: timer_changes(recording, tunables),
         summary,
         streams,
+        verdicts,
     }
 }
 

@@ -271,7 +271,7 @@ impl Store {
         // Checking a file and migrating it is not atomic: two opens of a new
         // file (the app starts a recorder per scenario at once) would both
         // see it empty and both create the schema. Opens in this process
-        // take turns; SQLite's locks cover the statements themselves.
+        // take turns; another process's migration is found below.
         static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _turn = OPENING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let err = |e| StoreError::sqlite(&path, e);
@@ -280,10 +280,18 @@ impl Store {
         if conn.is_readonly(rusqlite::MAIN_DB).map_err(err)? {
             return Err(StoreError::ReadOnly { path, reason: "the file is read-only".to_owned() });
         }
-        // Nothing is written before the file is known to be ours and not newer.
-        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
-        let app: i64 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).map_err(err)?;
-        let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0)).map_err(err)?;
+        // Nothing is written before the file is known to be ours and not
+        // newer. Read in one snapshot: another process creating the schema
+        // meanwhile must not be seen half done (tables, but no id yet).
+        let (version, app, tables) = (|| -> rusqlite::Result<(i64, i64, i64)> {
+            let snapshot = conn.unchecked_transaction()?;
+            let version: i64 = snapshot.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            let app: i64 = snapshot.pragma_query_value(None, "application_id", |r| r.get(0))?;
+            let tables: i64 = snapshot.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+            snapshot.commit()?;
+            Ok((version, app, tables))
+        })()
+        .map_err(err)?;
         if app != migrations::APPLICATION_ID && (app != 0 || version != 0 || tables != 0) {
             return Err(StoreError::NotOurs { path });
         }
@@ -301,10 +309,25 @@ impl Store {
         // fsync per commit; an OS crash may lose the last commits, never integrity.
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(err)?;
-        migrations::MIGRATIONS.to_latest(&mut conn).map_err(|e| match e {
-            rusqlite_migration::Error::RusqliteError { err: source, .. } => StoreError::sqlite(&path, source),
-            source => StoreError::Migration { path: path.clone(), source },
-        })?;
+        // Migrations take the write lock at once: a deferred one that read
+        // first could deadlock with another process's, and one of the two
+        // would fail instead of waiting.
+        conn.set_transaction_behavior(TransactionBehavior::Immediate);
+        let migrated = migrations::MIGRATIONS.to_latest(&mut conn);
+        conn.set_transaction_behavior(TransactionBehavior::Deferred);
+        if let Err(e) = migrated {
+            // Another process may have migrated the file between our check
+            // and our migration (two opens of a new file at once: a run
+            // starting while its history is read); ours rolled back, and
+            // the schema is there now.
+            let now: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
+            if now != SCHEMA_VERSION {
+                return Err(match e {
+                    rusqlite_migration::Error::RusqliteError { err: source, .. } => StoreError::sqlite(&path, source),
+                    source => StoreError::Migration { path: path.clone(), source },
+                });
+            }
+        }
         let mut store = Store { conn, path };
         store.mark_interrupted()?;
         Ok(store)

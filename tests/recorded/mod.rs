@@ -25,7 +25,7 @@ pub async fn record(scenario: &str, dialect: Dialect, sets: &[&str]) -> Recordin
         recording: Some(Record { db: db.clone(), label: None, batch: None }),
         seed: Some(7),
     };
-    let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_| {}).await.unwrap();
+    let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_, _| {}).await.unwrap();
     let run = outcome.report.run_id.unwrap();
     let recording = tokio::task::spawn_blocking(move || Recording::load(&Store::open(&db).unwrap(), run).unwrap());
     recording.await.unwrap()
