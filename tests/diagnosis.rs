@@ -4,11 +4,12 @@
 //! as `runs show` computes them again from the stored events.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use stallscope::core::category::TimerKind;
-use stallscope::core::event::{AttemptEnd, Event, EventKind};
+use stallscope::core::event::{AttemptEnd, Event, EventKind, EventSink};
 use stallscope::core::failover::Target;
 use stallscope::diagnosis::{DeniedBy, Diagnosis, Severity, Topic, UNTRUSTED, VerdictKind};
 use stallscope::providers::Dialect;
@@ -39,11 +40,17 @@ async fn record(
     cancel: CancellationToken,
 ) -> [RunReport; 2] {
     let source = RunSource::Scenario { name: scenario.to_owned(), dialect };
-    record_source(source, sets, calls, cancel).await
+    record_source(source, sets, calls, cancel, None).await
 }
 
-/// Runs `source` recorded, as [`record`] does.
-async fn record_source(source: RunSource, sets: &[&str], calls: usize, cancel: CancellationToken) -> [RunReport; 2] {
+/// Runs `source` recorded, as [`record`] does, its events seen by `watcher` too.
+async fn record_source(
+    source: RunSource,
+    sets: &[&str],
+    calls: usize,
+    cancel: CancellationToken,
+    watcher: Option<Arc<dyn EventSink>>,
+) -> [RunReport; 2] {
     let db = scratch("run");
     let plan = SessionPlan {
         source,
@@ -55,7 +62,7 @@ async fn record_source(source: RunSource, sets: &[&str], calls: usize, cancel: C
         recording: Some(Recording { db: db.clone(), label: None, batch: None }),
         seed: Some(7),
     };
-    let live = run_session(&plan, &[], None, &cancel, |_, _| {}).await.unwrap().report;
+    let live = run_session(&plan, &[], watcher, &cancel, |_, _| {}).await.unwrap().report;
     let run = live.run_id.unwrap();
     let stored = tokio::task::spawn_blocking(move || {
         let report = Store::open(&db).unwrap().diagnosed_report(run).unwrap().unwrap();
@@ -238,15 +245,24 @@ async fn a_retry_the_fleet_budget_refused_says_so() {
     );
 }
 
+/// Cancels the run once a stream's headers arrive: its call is in flight
+/// (a call cancelled before it starts never starts).
+struct CancelInFlight(CancellationToken);
+
+impl EventSink for CancelInFlight {
+    fn emit(&self, event: Event) {
+        if matches!(event.kind, EventKind::HeadersReceived { .. }) {
+            self.0.cancel();
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_cancelled_call_is_cancelled() {
     let cancel = CancellationToken::new();
-    let later = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        later.cancel();
-    });
-    let [live, stored] = record("silent-stall", Dialect::OpenAiChat, &[], 1, cancel).await;
+    let watcher = Arc::new(CancelInFlight(cancel.clone()));
+    let source = RunSource::Scenario { name: "silent-stall".to_owned(), dialect: Dialect::OpenAiChat };
+    let [live, stored] = record_source(source, &[], 1, cancel, Some(watcher)).await;
     let d = verdicts(&live)[0];
     assert_eq!(
         (d.kind, d.severity, d.tunable.as_deref()),
@@ -375,7 +391,7 @@ async fn failed_connections_are_named_for_what_failed() {
         let mut sets = vec!["FALLBACK_MODELS=off", "RETRY_BUDGET_CONNECTION=1", "PROVIDER_STREAM_BACKOFF_S=0.05"];
         sets.extend(proxy);
         let source = RunSource::Config { path: Some(config.clone()), target: None };
-        let [live, stored] = record_source(source, &sets, 1, CancellationToken::new()).await;
+        let [live, stored] = record_source(source, &sets, 1, CancellationToken::new(), None).await;
         let d = verdicts(&live)[0];
         assert_eq!((d.kind, d.severity), (kind, Severity::Failed), "{}", d.summary);
         assert!(d.summary.contains("p/m at ") && d.summary.contains("2 attempts alike"), "{}", d.summary);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
+use stallscope::gui::history::RunAgain;
 use stallscope::gui::live::{Choice, Live};
 use stallscope::gui::{App, Launch, Tab, repaint_every};
 use stallscope::store::runs::RunStatus;
@@ -296,6 +297,18 @@ fn a_stopped_run_says_stopped_and_its_queue_is_not_started() {
     h.state_mut().prefs.tunables.edits.insert("STALLSCOPE_SSE_IDLE_TIMEOUT_S".into(), "60".into());
     h.get_by_label("Run").click();
     wait_for(&mut h, "two calls to start", |h| h.state().live.timeline().lanes.len() == 2);
+    // Running a stored run again now would cancel this one: it is refused.
+    let again = RunAgain {
+        from: 9,
+        choice: Choice::Scenario("healthy".into()),
+        requests: 1,
+        concurrency: 1,
+        edits: Default::default(),
+    };
+    let ctx = h.ctx.clone();
+    h.state_mut().run_again(again, &ctx);
+    assert!(h.state().live.is_running());
+    assert!(h.state().live.results.iter().any(|r| r.contains("a run is going on; stop it first")));
     h.get_by_label("Stop").click();
     wait_for(&mut h, "the run to stop", |h| !h.state().live.is_running());
     h.get_by_label_contains("stopped: 0 ok, 0 partial, 0 failed, 2 cancelled, 4 not started");

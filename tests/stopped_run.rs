@@ -2,8 +2,15 @@
 //! stops its calls, prints and records the run as stopped with its queued
 //! calls not started, and exits with 130.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Streams the recorder has written so far (it commits every 200 ms).
+fn in_flight(db: &Path) -> i64 {
+    let Ok(conn) = rusqlite::Connection::open(db) else { return 0 };
+    conn.query_row("SELECT count(*) FROM streams WHERE started_ns IS NOT NULL", [], |r| r.get(0)).unwrap_or(0)
+}
 
 #[test]
 fn ctrl_c_stops_the_calls_and_records_the_run_as_stopped() {
@@ -21,7 +28,12 @@ fn ctrl_c_stops_the_calls_and_records_the_run_as_stopped() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Ctrl-C once both first calls are in flight (their streams recorded).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while in_flight(&db) < 2 {
+        assert!(Instant::now() < deadline, "the first two calls never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(kill.success());
     let output = child.wait_with_output().unwrap();

@@ -167,16 +167,18 @@ struct Pending {
     done: Option<Receiver<Result<String, String>>>,
 }
 
-/// Runs `job` on a new thread; its answer arrives on the returned channel
-/// (then `wake` is called so the UI repaints).
+/// Runs `job` over the database `db` on a new thread; its answer arrives
+/// on the returned channel, and the UI repaints to pick it up.
 fn background<T: Send + 'static>(
-    job: impl FnOnce() -> Result<T, String> + Send + 'static,
-    wake: impl Fn() + Send + 'static,
+    db: &Option<PathBuf>,
+    ctx: &egui::Context,
+    job: impl FnOnce(&Option<PathBuf>) -> Result<T, String> + Send + 'static,
 ) -> Receiver<Result<T, String>> {
+    let (db, ctx) = (db.clone(), ctx.clone());
     let (tx, rx) = channel();
     std::thread::spawn(move || {
-        let _ = tx.send(job());
-        wake();
+        let _ = tx.send(job(&db));
+        ctx.request_repaint();
     });
     rx
 }
@@ -208,14 +210,9 @@ impl HistoryView {
 
     /// Reloads the list of runs in the background.
     pub fn refresh(&mut self, db: &Option<PathBuf>, ctx: &egui::Context) {
-        let db = db.clone();
-        let ctx = ctx.clone();
-        self.pending.list = Some(background(
-            move || {
-                Ok(open_store(&db)?.map(|s| s.list_runs()).transpose().map_err(|e| e.to_string())?.unwrap_or_default())
-            },
-            move || ctx.request_repaint(),
-        ));
+        self.pending.list = Some(background(db, ctx, move |db| {
+            Ok(open_store(db)?.map(|s| s.list_runs()).transpose().map_err(|e| e.to_string())?.unwrap_or_default())
+        }));
     }
 
     /// Takes in whatever background work finished; returns a run that
@@ -259,100 +256,76 @@ impl HistoryView {
     }
 
     fn open(&mut self, id: RunId, title: String, db: &Option<PathBuf>, ctx: &egui::Context) {
-        let db = db.clone();
-        let ctx = ctx.clone();
         self.status = Some(format!("opening run {id}…"));
-        self.pending.open = Some(background(
-            move || {
-                let store = existing_store(&db)?;
-                let events = store.run_events(id).map_err(|e| e.to_string())?;
-                // Verdicts read retry denials against the run's own limits.
-                let record = read_record(&store, id)?;
-                let recorded = RecordedRun::new(&record.tunables, &record.dropped_by_stream);
-                let collector = recorded.collector();
-                events.iter().for_each(|e| collector.push(e));
-                let mut replay = Replay::new(title.clone(), events);
-                replay.set_verdicts(recorded.diagnoses(&collector));
-                Ok(OpenedRun { id, title, replay })
-            },
-            move || ctx.request_repaint(),
-        ));
+        self.pending.open = Some(background(db, ctx, move |db| {
+            let store = existing_store(db)?;
+            let events = store.run_events(id).map_err(|e| e.to_string())?;
+            // Verdicts read retry denials against the run's own limits.
+            let record = read_record(&store, id)?;
+            let recorded = RecordedRun::new(&record.tunables, &record.dropped_by_stream);
+            let collector = recorded.collector();
+            events.iter().for_each(|e| collector.push(e));
+            let mut replay = Replay::new(title.clone(), events);
+            replay.set_verdicts(recorded.diagnoses(&collector));
+            Ok(OpenedRun { id, title, replay })
+        }));
     }
 
     fn run_again(&mut self, id: RunId, batch: bool, db: &Option<PathBuf>, ctx: &egui::Context) {
-        let db = db.clone();
-        let ctx = ctx.clone();
-        self.pending.again = Some(background(
-            move || run_again(&read_record(&existing_store(&db)?, id)?, batch),
-            move || ctx.request_repaint(),
-        ));
+        self.pending.again =
+            Some(background(db, ctx, move |db| run_again(&read_record(&existing_store(db)?, id)?, batch)));
     }
 
     fn delete(&mut self, ids: Vec<RunId>, db: &Option<PathBuf>, ctx: &egui::Context) {
-        let db = db.clone();
-        let ctx = ctx.clone();
         self.selected = self.selected.map(|s| s.filter(|id| !ids.contains(id)));
-        self.pending.done = Some(background(
-            move || {
-                let mut store = existing_store(&db)?;
-                for id in &ids {
-                    store.delete_run(*id).map_err(|e| e.to_string())?;
-                }
-                Ok(match ids[..] {
-                    [id] => format!("deleted run {id}"),
-                    _ => format!("deleted the {} runs of the batch", ids.len()),
-                })
-            },
-            move || ctx.request_repaint(),
-        ));
+        self.pending.done = Some(background(db, ctx, move |db| {
+            let mut store = existing_store(db)?;
+            for id in &ids {
+                store.delete_run(*id).map_err(|e| e.to_string())?;
+            }
+            Ok(match ids[..] {
+                [id] => format!("deleted run {id}"),
+                _ => format!("deleted the {} runs of the batch", ids.len()),
+            })
+        }));
     }
 
     fn export(&mut self, id: RunId, path: PathBuf, db: &Option<PathBuf>, ctx: &egui::Context) {
-        let db = db.clone();
-        let ctx = ctx.clone();
         self.status = Some(format!("exporting run {id}…"));
-        self.pending.done = Some(background(
-            move || {
-                let trace = crate::export::run_trace(&existing_store(&db)?, id).map_err(|e| e.to_string())?;
-                let text = serde_json::to_string(&trace).map_err(|e| e.to_string())? + "\n";
-                std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                Ok(format!("wrote run {id}'s trace to {} (open it at ui.perfetto.dev)", path.display()))
-            },
-            move || ctx.request_repaint(),
-        ));
+        self.pending.done = Some(background(db, ctx, move |db| {
+            let trace = crate::export::run_trace(&existing_store(db)?, id).map_err(|e| e.to_string())?;
+            let text = serde_json::to_string(&trace).map_err(|e| e.to_string())? + "\n";
+            std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(format!("wrote run {id}'s trace to {} (open it at ui.perfetto.dev)", path.display()))
+        }));
     }
 
     fn compare(&mut self, a: RunId, b: RunId, db: &Option<PathBuf>, ctx: &egui::Context) {
-        let db = db.clone();
-        let ctx = ctx.clone();
-        self.pending.compare = Some(background(
-            move || {
-                let store = existing_store(&db)?;
-                let (ra, rb) = (read_record(&store, a)?, read_record(&store, b)?);
-                let outcomes = |id| -> Result<BTreeMap<u64, String>, String> {
-                    let report = store.run_report(id).map_err(|e| e.to_string())?;
-                    Ok(report
-                        .map(|r| r.streams.iter().map(|s| (s.index, s.outcome.to_owned())).collect())
-                        .unwrap_or_default())
-                };
-                let (oa, ob) = (outcomes(a)?, outcomes(b)?);
-                let missing = || "-".to_owned();
-                let changed_streams = oa
-                    .keys()
-                    .chain(ob.keys())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .filter_map(|i| {
-                        let (x, y) =
-                            (oa.get(i).cloned().unwrap_or_else(missing), ob.get(i).cloned().unwrap_or_else(missing));
-                        (x != y).then_some((*i, x, y))
-                    })
-                    .collect();
-                let tunables = tunables_diff(&ra.tunables, &rb.tunables);
-                Ok(Comparison { a: ra, b: rb, tunables, changed_streams })
-            },
-            move || ctx.request_repaint(),
-        ));
+        self.pending.compare = Some(background(db, ctx, move |db| {
+            let store = existing_store(db)?;
+            let (ra, rb) = (read_record(&store, a)?, read_record(&store, b)?);
+            let outcomes = |id| -> Result<BTreeMap<u64, String>, String> {
+                let report = store.run_report(id).map_err(|e| e.to_string())?;
+                Ok(report
+                    .map(|r| r.streams.iter().map(|s| (s.index, s.outcome.to_owned())).collect())
+                    .unwrap_or_default())
+            };
+            let (oa, ob) = (outcomes(a)?, outcomes(b)?);
+            let missing = || "-".to_owned();
+            let changed_streams = oa
+                .keys()
+                .chain(ob.keys())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .filter_map(|i| {
+                    let (x, y) =
+                        (oa.get(i).cloned().unwrap_or_else(missing), ob.get(i).cloned().unwrap_or_else(missing));
+                    (x != y).then_some((*i, x, y))
+                })
+                .collect();
+            let tunables = tunables_diff(&ra.tunables, &rb.tunables);
+            Ok(Comparison { a: ra, b: rb, tunables, changed_streams })
+        }));
     }
 
     /// The trace file of run `id` in the export folder.

@@ -281,10 +281,16 @@ impl App {
     /// in the form, its explicitly set tunables as the edits (the edits
     /// they replace can be brought back with Undo reset).
     pub fn run_again(&mut self, again: RunAgain, ctx: &egui::Context) {
+        self.prefs.tab = Tab::Live;
+        if self.live.is_running() {
+            // Starting would cancel the run going on without a word.
+            let refused = format!("run {} again: could not run: a run is going on; stop it first", again.from);
+            self.live.results.push(refused);
+            return;
+        }
         let form = &mut self.prefs.form;
         (form.choice, form.requests, form.concurrency) = (again.choice, again.requests, again.concurrency);
         self.prefs.tunables.replace(again.edits);
-        self.prefs.tab = Tab::Live;
         match self.blocked() {
             None => self.start_run(ctx),
             Some(why) => self.live.results = vec![format!("run {} again: could not run: {why}", again.from)],

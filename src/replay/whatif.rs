@@ -427,6 +427,8 @@ fn report(
         .iter()
         .map(|recorded| {
             let before = recorded.course.clone();
+            // A call still queued when the horizon cancels the replay never starts.
+            let started = replayed.contains_key(&recorded.id);
             let (mut after, verdict) = match replayed.remove(&recorded.id) {
                 Some(r) => (r.course, r.verdict),
                 None => (StreamCourse::of(&[]), whatif.verdicts.then(|| diagnose(&[]))),
@@ -437,7 +439,7 @@ fn report(
             let stopped = played.iter().any(|p| {
                 p.chosen_by == Some(AttemptAssumption::Stop) || p.past_recording == Some(StallAssumption::Stop)
             });
-            let cut_by_horizon = after.outcome == "cancelled" && before.outcome != "cancelled";
+            let cut_by_horizon = (after.outcome == "cancelled" || !started) && before.outcome != "cancelled";
             if stopped || cut_by_horizon {
                 after.outcome = "unknown";
                 summary.unknown += 1;
