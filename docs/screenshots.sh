@@ -19,7 +19,7 @@ click() { DISPLAY=:97 xdotool mousemove --window "$WID" "$1" "$2" click 1; sleep
 shot() { DISPLAY=:97 import -window "$WID" "$out/$1.png"; }
 click 130 44 1        # the Source picker
 click 70 71 1         # "all failure stories"
-click 962 44 5        # Run, then let the stories play out
+click 962 44 9        # Run, then let the stories play out
 shot live
 click 255 121 2       # Compact lanes: the overview over every story's lanes
 shot overview

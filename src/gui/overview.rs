@@ -70,6 +70,8 @@ impl Heat {
 pub const MAX_HEIGHT: f32 = 96.0;
 /// Pixels per lane while they fit.
 const ROW_PIXELS: f32 = 4.0;
+/// The shortest the strip gets: room for its legend beside it.
+const MIN_HEIGHT: f32 = 44.0;
 /// While a run goes, the image is made again at most this often (seconds).
 const LIVE_REFRESH_S: f64 = 0.25;
 
@@ -207,7 +209,7 @@ pub struct Frame<'a> {
 impl Overview {
     /// The strip's height for `lanes` lanes.
     pub fn height(lanes: usize) -> f32 {
-        (lanes as f32 * ROW_PIXELS).clamp(ROW_PIXELS * 3.0, MAX_HEIGHT)
+        (lanes as f32 * ROW_PIXELS).clamp(MIN_HEIGHT, MAX_HEIGHT)
     }
 
     /// Draws the strip in `rect`; returns the lane clicked, if one was.

@@ -446,23 +446,21 @@ impl TimelineView {
         header_ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new(format!("Overview · {} streams", order.len())).strong());
             for heat in [overview::Heat::Failed, overview::Heat::Fired, overview::Heat::Hop, overview::Heat::Backoff] {
-                // Swatch and name as one unit, apart from the next.
-                ui.horizontal(|ui| {
-                    ui.spacing_mut().item_spacing.x = 2.0;
-                    ui.label(RichText::new("■").color(heat.colour()));
-                    ui.label(heat.name());
-                });
+                // Swatch and name as one label, so they wrap together.
+                let mut key = egui::text::LayoutJob::default();
+                let font = egui::TextStyle::Body.resolve(ui.style());
+                let format = |color| egui::TextFormat { font_id: font.clone(), color, ..Default::default() };
+                key.append("■ ", 0.0, format(heat.colour()));
+                key.append(heat.name(), 0.0, format(ui.visuals().text_color()));
+                ui.add(egui::Label::new(key).extend());
             }
         });
-        let frame = overview::Frame {
-            timeline,
-            order,
-            span: self.fitted(timeline, order, now_s),
-            view: range,
-            rows_shown: self.rows_shown.clone(),
-            now_s,
-            live,
-        };
+        // The whole of the lanes, and the span shown if it reaches beyond
+        // (a replay's lanes end at its cursor, its view at the run's end).
+        let fitted = self.fitted(timeline, order, now_s);
+        let span = TimeWindow::new(fitted.start_s.min(range.start_s), fitted.end_s.max(range.end_s));
+        let frame =
+            overview::Frame { timeline, order, span, view: range, rows_shown: self.rows_shown.clone(), now_s, live };
         if let Some(jump) = self.strip.ui(ui, area, &frame) {
             let lane = &timeline.lanes[order[jump.position]];
             self.selected = Some((lane.part, lane.stream));
