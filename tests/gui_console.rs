@@ -488,12 +488,16 @@ fn at_640_by_400_every_tab_keeps_its_controls_inside_the_window() {
 fn lanes_can_be_taller_on_a_large_window() {
     let dir = Scratch::new("height");
     let mut h = app(&dir);
-    h.run();
-    let before = h.state().prefs.lane_height;
+    choose(&mut h, "healthy", 1);
+    run_to_end(&mut h, 1);
+    let lane = |h: &Harness<'_, App>| h.get_by_label("Lane healthy #0").rect().height();
+    let (before, set) = (lane(&h), h.state().prefs.timeline.lane_height);
     h.get_by_label("Lane height").focus();
-    h.get_by_label("Lane height").set_value_accesskit(f64::from(before) * 2.0);
+    h.get_by_label("Lane height").set_value_accesskit(f64::from(set) * 2.0);
     h.run();
-    assert_eq!(h.state().prefs.lane_height, before * 2.0);
+    assert_eq!(h.state().prefs.timeline.lane_height, set * 2.0);
+    // The lane itself is drawn that much taller.
+    assert!((lane(&h) - before - set).abs() < 1.0, "{before} → {}", lane(&h));
 }
 
 // Item 9: cost while running.

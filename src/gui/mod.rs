@@ -43,7 +43,7 @@ use crate::store::Store;
 use budget::BudgetView;
 use history::{HistoryView, Picked, RunAgain};
 use live::{Action, Choice, Live, RunForm};
-use timeline::TimelineView;
+use timeline::{LANE_HEIGHTS, TimelineView};
 use tunables::TunablesEditor;
 
 /// What the app is started with (from the command line).
@@ -101,15 +101,9 @@ pub struct Prefs {
     pub budget: BudgetView,
     /// History filter and sort.
     pub history: HistoryView,
-    /// The height of one lane in the timeline, in points (for the lanes'
-    /// drawing to read).
-    pub lane_height: f32,
     /// Light, dark, or as the system is (the default).
     pub theme: egui::ThemePreference,
 }
-
-/// A lane's height before the user picks one.
-pub const LANE_HEIGHT: f32 = 74.0;
 
 impl Default for Prefs {
     fn default() -> Self {
@@ -120,7 +114,6 @@ impl Default for Prefs {
             tunables: TunablesEditor::default(),
             budget: BudgetView::default(),
             history: HistoryView::default(),
-            lane_height: LANE_HEIGHT,
             theme: egui::ThemePreference::System,
         }
     }
@@ -309,7 +302,8 @@ impl App {
             }
             if self.prefs.tab == Tab::Live {
                 ui.separator();
-                let height = egui::DragValue::new(&mut self.prefs.lane_height).range(40.0..=400.0).suffix(" px");
+                let height =
+                    egui::DragValue::new(&mut self.prefs.timeline.lane_height).range(LANE_HEIGHTS).suffix(" px");
                 form::labelled(ui, "Lane height", 60.0, |ui| ui.add(height));
             }
             ui.separator();

@@ -147,6 +147,9 @@ pub struct TimelineView {
     pub bytes_scale: BytesScale,
     /// Show the overview strip above the lanes.
     pub overview: bool,
+    /// The height of one lane, in points ([`LANE_HEIGHTS`]): taller lanes
+    /// for a large window.
+    pub lane_height: f32,
     /// The span shown when not following (none yet: fitted when first drawn).
     #[serde(skip)]
     view: Option<TimeWindow>,
@@ -189,6 +192,14 @@ pub struct TimelineView {
     strip: Overview,
 }
 
+impl TimelineView {
+    /// The lane height asked for, within [`LANE_HEIGHTS`] (a saved value
+    /// may come from anywhere).
+    fn lane_height(&self) -> f32 {
+        self.lane_height.clamp(*LANE_HEIGHTS.start(), *LANE_HEIGHTS.end())
+    }
+}
+
 impl Default for TimelineView {
     fn default() -> Self {
         TimelineView {
@@ -201,6 +212,7 @@ impl Default for TimelineView {
             text_filter: String::new(),
             bytes_scale: BytesScale::PerLane,
             overview: true,
+            lane_height: LANE_HEIGHT,
             view: None,
             shown: None,
             fit_requested: true,
@@ -220,6 +232,8 @@ impl Default for TimelineView {
 }
 
 const LANE_HEIGHT: f32 = 74.0;
+/// The heights a lane may have, in points.
+pub const LANE_HEIGHTS: std::ops::RangeInclusive<f32> = 40.0..=400.0;
 const COMPACT_HEIGHT: f32 = 20.0;
 const HEADER_WIDTH: f32 = 230.0;
 const AXIS_HEIGHT: f32 = 26.0;
@@ -359,7 +373,7 @@ impl TimelineView {
         if !self.compact {
             moved = self.axis(ui, range, width, cursor);
         }
-        let row_height = if self.compact { COMPACT_HEIGHT } else { LANE_HEIGHT };
+        let row_height = if self.compact { COMPACT_HEIGHT } else { self.lane_height() };
         let mut scroll = egui::ScrollArea::vertical().auto_shrink([false, false]);
         if std::mem::take(&mut self.scroll_top) {
             scroll = scroll.vertical_scroll_offset(0.0);
@@ -812,7 +826,7 @@ impl TimelineView {
     /// where the user moved the view, if they did.
     fn lane(&mut self, ui: &mut Ui, timeline: &Timeline, lane: &Lane, row: &LaneRow) -> (bool, Option<TimeWindow>) {
         let LaneRow { range, width, now_s, cursor, selected, full_scale } = *row;
-        let size = egui::vec2(width.min(ui.available_width()), LANE_HEIGHT - ui.spacing().item_spacing.y);
+        let size = egui::vec2(width.min(ui.available_width()), self.lane_height() - ui.spacing().item_spacing.y);
         let (rect, _) = ui.allocate_exact_size(size, egui::Sense::hover());
         let (header, area) = lane_columns(rect, ui.spacing().item_spacing.x);
         let id = (lane.part, lane.stream);
