@@ -73,13 +73,16 @@ fn finished(app: &App, streams: usize) -> bool {
     !app.live.is_running() && app.live.timeline().lanes.len() == streams
 }
 
-/// Presses Run and waits until the run's `streams` streams have ended.
+/// Presses Run and waits until the run's `streams` streams have ended and
+/// its suggestions are checked (a check arriving later would change what
+/// a test looks at under it).
 fn run_to_end(h: &mut Harness<'_, App>, streams: usize) {
     h.get_by_label("Run").click();
     // One frame takes the click and starts the run, so an earlier run's
     // finished lanes cannot pass for this one's.
     h.step();
     step_until(h, &format!("{streams} stream(s) to end"), |app| finished(app, streams));
+    step_until(h, "the suggestions checked", |app| !app.live.checks.is_running());
 }
 
 /// Sets the form to `requests` calls of `scenario`.
@@ -164,6 +167,7 @@ fn a_stored_run_opens_from_the_history_in_the_timeline() {
     step_until(&mut h, "the stored run to open", |app| {
         app.prefs.tab == Tab::Live && !app.live.timeline().lanes.is_empty()
     });
+    step_until(&mut h, "the suggestions checked", |app| !app.live.checks.is_running());
     h.get_by_label_contains("Showing stored run 1 · from-test · rate-limited-ms");
     let lanes = &h.state().live.timeline().lanes;
     assert_eq!(lanes.len(), 2);
@@ -299,6 +303,7 @@ fn open_a_stored_stall(h: &mut Harness<'_, App>) {
     wait_for(h, "the history to list run 1", |h| h.query_by_label("Open run 1").is_some());
     h.get_by_label("Open run 1").click();
     step_until(h, "the stored run to open", |app| app.live.playback().is_some());
+    step_until(h, "the suggestions checked", |app| !app.live.checks.is_running());
 }
 
 fn cursor(h: &Harness<'_, App>) -> f64 {

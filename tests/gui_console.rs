@@ -82,6 +82,9 @@ fn run_to_end(h: &mut Harness<'_, App>, streams: usize) {
     h.get_by_label("Run").click();
     h.step();
     wait_for(h, &format!("{streams} stream(s) to end"), |h| ran(h, streams));
+    // A check of its suggestions arriving later would change what a test
+    // looks at under it.
+    wait_for(h, "the suggestions checked", |h| !h.state().live.checks.is_running());
 }
 
 fn choose(h: &mut Harness<'_, App>, scenario: &str, requests: u32) {

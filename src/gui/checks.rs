@@ -87,6 +87,11 @@ impl SuggestionCheck {
             .collect()
     }
 
+    /// Whether a check is running.
+    pub fn is_running(&self) -> bool {
+        self.pending.is_some()
+    }
+
     /// A line saying what the check is doing or why it found nothing.
     pub fn ui(&self, ui: &mut Ui) {
         if let Some((run, _)) = &self.pending {
