@@ -146,18 +146,18 @@ pub fn verdict_ui(ui: &mut Ui, diagnosis: &Diagnosis) {
     if let Some(tunable) = &diagnosis.tunable {
         ui.label(format!("Tunable: {tunable}"));
     }
-    if let Some(suggestion) = &diagnosis.suggestion {
-        ui.add(egui::Label::new(format!("Suggestion: {suggestion}")).wrap());
-    }
+    // What what-if showed comes before advice in words: it is the
+    // stronger of the two.
     if let Some(checked) = &diagnosis.checked {
-        ui.add(egui::Label::new(format!("Checked by what-if: {}", checked.sentence)).wrap());
-    }
-    let lines = set_lines(diagnosis);
-    if !lines.is_empty() {
+        ui.add(egui::Label::new(RichText::new(format!("Checked by what-if: {}", checked.sentence)).strong()).wrap());
+        let lines = set_lines(diagnosis);
         let button = ui.button("Copy --set lines").on_hover_text(lines.join("\n"));
         if button.clicked() {
             ui.ctx().copy_text(lines.join("\n"));
         }
+    }
+    if let Some(suggestion) = &diagnosis.suggestion {
+        ui.add(egui::Label::new(format!("Suggestion: {suggestion}")).wrap());
     }
 }
 
