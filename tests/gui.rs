@@ -2,9 +2,12 @@
 //! runs against the in-process simulator on loopback, controls found by
 //! their labels as a screen reader would.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
+mod app;
+
+use app::{Scratch, wait_for};
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
 use stallscope::core::category::{Category, TimerKind};
@@ -15,28 +18,6 @@ use stallscope::gui::lanes::Timeline;
 use stallscope::gui::live::Choice;
 use stallscope::gui::timeline::{BytesScale, Clock, OutcomeFilter, TimelineView, VerdictFilter};
 use stallscope::gui::{App, Launch, Tab};
-
-/// A scratch directory removed when the test ends.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("stallscope-gui-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The app over an empty config and a fresh database in `dir`, with an
 /// empty environment (a developer's own settings must not leak in).
@@ -56,17 +37,6 @@ fn app_with_env(dir: &Path, env: Vec<(String, String)>) -> Harness<'static, App>
 /// Steps frames (real time passes between them) until `done`, for at most 30 s.
 fn step_until(h: &mut Harness<'_, App>, what: &str, done: impl Fn(&App) -> bool) {
     wait_for(h, what, |h| done(h.state()));
-}
-
-/// Steps frames until the UI itself shows what `shown` looks for, for at most 30 s.
-fn wait_for(h: &mut Harness<'_, App>, what: &str, shown: impl Fn(&Harness<'_, App>) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !shown(h) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        h.step();
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    h.step();
 }
 
 fn finished(app: &App, streams: usize) -> bool {

@@ -5,8 +5,11 @@
 //! system's theme, and a config file fixed while the app runs.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+mod app;
+
+use app::{Scratch, wait_for};
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
 use stallscope::gui::history::RunAgain;
@@ -15,36 +18,6 @@ use stallscope::gui::{App, Launch, Tab, repaint_every};
 use stallscope::store::runs::RunStatus;
 use stallscope::store::{RunStart, Store};
 use stallscope::tunables::Tunables;
-
-/// A scratch directory removed when the test ends.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("stallscope-console-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("runs.db")
-    }
-
-    fn config(&self) -> PathBuf {
-        self.0.join("config.toml")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The app in a `size` window over `dir`'s config (empty unless written
 /// already) and database, with the environment `env` only.
@@ -60,17 +33,6 @@ fn console(dir: &Scratch, size: (f32, f32), env: Vec<(String, String)>) -> Harne
 
 fn app(dir: &Scratch) -> Harness<'static, App> {
     console(dir, (1280.0, 800.0), vec![])
-}
-
-/// Steps frames (real time passes between them) until `shown`, for at most 30 s.
-fn wait_for(h: &mut Harness<'_, App>, what: &str, shown: impl Fn(&Harness<'_, App>) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !shown(h) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        h.step();
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    h.step();
 }
 
 fn ran(h: &Harness<'_, App>, streams: usize) -> bool {

@@ -1,0 +1,53 @@
+//! What the app's headless tests share: a scratch directory for the app's
+//! config and database, and waiting for the UI to show something while
+//! real time passes.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use egui_kittest::Harness;
+use stallscope::gui::App;
+
+/// A scratch directory removed when the test ends.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("stallscope-app-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.0.join("runs.db")
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.0.join("config.toml")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Steps frames (real time passes between them) until the UI shows what
+/// `shown` looks for, for at most 30 s.
+pub fn wait_for(h: &mut Harness<'_, App>, what: &str, shown: impl Fn(&Harness<'_, App>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !shown(h) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        h.step();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.step();
+}
