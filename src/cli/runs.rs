@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
-use crate::diagnosis::{Severity, summarize};
+use crate::diagnosis::summarize;
 use crate::export;
 use crate::replay::advice;
 use crate::replay::recording::Recording;
@@ -140,10 +140,7 @@ fn show(store: &Store, id: RunId, json: bool, check: bool, out: &mut dyn Write) 
     let Some(mut report) = store.diagnosed_report(id)? else {
         return show_unfinished(store, &record, json, out);
     };
-    // Only a failure (recovered from or not) can need a setting changed.
-    let suggested =
-        report.streams.iter().any(|s| s.diagnosis.as_ref().is_some_and(|d| d.severity >= Severity::Recovered));
-    if check && suggested {
+    if check && advice::worth_checking(report.streams.iter().filter_map(|s| s.diagnosis.as_ref())) {
         // Without a check the verdicts still stand: say why there is none.
         let checked = Recording::load(store, id)
             .map_err(anyhow::Error::from)

@@ -12,7 +12,7 @@ use egui::{RichText, Ui};
 
 use super::lanes::Timeline;
 use crate::core::event::StreamId;
-use crate::diagnosis::{CheckedSuggestion, Diagnosis, Severity};
+use crate::diagnosis::{CheckedSuggestion, Diagnosis};
 use crate::replay::advice;
 use crate::replay::recording::Recording;
 use crate::replay::tune::tune;
@@ -33,14 +33,12 @@ pub struct SuggestionCheck {
 }
 
 impl SuggestionCheck {
-    /// Checks run `run` of the database `db` when a verdict of `timeline`
-    /// is a failure (recovered from or not): a healthy run has nothing to
-    /// suggest. Forgets any earlier run's check.
+    /// Checks run `run` of the database `db` when `timeline`'s verdicts
+    /// are [worth checking](advice::worth_checking). Forgets any earlier
+    /// run's check.
     pub fn start(&mut self, db: PathBuf, run: RunId, timeline: &Timeline, ctx: &egui::Context) {
         *self = SuggestionCheck::default();
-        let failed =
-            timeline.lanes.iter().filter_map(|lane| timeline.verdict(lane)).any(|d| d.severity >= Severity::Recovered);
-        if !failed {
+        if !advice::worth_checking(timeline.verdicts().map(|(_, d)| &**d)) {
             return;
         }
         let (tx, rx) = channel();

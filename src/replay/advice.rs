@@ -9,9 +9,15 @@ use std::collections::BTreeMap;
 
 use super::tune::{Checked, TuneReport};
 use crate::core::event::StreamId;
-use crate::diagnosis::{CheckedSuggestion, Diagnosis};
+use crate::diagnosis::{CheckedSuggestion, Diagnosis, Severity};
 use crate::report::RunReport;
 use crate::tunables::PREFIX;
+
+/// Whether a run with these verdicts is worth checking: only a failure
+/// (recovered from or not) can need a setting changed.
+pub fn worth_checking<'a>(verdicts: impl IntoIterator<Item = &'a Diagnosis>) -> bool {
+    verdicts.into_iter().any(|d| d.severity >= Severity::Recovered)
+}
 
 /// The suggestion a checked setting makes.
 pub fn suggestion(checked: &Checked) -> CheckedSuggestion {
