@@ -850,7 +850,7 @@ fn schema_1_database(path: &Path) -> i64 {
     conn.execute_batch(include_str!("../src/store/sql/0001_init.sql")).unwrap();
     conn.pragma_update(None, "user_version", 1).unwrap();
     conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-    let tunables = serde_json::Value::Object(stallscope::store::tunables_snapshot(&Tunables::defaults()));
+    let tunables = serde_json::Value::Object(Tunables::defaults().sourced_snapshot());
     let mut old_report = report();
     old_report.run_id = Some(1);
     conn.execute(

@@ -36,9 +36,7 @@ use crate::diagnosis::{Diagnosis, RecordedRun};
 use crate::report::RunReport;
 
 pub use migrations::SCHEMA_VERSION;
-pub use runs::{
-    Outcomes, RunId, RunMeta, RunRecord, RunStart, RunStatus, RunSummary, redacted_providers, tunables_snapshot,
-};
+pub use runs::{Outcomes, RunId, RunMeta, RunRecord, RunStart, RunStatus, RunSummary, redacted_providers};
 
 /// Why the run database cannot be used. Every message names the file.
 #[derive(Debug, thiserror::Error)]

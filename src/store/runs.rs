@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::core::event::Outcome;
 use crate::providers::setup::ProviderConfig;
 use crate::report::RunReport;
-use crate::tunables::{Tunables, shown};
+use crate::tunables::Tunables;
 
 /// A run's id in the store (`RunReport::run_id`).
 pub type RunId = i64;
@@ -98,7 +98,7 @@ impl RunStart {
             started_at_ms: now_ms(),
             label,
             scenario,
-            tunables: tunables_snapshot(tunables),
+            tunables: tunables.sourced_snapshot(),
             providers: redacted_providers(providers),
             meta: None,
             batch: None,
@@ -167,18 +167,6 @@ fn utc_date(unix_s: i64) -> (String, i64) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     (format!("{year:04}-{month:02}-{day:02}"), rest)
-}
-
-/// Every tunable with its effective value and where it came from:
-/// `{"STALLSCOPE_…": {"value": …, "source": "default" | "env" | …}}`.
-pub fn tunables_snapshot(tunables: &Tunables) -> Map<String, Value> {
-    tunables
-        .iter()
-        .map(|(spec, e)| {
-            let entry = json!({ "value": shown(spec, &e.value).to_json(), "source": e.source.to_string() });
-            (spec.name.to_owned(), entry)
-        })
-        .collect()
 }
 
 /// Provider rows as they may be stored: key variable names (never their

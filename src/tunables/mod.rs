@@ -165,7 +165,7 @@ impl Tunables {
     }
 
     /// Rebuilds the tunables a run had from its stored snapshot
-    /// ([`crate::store::tunables_snapshot`]: name → `{"value", "source"}`),
+    /// ([`Tunables::sourced_snapshot`]: name → `{"value", "source"}`),
     /// values and sources alike, so a value set explicitly to its default
     /// stays distinguishable from the default. Tunables the snapshot lacks
     /// (added after it was stored) take their defaults; derived values are
@@ -392,6 +392,19 @@ impl Tunables {
         serde_json::Value::Array(rows)
     }
 
+    /// Every tunable with its effective value and where it came from, as
+    /// a run is stored: `{"STALLSCOPE_…": {"value": …, "source": "default"
+    /// | "env" | …}}`; [`Tunables::from_snapshot`] reads it back.
+    pub fn sourced_snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.iter()
+            .map(|(spec, e)| {
+                let entry =
+                    serde_json::json!({ "value": shown(spec, &e.value).to_json(), "source": e.source.to_string() });
+                (spec.name.to_owned(), entry)
+            })
+            .collect()
+    }
+
     /// Name → value of every tunable, as reports embed it.
     pub fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
         self.iter().map(|(spec, e)| (spec.name.to_owned(), shown(spec, &e.value).to_json())).collect()
@@ -523,7 +536,7 @@ mod tests {
         t.apply_table(&toml::from_str("BACKOFF_JITTER = \"full\"").unwrap(), Source::Scenario("flaky".into())).unwrap();
         t.set("FALLBACK_MODELS", "off", Source::Edit).unwrap();
         t.set("RECORD_BODIES", "raw", Source::Override).unwrap();
-        let snapshot = crate::store::tunables_snapshot(&t);
+        let snapshot = t.sourced_snapshot();
         let rebuilt = Tunables::from_snapshot(&snapshot).unwrap();
         assert_eq!(rebuilt, t);
         let idle = rebuilt.get("STALLSCOPE_SSE_IDLE_TIMEOUT_S");
@@ -542,7 +555,7 @@ mod tests {
     fn a_masked_proxy_is_rebuilt_masked_with_its_source() {
         let mut t = Tunables::defaults();
         t.apply_override("PROXY=http://user:s3cret@proxy:3128").unwrap();
-        let rebuilt = Tunables::from_snapshot(&crate::store::tunables_snapshot(&t)).unwrap();
+        let rebuilt = Tunables::from_snapshot(&t.sourced_snapshot()).unwrap();
         let proxy = rebuilt.get("STALLSCOPE_PROXY");
         assert_eq!((&proxy.value, &proxy.source), (&Value::Text("http://***@proxy:3128/".into()), &Source::Override));
     }
