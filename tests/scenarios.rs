@@ -125,9 +125,11 @@ async fn a_drip_is_reassembled_without_a_retry() {
     }
 }
 
-#[tokio::test]
-async fn a_buffering_proxy_delivers_everything_at_once() {
-    for p in play_all("proxy-buffered", &[]).await {
+/// Every dialect of `scenario` answers whole at once, after waiting at
+/// least `waits`; with `sets` (a tighter timer, no retry, no fallback) the
+/// same wait is taken for a stall that `timer` catches.
+async fn a_wait_within_budget_then_a_stall_under(scenario: &str, waits: Duration, sets: &[&str], timer: TimerKind) {
+    for p in play_all(scenario, &[]).await {
         let r = &p.report;
         assert_eq!(
             (r.outcome, r.attempts, r.content.as_str()),
@@ -135,12 +137,19 @@ async fn a_buffering_proxy_delivers_everything_at_once() {
             "{:?}",
             p.dialect
         );
-        assert!(r.elapsed >= Duration::from_millis(1500), "{:?}: {:?}", p.dialect, r.elapsed);
+        assert!(r.elapsed >= waits, "{:?}: {:?}", p.dialect, r.elapsed);
     }
-    // With less patience than the proxy's delay, the wait looks like a stall.
+    let p = play(scenario, Dialect::OpenAiChat, sets).await;
+    assert_eq!((p.report.outcome, categories(&p)), (Outcome::Failed, vec![(Category::Timeout, Some(timer))]));
+}
+
+/// A buffering proxy delivers everything at once after 1.5 s; with less
+/// patience than the proxy's delay, the wait looks like a stall.
+#[tokio::test]
+async fn a_buffering_proxy_delivers_everything_at_once() {
     let sets = ["SSE_TTFB_TIMEOUT_S=0.5", "RETRY_BUDGET_TIMEOUT=0", "FALLBACK_MODELS=off"];
-    let p = play("proxy-buffered", Dialect::OpenAiChat, &sets).await;
-    assert_eq!((p.report.outcome, categories(&p)), (Outcome::Failed, vec![(Category::Timeout, Some(TimerKind::Ttfb))]));
+    a_wait_within_budget_then_a_stall_under("proxy-buffered", Duration::from_millis(1500), &sets, TimerKind::Ttfb)
+        .await;
 }
 
 #[tokio::test]
@@ -294,19 +303,9 @@ async fn a_clean_close_before_the_stream_is_done_is_retried() {
 /// silence under a tighter idle timer is taken for a stall.
 #[tokio::test]
 async fn a_silent_think_within_the_idle_budget_is_not_a_stall() {
-    for p in play_all("slow-first-token", &[]).await {
-        let r = &p.report;
-        assert_eq!(
-            (r.outcome, r.attempts, r.content.as_str()),
-            (Outcome::Ok, 1, tokens(20).as_str()),
-            "{:?}",
-            p.dialect
-        );
-        assert!(r.elapsed >= Duration::from_millis(1200), "{:?}: {:?}", p.dialect, r.elapsed);
-    }
     let sets = ["SSE_IDLE_TIMEOUT_S=0.6", "RETRY_BUDGET_TIMEOUT=0", "FALLBACK_MODELS=off"];
-    let p = play("slow-first-token", Dialect::OpenAiChat, &sets).await;
-    assert_eq!((p.report.outcome, categories(&p)), (Outcome::Failed, vec![(Category::Timeout, Some(TimerKind::Idle))]));
+    a_wait_within_budget_then_a_stall_under("slow-first-token", Duration::from_millis(1200), &sets, TimerKind::Idle)
+        .await;
 }
 
 #[test]
