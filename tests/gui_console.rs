@@ -379,6 +379,17 @@ fn compare_shows_each_change_with_its_unit() {
     wait_for(&mut h, "the comparison", |h| h.query_by_label("change").is_some());
     h.get_by_label("+1 calls");
     assert!(h.query_all_by_label_contains(" ms").count() >= 3, "p50, p99 and elapsed with their unit");
+
+    // Both runs' lanes, stream by stream, on one axis from each run's start.
+    h.get_by_label("Show both runs' lanes").click();
+    wait_for(&mut h, "the lanes of both runs", |h| h.query_by_label_contains("Comparing runs 1 and 2").is_some());
+    let timeline = h.state().live.timeline();
+    let labels: Vec<&str> = timeline.parts.iter().map(|p| p.label.as_str()).collect();
+    assert_eq!((labels, timeline.parts_compared), (vec!["run 1", "run 2"], true));
+    let lanes: Vec<(usize, u64)> = timeline.lanes.iter().map(|l| (l.part, l.stream)).collect();
+    assert_eq!(lanes, [(0, 0), (1, 0), (1, 1)], "stream 0 of each run, then run 2's second stream");
+    assert!(timeline.lanes.iter().all(|l| l.started_s < 1.0), "each run's lanes start at its own start");
+    assert!(timeline.lanes.iter().all(|l| timeline.verdict(l).is_some()), "each lane keeps its verdict");
 }
 
 // Item 6: every tab usable at 800×600.

@@ -47,14 +47,16 @@ fn ctrl_c_stops_the_calls_and_records_the_run_as_stopped() {
     assert_eq!(run.status, stallscope::store::runs::RunStatus::Stopped);
     assert_eq!((run.outcomes.cancelled, run.outcomes.not_started), (2, 8));
     assert_eq!(run.p50_ms, None, "a cancelled call's time is not a latency");
-    let listed = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["runs", "--db"])
-        .arg(&db)
-        .args(["list", "--json"])
-        .env_clear()
-        .output()
-        .unwrap();
-    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let list = |json: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_stallscope"));
+        command.args(["runs", "--db"]).arg(&db).arg("list").args(json).env_clear();
+        command.output().unwrap().stdout
+    };
+    let listed: serde_json::Value = serde_json::from_slice(&list(&["--json"])).unwrap();
     assert_eq!(listed[0]["status"], "stopped");
+    let listed = String::from_utf8(list(&[])).unwrap();
+    let row: Vec<&str> = listed.lines().nth(1).unwrap().split_whitespace().collect();
+    // id, status, date, time (to the second), scenario, outcomes, not started
+    assert_eq!((row[1], row[3].len(), row[5], row[6]), ("stopped", 8, "0/0/0/2", "8"), "{listed}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,7 +11,7 @@ use crate::replay::advice;
 use crate::replay::recording::Recording;
 use crate::replay::tune::tune;
 use crate::replay::upstream::Assumptions;
-use crate::store::runs::{RunSummary, tunables_diff, utc_millis, utc_minute};
+use crate::store::runs::{RunSummary, tunables_diff, utc_millis, utc_second};
 use crate::store::{RunId, RunRecord, Store};
 
 /// Where the history lives.
@@ -111,11 +111,12 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
                 let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0} ms"));
                 writeln!(
                     out,
-                    "  run {label}: {} ok, {} partial, {} failed, {} cancelled; p50 {}, p99 {}; retries {}",
+                    "  run {label}: {} ok, {} partial, {} failed, {} cancelled, {} not started; p50 {}, p99 {}; retries {}",
                     o.ok,
                     o.partial,
                     o.failed,
                     o.cancelled,
+                    o.not_started,
                     ms(s.p50_ms),
                     ms(s.p99_ms),
                     s.retries.map_or("-".to_owned(), |r| r.to_string())
@@ -226,8 +227,16 @@ fn print_recording(record: &RunRecord, out: &mut dyn Write) -> Result<()> {
 fn print_list(runs: &[RunSummary], out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
-        "{:>5}  {:<11}  {:<16}  {:<24}  {:>17}  {:>9}  {:>9}  {:>7}  LABEL",
-        "ID", "STATUS", "STARTED (UTC)", "SCENARIO/PROVIDERS", "OK/PART/FAIL/CANC", "P50", "P99", "RETRIES"
+        "{:>5}  {:<11}  {:<19}  {:<24}  {:>17}  {:>11}  {:>9}  {:>9}  {:>7}  LABEL",
+        "ID",
+        "STATUS",
+        "STARTED (UTC)",
+        "SCENARIO/PROVIDERS",
+        "OK/PART/FAIL/CANC",
+        "NOT STARTED",
+        "P50",
+        "P99",
+        "RETRIES"
     )?;
     for r in runs {
         let source = r.scenario.clone().unwrap_or_else(|| r.providers.join(","));
@@ -235,12 +244,13 @@ fn print_list(runs: &[RunSummary], out: &mut dyn Write) -> Result<()> {
         let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0} ms"));
         writeln!(
             out,
-            "{:>5}  {:<11}  {:<16}  {:<24}  {:>17}  {:>9}  {:>9}  {:>7}  {}",
+            "{:>5}  {:<11}  {:<19}  {:<24}  {:>17}  {:>11}  {:>9}  {:>9}  {:>7}  {}",
             r.id,
             r.status.name(),
-            utc_minute(r.started_at_ms),
+            utc_second(r.started_at_ms),
             source,
             format!("{}/{}/{}/{}", o.ok, o.partial, o.failed, o.cancelled),
+            o.not_started,
             ms(r.p50_ms),
             ms(r.p99_ms),
             r.retries.map_or("-".to_owned(), |n| n.to_string()),

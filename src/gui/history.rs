@@ -5,7 +5,8 @@
 //! running it again with its settings, exporting its Perfetto trace and
 //! deleting it (after a confirmation); and comparing two runs (every
 //! figure side by side with its change and unit, tunables that differ,
-//! streams whose outcome changed). Every database access runs on a
+//! streams whose outcome changed, and both runs' lanes stream by stream on
+//! one axis in the Live view). Every database access runs on a
 //! background thread and is picked up by a later frame.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,6 +18,7 @@ use egui_extras::{Column, TableBuilder};
 use serde::{Deserialize, Serialize};
 
 use super::form::labelled;
+use super::lanes::{Side, Timeline};
 use super::live::Choice;
 use super::replay::Replay;
 use super::save::{Overwrite, full_path};
@@ -162,6 +164,7 @@ struct Pending {
     list: Option<Receiver<Result<Vec<RunSummary>, String>>>,
     open: Option<Receiver<Result<OpenedRun, String>>>,
     compare: Option<Receiver<Result<Comparison, String>>>,
+    compared: Option<Receiver<Result<(String, Timeline), String>>>,
     again: Option<Receiver<Result<RunAgain, String>>>,
     /// Deletions and exports: what was done, in words.
     done: Option<Receiver<Result<String, String>>>,
@@ -201,11 +204,28 @@ fn read_record(store: &Store, id: RunId) -> Result<RunRecord, String> {
     store.run(id).map_err(|e| e.to_string())?.ok_or_else(|| format!("no run {id}"))
 }
 
+/// Run `id`'s events and each stream's verdict, as lanes labelled `label`.
+fn stored_side(store: &Store, id: RunId, label: String) -> Result<Side, String> {
+    let events = store.run_events(id).map_err(|e| e.to_string())?;
+    // Verdicts read retry denials against the run's own limits.
+    let record = read_record(store, id)?;
+    let recorded = RecordedRun::new(&record.tunables, &record.dropped_by_stream);
+    let collector = recorded.collector();
+    events.iter().for_each(|e| collector.push(e));
+    let verdicts = recorded.diagnoses(&collector).into_iter().collect();
+    Ok(Side { label, events, verdicts })
+}
+
 impl HistoryView {
     /// Whether a background read is in flight.
     pub fn is_loading(&self) -> bool {
         let p = &self.pending;
-        p.list.is_some() || p.open.is_some() || p.compare.is_some() || p.again.is_some() || p.done.is_some()
+        p.list.is_some()
+            || p.open.is_some()
+            || p.compare.is_some()
+            || p.compared.is_some()
+            || p.again.is_some()
+            || p.done.is_some()
     }
 
     /// Reloads the list of runs in the background.
@@ -234,6 +254,15 @@ impl HistoryView {
             self.status = Some(result.unwrap_or_else(|e| e));
             self.refresh(db, ctx);
         }
+        if let Some(result) = take(&mut self.pending.compared) {
+            match result {
+                Ok((title, timeline)) => {
+                    self.status = Some(format!("showing {title} in the Live view"));
+                    return Some(Picked::Compared { title, timeline });
+                }
+                Err(e) => self.status = Some(e),
+            }
+        }
         if let Some(result) = take(&mut self.pending.again) {
             match result {
                 Ok(again) => {
@@ -258,16 +287,20 @@ impl HistoryView {
     fn open(&mut self, id: RunId, title: String, db: &Option<PathBuf>, ctx: &egui::Context) {
         self.status = Some(format!("opening run {id}…"));
         self.pending.open = Some(background(db, ctx, move |db| {
-            let store = existing_store(db)?;
-            let events = store.run_events(id).map_err(|e| e.to_string())?;
-            // Verdicts read retry denials against the run's own limits.
-            let record = read_record(&store, id)?;
-            let recorded = RecordedRun::new(&record.tunables, &record.dropped_by_stream);
-            let collector = recorded.collector();
-            events.iter().for_each(|e| collector.push(e));
-            let mut replay = Replay::new(title.clone(), events);
-            replay.set_verdicts(recorded.diagnoses(&collector));
+            let side = stored_side(&existing_store(db)?, id, title.clone())?;
+            let mut replay = Replay::new(title.clone(), side.events);
+            replay.set_verdicts(side.verdicts.into_iter().collect());
             Ok(OpenedRun { id, title, replay })
+        }));
+    }
+
+    /// Lays out runs `a` and `b` stream by stream on one axis.
+    fn compare_lanes(&mut self, a: RunId, b: RunId, db: &Option<PathBuf>, ctx: &egui::Context) {
+        self.status = Some(format!("reading runs {a} and {b}…"));
+        self.pending.compared = Some(background(db, ctx, move |db| {
+            let store = existing_store(db)?;
+            let sides = [stored_side(&store, a, format!("run {a}"))?, stored_side(&store, b, format!("run {b}"))?];
+            Ok((format!("runs {a} and {b}"), Timeline::paired(sides)))
         }));
     }
 
@@ -369,13 +402,17 @@ impl HistoryView {
         );
         self.status_line(ui, db, &ctx);
         if let Some(comparison) = &self.comparison {
-            let mut open = true;
+            let (mut open, mut lanes) = (true, false);
             egui::Window::new("Comparison")
                 .open(&mut open)
                 .default_width(560.0)
                 .vscroll(true)
-                .show(ui.ctx(), |ui| comparison_ui(ui, comparison));
-            if !open {
+                .show(ui.ctx(), |ui| lanes = comparison_ui(ui, comparison));
+            let (a, b) = (comparison.a.summary.id, comparison.b.summary.id);
+            if lanes {
+                self.compare_lanes(a, b, db, &ctx);
+            }
+            if !open || lanes {
                 self.comparison = None;
             }
         }
@@ -656,6 +693,13 @@ pub enum Picked {
     Open(Box<OpenedRun>),
     /// Settings to run again.
     Again(RunAgain),
+    /// Two runs' lanes on one axis, stream by stream.
+    Compared {
+        /// Which runs, in words.
+        title: String,
+        /// Their lanes.
+        timeline: Timeline,
+    },
 }
 
 /// What a row's buttons asked for.
@@ -810,9 +854,14 @@ fn delta(a: Option<f64>, b: Option<f64>, unit: &str) -> String {
     }
 }
 
-fn comparison_ui(ui: &mut Ui, c: &Comparison) {
+/// Draws the comparison; true when its lanes are asked for.
+fn comparison_ui(ui: &mut Ui, c: &Comparison) -> bool {
     let (a, b) = (&c.a.summary, &c.b.summary);
     ui.heading(format!("Run {} → run {}", a.id, b.id));
+    let lanes = ui
+        .button("Show both runs' lanes")
+        .on_hover_text("In the Live view, each stream's lane in both runs, one above the other, on one time axis")
+        .clicked();
     /// A figure of a run, if it has one.
     type Figure = fn(&RunSummary) -> Option<f64>;
     fn count(n: u64) -> Option<f64> {
@@ -866,6 +915,7 @@ fn comparison_ui(ui: &mut Ui, c: &Comparison) {
     for (index, x, y) in c.changed_streams.iter().take(200) {
         ui.label(format!("#{index}: {x} → {y}"));
     }
+    lanes
 }
 
 #[cfg(test)]

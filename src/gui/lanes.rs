@@ -39,6 +39,17 @@ pub struct Timeline {
     events: u64,
 }
 
+/// One source of a paired timeline ([`Timeline::paired`]).
+#[derive(Debug, Clone, Default)]
+pub struct Side {
+    /// What its lanes are labelled with.
+    pub label: String,
+    /// Its events, in any order of streams.
+    pub events: Vec<Event>,
+    /// Each stream's verdict.
+    pub verdicts: BTreeMap<StreamId, Diagnosis>,
+}
+
 /// One source of lanes: its label and where its clock starts on the shared axis.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Part {
@@ -294,6 +305,35 @@ impl Timeline {
         let part = timeline.add_part(label, 0.0);
         for event in events {
             timeline.ingest(part, event);
+        }
+        timeline
+    }
+
+    /// Two sources of the same streams (a run and its what-if, or two runs
+    /// of one scenario) on one axis from each one's start, each stream's
+    /// two lanes next to each other, each with its verdict.
+    pub fn paired(sides: [Side; 2]) -> Self {
+        let mut timeline = Timeline { parts_compared: true, ..Timeline::new() };
+        let mut by_stream: BTreeMap<StreamId, [Vec<Event>; 2]> = BTreeMap::new();
+        let mut verdicts: [BTreeMap<StreamId, Diagnosis>; 2] = Default::default();
+        for (part, side) in sides.into_iter().enumerate() {
+            timeline.add_part(side.label, 0.0);
+            verdicts[part] = side.verdicts;
+            for event in side.events {
+                by_stream.entry(event.stream).or_default()[part].push(event);
+            }
+        }
+        for (stream, mut events) in by_stream {
+            for (part, events) in events.iter_mut().enumerate() {
+                // The store groups a run's events by stream; within one, by time.
+                events.sort_by_key(|e| e.at);
+                events.iter().for_each(|event| timeline.ingest(part, event));
+                if !events.is_empty()
+                    && let Some(verdict) = verdicts[part].remove(&stream)
+                {
+                    timeline.set_verdict(part, stream, verdict);
+                }
+            }
         }
         timeline
     }

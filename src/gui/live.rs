@@ -2,9 +2,10 @@
 //! at once, or a built-in scenario, each explained by its own description
 //! and the tunables it sets), how many calls, the **Run** and **Stop**
 //! buttons, and the timeline of the run going on, or of a stored run
-//! opened from the history, played back with a transport bar; and
-//! **What-if** on the run shown, under the tunables being edited. Before
-//! the first run it says what the app is for and offers one.
+//! opened from the history, played back with a transport bar, or two
+//! stored runs compared stream by stream; and **What-if** on the run
+//! shown, under the tunables being edited. Before the first run it says
+//! what the app is for and offers one.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -188,6 +189,11 @@ enum Showing {
         /// The cursor.
         playback: Playback,
     },
+    /// Two stored runs' lanes, stream by stream, from History's Compare.
+    Compared {
+        /// Which runs, in words.
+        title: String,
+    },
 }
 
 /// Brings the lanes to the cursor if it moved; returns whether playback
@@ -306,6 +312,18 @@ impl Live {
         self.fold_about = true;
     }
 
+    /// Shows two stored runs' lanes (`timeline`, from History's Compare).
+    pub fn show_compared(&mut self, title: String, timeline: Timeline) {
+        self.stop();
+        self.timeline = timeline;
+        self.results.clear();
+        self.replayable = None;
+        self.whatif.clear();
+        self.checks.clear();
+        self.showing = Showing::Compared { title };
+        self.fold_about = true;
+    }
+
     /// Checks the suggestions of the run shown by what-if, from `db`, when
     /// it is one recorded run (as `runs show` does).
     pub fn start_checks(&mut self, db: Option<PathBuf>, ctx: &egui::Context) {
@@ -353,7 +371,7 @@ impl Live {
         }
         match &self.showing {
             Showing::Stored { replay, .. } => replay.timeline(),
-            Showing::Nothing | Showing::Live { .. } => &self.timeline,
+            Showing::Nothing | Showing::Live { .. } | Showing::Compared { .. } => &self.timeline,
         }
     }
 
@@ -361,7 +379,7 @@ impl Live {
     pub fn playback(&self) -> Option<&Playback> {
         match &self.showing {
             Showing::Stored { playback, .. } => Some(playback),
-            Showing::Nothing | Showing::Live { .. } => None,
+            Showing::Nothing | Showing::Live { .. } | Showing::Compared { .. } => None,
         }
     }
 
@@ -425,7 +443,7 @@ impl Live {
             Showing::Live { started, ended_s: None } => Clock::Live(started.elapsed().as_secs_f64()),
             Showing::Live { ended_s: Some(end), .. } => Clock::Ended(*end),
             Showing::Stored { playback, .. } => Clock::Cursor(playback.position_s()),
-            Showing::Nothing => Clock::Ended(self.timeline.end_s()),
+            Showing::Nothing | Showing::Compared { .. } => Clock::Ended(self.timeline.end_s()),
         }
     }
 
@@ -519,6 +537,11 @@ impl Live {
                 ui.label(RichText::new(format!("Showing stored {title}")).strong());
                 let events = (replay.timeline().event_count(), replay.total_events());
                 commands = [transport::shortcuts(ui), transport::bar(ui, playback, events)].concat();
+            }
+            Showing::Compared { title } => {
+                ui.label(
+                    RichText::new(format!("Comparing {title}: each stream's two lanes one above the other")).strong(),
+                );
             }
             Showing::Live { .. } => {
                 if let Some(label) = &self.label {

@@ -361,6 +361,11 @@ impl eframe::App for App {
                 self.prefs.tab = Tab::Live;
             }
             Some(Picked::Again(again)) => self.run_again(again, ctx),
+            Some(Picked::Compared { title, timeline }) => {
+                self.live.show_compared(title, timeline);
+                self.prefs.timeline.fit();
+                self.prefs.tab = Tab::Live;
+            }
             None => {}
         }
         self.live.poll_checks();

@@ -4,15 +4,14 @@
 //! what-if lanes interleaved per stream on one time axis, each with its
 //! verdict.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 
 use egui::{Color32, RichText, Ui};
 
-use super::lanes::Timeline;
-use crate::core::event::{Event, StreamId, VecSink};
+use super::lanes::{Side, Timeline};
+use crate::core::event::{Event, VecSink};
 use crate::diagnosis::Diagnosis;
 use crate::replay::outcome::StreamCourse;
 use crate::replay::recording::Recording;
@@ -213,34 +212,11 @@ fn compute(db: &PathBuf, run: RunId, changes: Vec<String>) -> Result<Outcome, St
 /// One timeline with each stream's recorded lane followed by its what-if
 /// lane, both from the run's epoch, each with its verdict from `report`.
 fn interleaved(run: RunId, recorded: Vec<Event>, replayed: Vec<Event>, report: &WhatIfReport) -> Timeline {
-    let verdicts: BTreeMap<StreamId, &VerdictChange<Diagnosis>> =
-        report.streams.iter().filter_map(|s| Some((s.stream, s.verdict.as_ref()?))).collect();
-    let mut by_stream: BTreeMap<StreamId, (Vec<Event>, Vec<Event>)> = BTreeMap::new();
-    for event in recorded {
-        by_stream.entry(event.stream).or_default().0.push(event);
-    }
-    for event in replayed {
-        by_stream.entry(event.stream).or_default().1.push(event);
-    }
-    let mut timeline = Timeline::new();
-    timeline.parts_compared = true;
-    let (before, after) = (timeline.add_part(format!("run {run}"), 0.0), timeline.add_part("what-if", 0.0));
-    for (stream, (mut recorded, replayed)) in by_stream {
-        // The store groups a run's events by stream; within one, by time.
-        recorded.sort_by_key(|e| e.at);
-        for event in &recorded {
-            timeline.ingest(before, event);
-        }
-        for event in &replayed {
-            timeline.ingest(after, event);
-        }
-        let Some(verdict) = verdicts.get(&stream) else { continue };
-        if !recorded.is_empty() {
-            timeline.set_verdict(before, stream, verdict.before.clone());
-        }
-        if !replayed.is_empty() {
-            timeline.set_verdict(after, stream, verdict.after.clone());
-        }
-    }
-    timeline
+    let verdicts = |side: fn(&VerdictChange<Diagnosis>) -> &Diagnosis| {
+        report.streams.iter().filter_map(|s| Some((s.stream, side(s.verdict.as_ref()?).clone()))).collect()
+    };
+    Timeline::paired([
+        Side { label: format!("run {run}"), events: recorded, verdicts: verdicts(|v| &v.before) },
+        Side { label: "what-if".to_owned(), events: replayed, verdicts: verdicts(|v| &v.after) },
+    ])
 }

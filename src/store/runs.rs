@@ -134,12 +134,6 @@ pub(crate) fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Unix milliseconds as `YYYY-MM-DD HH:MM` in UTC.
-pub fn utc_minute(unix_ms: i64) -> String {
-    let (date, secs) = utc_date(unix_ms.div_euclid(1000));
-    format!("{date} {:02}:{:02}", secs / 3600, secs % 3600 / 60)
-}
-
 /// Unix milliseconds as `YYYY-MM-DD HH:MM:SS` in UTC.
 pub fn utc_second(unix_ms: i64) -> String {
     let (date, secs) = utc_date(unix_ms.div_euclid(1000));
@@ -577,10 +571,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_print_as_utc_minutes() {
-        assert_eq!(utc_minute(0), "1970-01-01 00:00");
-        assert_eq!(utc_minute(1_795_982_918_799), "2026-11-29 20:08");
-        assert_eq!(utc_minute(951_782_400_000), "2000-02-29 00:00");
+    fn times_print_in_utc() {
+        assert_eq!(utc_second(0), "1970-01-01 00:00:00");
+        assert_eq!(utc_second(951_782_400_000), "2000-02-29 00:00:00");
         assert_eq!(utc_second(1_795_982_918_799), "2026-11-29 20:08:38");
         assert_eq!(utc_millis(1_795_982_918_799_123_456), "2026-11-29 20:08:38.799 UTC");
         assert_eq!(utc_millis(-1), "1969-12-31 23:59:59.999 UTC");
