@@ -65,19 +65,19 @@ impl BudgetView {
         let settings = match settings {
             Ok(settings) => settings,
             Err(message) => {
-                ui.label(RichText::new(message).color(Color32::LIGHT_RED));
+                ui.label(RichText::new(message).color(ui.visuals().error_fg_color));
                 return;
             }
         };
         let report = self.report(settings);
         let colour = match report.fits {
             Some(true) => Color32::from_rgb(80, 200, 120),
-            Some(false) => Color32::LIGHT_RED,
+            Some(false) => ui.visuals().error_fg_color,
             None => ui.visuals().text_color(),
         };
         ui.label(RichText::new(verdict(&report)).strong().color(colour));
         for note in &report.notes {
-            ui.label(RichText::new(format!("note: {note}")).color(Color32::from_rgb(240, 200, 60)));
+            ui.label(RichText::new(format!("note: {note}")).color(ui.visuals().warn_fg_color));
         }
         egui::Grid::new("budget-layers").striped(true).show(ui, |ui| {
             ui.strong("layer");
@@ -112,6 +112,7 @@ impl BudgetView {
             .color(Color32::from_rgb(240, 160, 60))
             .stack_on(&[&inner_chart]);
         let deadline = report.caller_deadline.map(|d| d.as_secs_f64());
+        let over = ui.visuals().error_fg_color;
         Plot::new("budget-bars")
             .height(ui.available_height().clamp(160.0, 420.0))
             .legend(egui_plot::Legend::default())
@@ -129,7 +130,7 @@ impl BudgetView {
                 plot.bar_chart(inner_chart);
                 plot.bar_chart(added_chart);
                 if let Some(deadline) = deadline {
-                    plot.vline(VLine::new("external deadline", deadline).color(Color32::LIGHT_RED).width(2.0));
+                    plot.vline(VLine::new("external deadline", deadline).color(over).width(2.0));
                 }
             });
     }

@@ -97,7 +97,7 @@ impl WhatIfView {
             });
         }
         if let Some(error) = &self.error {
-            ui.label(RichText::new(format!("What-if could not run: {error}")).color(Color32::LIGHT_RED));
+            ui.label(RichText::new(format!("What-if could not run: {error}")).color(ui.visuals().error_fg_color));
         }
         let Some(outcome) = &self.outcome else { return };
         let report = &outcome.report;
