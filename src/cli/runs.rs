@@ -268,8 +268,14 @@ pub struct ExportArgs {
     /// The run.
     id: RunId,
     /// The format.
-    #[arg(long, value_parser = ["jsonl", "chrome-trace"])]
-    format: String,
+    #[arg(long, value_parser = ["jsonl", "chrome-trace"], required_unless_present = "otlp")]
+    format: Option<String>,
+    /// Send the run as OpenTelemetry traces (a trace per call) to this
+    /// OTLP/HTTP receiver instead: its base URL (…/v1/traces is appended,
+    /// as for OTEL_EXPORTER_OTLP_ENDPOINT) or its traces URL. Phoenix:
+    /// http://127.0.0.1:6006
+    #[arg(long, value_name = "URL", conflicts_with_all = ["format", "output", "bodies"])]
+    otlp: Option<String>,
     /// Write here instead of standard output.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -286,8 +292,13 @@ pub(super) fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(note) = record.replay_note() {
         eprintln!("note: {note}");
     }
+    if let Some(endpoint) = &args.otlp {
+        let sent = export::otlp::send_runs(&store, &[args.id], endpoint)?;
+        writeln!(out, "sent run {}: {} calls, {} spans to {}", args.id, sent.calls, sent.spans, sent.url)?;
+        return Ok(());
+    }
     let recorded = store.recorded_run(args.id)?;
-    let text = if args.format == "jsonl" {
+    let text = if args.format.as_deref() == Some("jsonl") {
         let events = store.run_events(args.id)?;
         let collector = recorded.collector();
         events.iter().for_each(|e| collector.push(e));

@@ -2,7 +2,8 @@
 //! scrolls both ways, a batch of runs started together as one row that
 //! unfolds into its parts; from each row, opening the run (its events
 //! become a replay with each stream's verdict, built off the UI thread),
-//! running it again with its settings, exporting its Perfetto trace and
+//! running it again with its settings, exporting its Perfetto trace,
+//! sending it as OpenTelemetry traces to an OTLP receiver and
 //! deleting it (after a confirmation); and comparing two runs (every
 //! figure side by side with its change and unit, tunables that differ,
 //! streams whose outcome changed, and both runs' lanes stream by stream on
@@ -23,6 +24,7 @@ use super::live::Choice;
 use super::replay::Replay;
 use super::save::{Overwrite, full_path};
 use crate::diagnosis::RecordedRun;
+use crate::export::otlp;
 use crate::sim::builtin_names;
 use crate::store::runs::{Outcomes, RunRecord, RunStatus, RunSummary, tunables_diff, utc_second};
 use crate::store::{RunId, Store};
@@ -121,6 +123,8 @@ pub struct HistoryView {
     pub descending: bool,
     /// Where traces are exported, `run-ID.trace.json` each.
     pub export_dir: String,
+    /// The OTLP/HTTP receiver runs are sent to as OpenTelemetry traces.
+    pub otlp_endpoint: String,
     #[serde(skip)]
     runs: Vec<RunSummary>,
     #[serde(skip)]
@@ -147,6 +151,7 @@ impl Default for HistoryView {
             sort: SortColumn::Started,
             descending: true,
             export_dir: ".".to_owned(),
+            otlp_endpoint: "http://127.0.0.1:6006".to_owned(),
             runs: Vec::new(),
             unfolded: BTreeSet::new(),
             selected: [None; 2],
@@ -333,6 +338,19 @@ impl HistoryView {
         }));
     }
 
+    fn send_traces(&mut self, ids: Vec<RunId>, db: &Option<PathBuf>, ctx: &egui::Context) {
+        let endpoint = self.otlp_endpoint.trim().to_owned();
+        self.status = Some(format!("sending traces to {endpoint}…"));
+        self.pending.done = Some(background(db, ctx, move |db| {
+            let sent = otlp::send_runs(&existing_store(db)?, &ids, &endpoint).map_err(|e| e.to_string())?;
+            let runs = match ids[..] {
+                [id] => format!("run {id}"),
+                _ => format!("the {} runs of the batch", ids.len()),
+            };
+            Ok(format!("sent {runs} to {}: {} calls, {} spans", sent.url, sent.calls, sent.spans))
+        }));
+    }
+
     fn compare(&mut self, a: RunId, b: RunId, db: &Option<PathBuf>, ctx: &egui::Context) {
         self.pending.compare = Some(background(db, ctx, move |db| {
             let store = existing_store(db)?;
@@ -393,6 +411,10 @@ impl HistoryView {
                 ui.add(egui::TextEdit::singleline(&mut self.export_dir).desired_width(120.0))
             })
             .on_hover_text(folder);
+            labelled(ui, "OTLP endpoint", 160.0, |ui| {
+                ui.add(egui::TextEdit::singleline(&mut self.otlp_endpoint).desired_width(160.0))
+            })
+            .on_hover_text("An OTLP/HTTP receiver's base URL (Phoenix: http://127.0.0.1:6006) or its /v1/traces URL");
             if self.is_loading() {
                 ui.spinner();
             }
@@ -583,6 +605,7 @@ impl HistoryView {
                     self.export(id, path, db, &ctx);
                 }
             }
+            Some(Asked::SendTraces(ids)) => self.send_traces(ids, db, &ctx),
             Some(Asked::Delete(ids)) => self.deleting = Some(ids),
             None => {}
         }
@@ -708,6 +731,8 @@ enum Asked {
     /// Run again: the run, and whether it was a batch's.
     Again(RunId, bool),
     Export(RunId),
+    /// Send as OpenTelemetry traces: the row's runs.
+    SendTraces(Vec<RunId>),
     Delete(Vec<RunId>),
 }
 
@@ -730,6 +755,10 @@ fn actions_ui(ui: &mut Ui, run: &RunSummary, ids: Vec<RunId>) -> Option<Asked> {
             if ui.add_enabled(!batch, egui::Button::new(format!("Export run {} as a Perfetto trace", run.id))).clicked()
             {
                 asked = Some(Asked::Export(run.id));
+            }
+            let send = ui.button(format!("Send {name} as OpenTelemetry traces"));
+            if send.on_hover_text("A trace per call, over OTLP/HTTP to the OTLP endpoint above").clicked() {
+                asked = Some(Asked::SendTraces(ids.clone()));
             }
             if ui.button(format!("Delete {name}…")).clicked() {
                 asked = Some(Asked::Delete(ids));

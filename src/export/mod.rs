@@ -1,6 +1,7 @@
 //! Recorded events in the formats other tools read: JSON lines (one event
-//! per line), and the Chrome trace-event format that Perfetto and
-//! chrome://tracing open.
+//! per line), the Chrome trace-event format that Perfetto and
+//! chrome://tracing open, and OpenTelemetry traces sent over OTLP
+//! ([`otlp`]).
 //!
 //! In a trace each stream is its own process track: attempts and backoff
 //! sleeps are spans, timers firing, attempt ends and failover hops are
@@ -15,6 +16,8 @@
 //!
 //! Recorded bodies are exported only on request: they are large, and a
 //! trace or an event log is usually shared without them.
+
+pub mod otlp;
 
 use std::collections::HashMap;
 

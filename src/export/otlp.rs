@@ -1,0 +1,588 @@
+//! Recorded runs as OpenTelemetry traces, sent over OTLP/HTTP (protobuf) to
+//! any receiver: Arize Phoenix, Jaeger, Grafana Tempo, a collector.
+//!
+//! Each call is one trace: a span for the call, a child span for each
+//! attempt and for each backoff sleep. Timers firing, classifications,
+//! failover hops, retries refused and partial recoveries are span events,
+//! and the stream's verdict is an event on the call span (its kind is also
+//! an attribute, to filter on). Provider and model follow the OpenTelemetry
+//! GenAI semantic conventions (`gen_ai.*`); the rest is `stallscope.*`.
+//! Nothing carries a key: events name a pool key by index at most, and
+//! neither error bodies nor recorded bodies are exported.
+//!
+//! Ids are derived from the run's epoch, its id and the stream, so sending
+//! a run twice gives the same trace and span ids (a receiver that keys on
+//! them keeps one copy).
+
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::{Event as SpanEvent, SpanKind};
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+use prost::Message;
+
+use crate::core::event::{Event, EventKind, Outcome, SleepReason, StreamId};
+use crate::diagnosis::Diagnosis;
+use crate::store::{RunId, Store, StoreError};
+
+/// Calls per request: receivers cap a request's size (4 MiB is common).
+const CALLS_PER_REQUEST: usize = 200;
+
+/// What can go wrong exporting a run.
+#[derive(Debug, thiserror::Error)]
+pub enum OtlpError {
+    /// The store could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No such run.
+    #[error("no run {0} in the database")]
+    NoRun(RunId),
+    /// The endpoint is not a URL this exporter can post to.
+    #[error(
+        "OTLP endpoint {value:?} is not accepted: {why}; allowed: an http:// or https:// URL, the receiver's base (…/v1/traces is appended) or its traces path"
+    )]
+    Endpoint {
+        /// What was given.
+        value: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// No runtime to send from.
+    #[error("cannot start a runtime to send traces: {0}")]
+    Runtime(std::io::Error),
+    /// The request could not be sent or its answer not read.
+    #[error("cannot send traces to {url}: {source}")]
+    Send {
+        /// Where.
+        url: String,
+        /// Why.
+        source: reqwest::Error,
+    },
+    /// The receiver refused the traces, or some of their spans.
+    #[error("{url} refused the traces: {answer}")]
+    Refused {
+        /// Where.
+        url: String,
+        /// Its status and what it said.
+        answer: String,
+    },
+}
+
+/// A run's traces, ready to send: its requests, each holding up to
+/// [`CALLS_PER_REQUEST`] calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunTraces {
+    /// The requests.
+    pub requests: Vec<ExportTraceServiceRequest>,
+    /// Calls (traces) in all.
+    pub calls: usize,
+    /// Spans in all.
+    pub spans: usize,
+}
+
+/// What was sent, and where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sent {
+    /// The traces URL.
+    pub url: reqwest::Url,
+    /// Calls (traces) sent.
+    pub calls: usize,
+    /// Spans sent.
+    pub spans: usize,
+}
+
+/// Sends stored runs `ids` to `endpoint` (see [`traces_url`]), one after
+/// the other, from a thread that runs no async runtime (the CLI's, a
+/// background thread of the app's).
+pub fn send_runs(store: &Store, ids: &[RunId], endpoint: &str) -> Result<Sent, OtlpError> {
+    let url = traces_url(endpoint)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(OtlpError::Runtime)?;
+    let client = reqwest::Client::new();
+    let mut sent = Sent { url, calls: 0, spans: 0 };
+    for &id in ids {
+        let traces = run_traces(store, id)?;
+        runtime.block_on(traces.send(&client, endpoint))?;
+        (sent.calls, sent.spans) = (sent.calls + traces.calls, sent.spans + traces.spans);
+    }
+    Ok(sent)
+}
+
+/// The traces of stored run `id`, each stream with its verdict.
+pub fn run_traces(store: &Store, id: RunId) -> Result<RunTraces, OtlpError> {
+    let record = store.run(id)?.ok_or(OtlpError::NoRun(id))?;
+    // Runs recorded before the epoch was kept start at their start time.
+    let epoch_unix_ns = record.meta.as_ref().map_or(record.summary.started_at_ms * 1_000_000, |m| m.epoch_unix_ns);
+    let recorded = store.recorded_run(id)?;
+    let mut calls = Vec::new();
+    for stream in store.streams(id)? {
+        let events = store.events(id, stream)?;
+        let verdict = recorded.diagnose(stream, &events);
+        calls.push(call_spans(Ids::new(epoch_unix_ns, id, stream), epoch_unix_ns, &events, Some(&verdict)));
+    }
+    Ok(RunTraces::new(id, record.summary.scenario.as_deref(), calls))
+}
+
+impl RunTraces {
+    fn new(run: RunId, scenario: Option<&str>, calls: Vec<Vec<Span>>) -> RunTraces {
+        let mut resource = vec![
+            string("service.name", "stallscope"),
+            string("service.version", env!("CARGO_PKG_VERSION")),
+            int("stallscope.run", run),
+        ];
+        resource.extend(scenario.map(|s| string("stallscope.scenario", s)));
+        let spans = calls.iter().map(Vec::len).sum();
+        let requests = calls
+            .chunks(CALLS_PER_REQUEST)
+            .map(|chunk| ExportTraceServiceRequest {
+                resource_spans: vec![ResourceSpans {
+                    resource: Some(Resource { attributes: resource.clone(), ..Resource::default() }),
+                    scope_spans: vec![ScopeSpans {
+                        scope: Some(InstrumentationScope {
+                            name: "stallscope".to_owned(),
+                            version: env!("CARGO_PKG_VERSION").to_owned(),
+                            ..InstrumentationScope::default()
+                        }),
+                        spans: chunk.concat(),
+                        ..ScopeSpans::default()
+                    }],
+                    ..ResourceSpans::default()
+                }],
+            })
+            .collect();
+        RunTraces { requests, calls: calls.len(), spans }
+    }
+
+    /// Posts every request to `endpoint` (see [`traces_url`]).
+    pub async fn send(&self, client: &reqwest::Client, endpoint: &str) -> Result<(), OtlpError> {
+        let url = traces_url(endpoint)?;
+        for request in &self.requests {
+            post(client, &url, request).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The traces URL of an OTLP/HTTP receiver: `endpoint` as given when its
+/// path ends in `/v1/traces`, else with `/v1/traces` appended (as
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is read).
+pub fn traces_url(endpoint: &str) -> Result<reqwest::Url, OtlpError> {
+    let bad = |why: String| OtlpError::Endpoint { value: endpoint.to_owned(), why };
+    let mut url = reqwest::Url::parse(endpoint).map_err(|e| bad(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad(format!("the scheme is {}", url.scheme())));
+    }
+    if !url.path().ends_with("/v1/traces") {
+        let path = format!("{}/v1/traces", url.path().trim_end_matches('/'));
+        url.set_path(&path);
+    }
+    Ok(url)
+}
+
+async fn post(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    request: &ExportTraceServiceRequest,
+) -> Result<(), OtlpError> {
+    let send = |source| OtlpError::Send { url: url.to_string(), source };
+    let response = client
+        .post(url.clone())
+        .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+        .body(request.encode_to_vec())
+        .send()
+        .await
+        .map_err(send)?;
+    let status = response.status();
+    let protobuf = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
+    let body = response.bytes().await.map_err(send)?;
+    let refused = |answer| Err(OtlpError::Refused { url: url.to_string(), answer });
+    if !status.is_success() {
+        return refused(format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(500)])));
+    }
+    // A receiver that keeps only some spans says so in a successful answer.
+    if protobuf
+        && let Ok(answer) = ExportTraceServiceResponse::decode(body.as_ref())
+        && let Some(partial) = answer.partial_success.filter(|p| p.rejected_spans > 0)
+    {
+        return refused(format!("{} spans rejected: {}", partial.rejected_spans, partial.error_message));
+    }
+    Ok(())
+}
+
+/// Trace and span ids of one call.
+struct Ids {
+    trace: Vec<u8>,
+    /// The next span id, before mixing.
+    next_span: u64,
+}
+
+impl Ids {
+    fn new(epoch_unix_ns: i64, run: RunId, stream: StreamId) -> Ids {
+        let call = ((run as u64) << 32) | (stream & 0xffff_ffff);
+        let mut trace = epoch_unix_ns.to_be_bytes().to_vec();
+        trace.extend(call.to_be_bytes());
+        Ids { trace, next_span: mix(epoch_unix_ns as u64 ^ mix(call)) }
+    }
+
+    /// Span ids must be unique across traces, not only within one
+    /// (Phoenix keeps one span per id): numbered per call, then mixed.
+    fn span(&mut self) -> Vec<u8> {
+        self.next_span = self.next_span.wrapping_add(1);
+        mix(self.next_span).max(1).to_be_bytes().to_vec()
+    }
+}
+
+/// SplitMix64's finaliser: a bijection on u64 that scatters nearby inputs.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The spans of one call from its events (in time order): the call's span
+/// first, then its attempts' and sleeps'.
+fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Option<&Diagnosis>) -> Vec<Span> {
+    let ns = |at: Duration| (epoch_unix_ns as u64).saturating_add(at.as_nanos() as u64);
+    let call = Span {
+        trace_id: ids.trace.clone(),
+        span_id: ids.span(),
+        kind: SpanKind::Client as i32,
+        start_time_unix_nano: events.first().map_or(0, |e| ns(e.at)),
+        ..Span::default()
+    };
+    let mut spans = vec![call];
+    // The latest attempt: its classification follows its end.
+    let mut attempt: Option<Attempt> = None;
+    let mut ended = false;
+    for event in events {
+        let t = ns(event.at);
+        let open = attempt.as_ref().filter(|a| a.open).map_or(0, |a| a.index);
+        match &event.kind {
+            EventKind::CallStarted { target, context_tokens } => {
+                let call = &mut spans[0];
+                call.name = format!("chat {}", target.model);
+                call.attributes.extend([
+                    string("gen_ai.operation.name", "chat"),
+                    string("gen_ai.provider.name", &target.provider),
+                    string("gen_ai.request.model", &target.model),
+                    int("stallscope.stream", event.stream),
+                ]);
+                call.attributes.extend(context_tokens.map(|n| int("stallscope.context_tokens", n)));
+            }
+            EventKind::AttemptStarted { target, credential } => {
+                if let Some(a) = &mut attempt {
+                    a.close(&mut spans, t);
+                }
+                let mut attributes = vec![
+                    string("gen_ai.provider.name", &target.provider),
+                    string("gen_ai.request.model", &target.model),
+                    int("stallscope.attempt", event.attempt),
+                ];
+                attributes.extend(credential.map(|c| int("stallscope.credential_index", c as u64)));
+                spans.push(Span {
+                    trace_id: ids.trace.clone(),
+                    span_id: ids.span(),
+                    parent_span_id: spans[0].span_id.clone(),
+                    name: format!("attempt {} {target}", event.attempt),
+                    kind: SpanKind::Client as i32,
+                    start_time_unix_nano: t,
+                    attributes,
+                    ..Span::default()
+                });
+                attempt = Some(Attempt { index: spans.len() - 1, open: true, bytes: 0, events: 0, output: false });
+            }
+            EventKind::HeadersReceived { status, .. } => {
+                spans[open].attributes.push(int("http.response.status_code", *status));
+                mark(&mut spans[open], t, "response headers", vec![int("http.response.status_code", *status)]);
+            }
+            EventKind::ChunkReceived { bytes } => {
+                if let Some(a) = &mut attempt {
+                    a.bytes += *bytes as u64;
+                }
+            }
+            EventKind::SseReceived { class, .. } => {
+                if let Some(a) = &mut attempt {
+                    a.events += 1;
+                    if class.is_output() && !a.output {
+                        a.output = true;
+                        mark(&mut spans[a.index], t, "first output", vec![string("stallscope.class", class.name())]);
+                    }
+                }
+            }
+            EventKind::TimerFired { timer, after, lag } => {
+                let mut attributes =
+                    vec![string("stallscope.timer", timer.name()), seconds("stallscope.budget_s", *after)];
+                attributes.extend(lag.map(|lag| seconds("stallscope.runtime_lag_s", lag)));
+                mark(&mut spans[open], t, "timer fired", attributes);
+            }
+            EventKind::ErrorClassified { category, retryable, rule, message, .. } => {
+                let index = attempt.as_ref().map_or(0, |a| a.index);
+                let attributes = vec![
+                    string("error.type", category.name()),
+                    string("stallscope.rule", rule),
+                    bool("stallscope.retryable", *retryable),
+                ];
+                mark(&mut spans[index], t, "error classified", attributes);
+                if index > 0 {
+                    spans[index].attributes.push(string("error.type", category.name()));
+                    spans[index].status = Some(Status { code: StatusCode::Error as i32, message: message.clone() });
+                }
+            }
+            EventKind::AttemptEnded { end, stop_reason } => {
+                if let Some(a) = attempt.as_mut().filter(|a| a.open) {
+                    let span = &mut spans[a.index];
+                    span.attributes.push(string("stallscope.attempt_end", &end.to_string()));
+                    span.attributes.extend(stop_reason.as_deref().map(|r| string("stallscope.stop_reason", r)));
+                    a.close(&mut spans, t);
+                }
+            }
+            EventKind::BackoffScheduled { retry, category, nominal, sleep, reason } => {
+                if let Some(a) = &mut attempt {
+                    a.close(&mut spans, t);
+                }
+                let mut attributes = vec![
+                    int("stallscope.retry", *retry),
+                    string("stallscope.category", category.name()),
+                    seconds("stallscope.nominal_s", *nominal),
+                ];
+                attributes.push(match reason {
+                    SleepReason::Backoff => string("stallscope.sleep_reason", "backoff"),
+                    SleepReason::ServerRequested { header } => string("stallscope.server_header", header),
+                });
+                spans.push(Span {
+                    trace_id: ids.trace.clone(),
+                    span_id: ids.span(),
+                    parent_span_id: spans[0].span_id.clone(),
+                    name: "backoff".to_owned(),
+                    kind: SpanKind::Internal as i32,
+                    start_time_unix_nano: t,
+                    end_time_unix_nano: t + sleep.as_nanos() as u64,
+                    attributes,
+                    ..Span::default()
+                });
+            }
+            EventKind::FailedOver { from, to, reason } => {
+                let attributes = vec![
+                    string("stallscope.from", &from.to_string()),
+                    string("stallscope.to", &to.to_string()),
+                    string("stallscope.category", reason.name()),
+                ];
+                mark(&mut spans[0], t, "failover", attributes);
+            }
+            EventKind::RetryBudgetRefused { provider, in_flight, limit } => {
+                let attributes = vec![
+                    string("gen_ai.provider.name", provider),
+                    int("stallscope.retries_in_flight", *in_flight),
+                    int("stallscope.limit", *limit),
+                ];
+                mark(&mut spans[0], t, "retry refused by the fleet budget", attributes);
+            }
+            EventKind::ServerWaitRefused { requested, cap } => {
+                let attributes = vec![seconds("stallscope.requested_s", *requested), seconds("stallscope.cap_s", *cap)];
+                mark(&mut spans[0], t, "server wait refused", attributes);
+            }
+            EventKind::CredentialRotated { provider, from, to } => {
+                let attributes = vec![
+                    string("gen_ai.provider.name", provider),
+                    int("stallscope.from_index", *from),
+                    int("stallscope.to_index", *to),
+                ];
+                mark(&mut spans[0], t, "credential rotated", attributes);
+            }
+            EventKind::PartialRecovered { chars, category } => {
+                let attributes = vec![int("stallscope.chars", *chars), string("stallscope.category", category.name())];
+                mark(&mut spans[0], t, "partial recovery", attributes);
+            }
+            EventKind::Finished { outcome, attempts, stop_reason } => {
+                if let Some(a) = &mut attempt {
+                    a.close(&mut spans, t);
+                }
+                let call = &mut spans[0];
+                call.end_time_unix_nano = t;
+                call.attributes
+                    .extend([string("stallscope.outcome", outcome.name()), int("stallscope.attempts", *attempts)]);
+                if let Some(reason) = stop_reason {
+                    call.attributes.push(strings("gen_ai.response.finish_reasons", [reason.as_str()]));
+                }
+                call.status = Some(match outcome {
+                    Outcome::Ok | Outcome::Partial => Status { code: StatusCode::Ok as i32, message: String::new() },
+                    _ => Status { code: StatusCode::Error as i32, message: outcome.name().to_owned() },
+                });
+                ended = true;
+            }
+            _ => {}
+        }
+    }
+    let last = events.last().map_or(spans[0].start_time_unix_nano, |e| ns(e.at));
+    if let Some(a) = &mut attempt {
+        a.close(&mut spans, last);
+    }
+    let call = &mut spans[0];
+    if !ended {
+        // The recording stops before the call ended (a run interrupted).
+        call.end_time_unix_nano = last;
+        call.attributes.push(bool("stallscope.incomplete", true));
+    }
+    if let Some(d) = verdict {
+        call.attributes.push(string("stallscope.verdict", d.kind.name()));
+        let mut attributes = vec![
+            string("stallscope.verdict", d.kind.name()),
+            string("stallscope.severity", d.severity.name()),
+            string("stallscope.summary", &d.summary),
+            bool("stallscope.trusted", d.trusted),
+        ];
+        attributes.extend(d.tunable.as_deref().map(|t| string("stallscope.tunable", t)));
+        mark(call, last, "verdict", attributes);
+    }
+    spans
+}
+
+/// Adds an event named `name` at `at` to `span`.
+fn mark(span: &mut Span, at: u64, name: &str, attributes: Vec<KeyValue>) {
+    span.events.push(SpanEvent { time_unix_nano: at, name: name.to_owned(), attributes, ..SpanEvent::default() });
+}
+
+/// The latest attempt of a call: its span's index, whether it is still
+/// open, and what it counts.
+struct Attempt {
+    index: usize,
+    open: bool,
+    bytes: u64,
+    events: u64,
+    /// Whether output (content, reasoning, a tool call) has arrived.
+    output: bool,
+}
+
+impl Attempt {
+    /// Ends its span at `end_unix_ns`, once.
+    fn close(&mut self, spans: &mut [Span], end_unix_ns: u64) {
+        if std::mem::take(&mut self.open) {
+            let span = &mut spans[self.index];
+            span.end_time_unix_nano = end_unix_ns;
+            span.attributes.extend([int("stallscope.bytes", self.bytes), int("stallscope.sse_events", self.events)]);
+        }
+    }
+}
+
+fn attribute(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue { key: key.to_owned(), value: Some(AnyValue { value: Some(value) }), ..KeyValue::default() }
+}
+
+fn string(key: &str, value: &str) -> KeyValue {
+    attribute(key, any_value::Value::StringValue(value.to_owned()))
+}
+
+fn strings<'a>(key: &str, values: impl IntoIterator<Item = &'a str>) -> KeyValue {
+    let values =
+        values.into_iter().map(|v| AnyValue { value: Some(any_value::Value::StringValue(v.to_owned())) }).collect();
+    attribute(key, any_value::Value::ArrayValue(ArrayValue { values }))
+}
+
+fn int(key: &str, value: impl TryInto<i64>) -> KeyValue {
+    attribute(key, any_value::Value::IntValue(value.try_into().unwrap_or(i64::MAX)))
+}
+
+fn bool(key: &str, value: bool) -> KeyValue {
+    attribute(key, any_value::Value::BoolValue(value))
+}
+
+fn seconds(key: &str, value: Duration) -> KeyValue {
+    attribute(key, any_value::Value::DoubleValue(value.as_secs_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::core::category::{Category, TimerKind};
+    use crate::core::event::AttemptEnd;
+    use crate::core::failover::Target;
+
+    fn at(ms: u64, attempt: u32, kind: EventKind) -> Event {
+        Event { at: Duration::from_millis(ms), stream: 7, attempt, kind }
+    }
+
+    fn names(span: &Span) -> Vec<&str> {
+        span.events.iter().map(|e| e.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_call_is_a_root_span_with_its_attempts_and_sleeps_below() {
+        let (a, b) = (Target::new("primary", "m1"), Target::new("backup", "m2"));
+        let events = vec![
+            at(0, 0, EventKind::CallStarted { target: a.clone(), context_tokens: Some(40) }),
+            at(0, 1, EventKind::AttemptStarted { target: a.clone(), credential: Some(0) }),
+            at(300, 1, EventKind::HeadersReceived { status: 529, content_type: None }),
+            at(300, 1, EventKind::AttemptEnded { end: AttemptEnd::Status { status: 529 }, stop_reason: None }),
+            at(
+                300,
+                1,
+                EventKind::ErrorClassified {
+                    category: Category::Overloaded,
+                    timer: None,
+                    status: Some(529),
+                    retryable: true,
+                    rule: "builtin: 529".into(),
+                    message: "overloaded".into(),
+                },
+            ),
+            at(300, 1, EventKind::FailedOver { from: a.clone(), to: b.clone(), reason: Category::Overloaded }),
+            at(300, 2, EventKind::AttemptStarted { target: b.clone(), credential: None }),
+            at(400, 2, EventKind::HeadersReceived { status: 200, content_type: None }),
+            at(2400, 2, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(2), lag: None }),
+        ];
+        let spans = call_spans(Ids::new(1_800_000_000_000_000_000, 3, 7), 1_800_000_000_000_000_000, &events, None);
+        let [call, first, second] = &spans[..] else { panic!("{spans:?}") };
+        assert_eq!((call.name.as_str(), call.parent_span_id.is_empty()), ("chat m1", true));
+        assert!([first, second].iter().all(|s| s.parent_span_id == call.span_id && s.trace_id == call.trace_id));
+        assert_eq!(names(call), ["failover"]);
+        // The classification follows the attempt's end, and belongs to it.
+        assert_eq!(names(first), ["response headers", "error classified"]);
+        assert_eq!(first.status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32));
+        assert_eq!(
+            (first.start_time_unix_nano, first.end_time_unix_nano),
+            (1_800_000_000_000_000_000, 1_800_000_000_300_000_000)
+        );
+        assert_eq!(names(second), ["response headers", "timer fired"]);
+        // The recording ends mid-call: the open spans end with it, marked.
+        assert_eq!(second.end_time_unix_nano, 1_800_000_002_400_000_000);
+        assert!(call.attributes.contains(&bool("stallscope.incomplete", true)));
+        assert!(call.attributes.contains(&string("gen_ai.provider.name", "primary")));
+        assert!(second.attributes.contains(&string("gen_ai.provider.name", "backup")));
+    }
+
+    #[test]
+    fn span_ids_are_unique_across_a_run_and_trace_ids_name_the_call() {
+        let mut seen = HashSet::new();
+        let mut traces = HashSet::new();
+        for stream in 0..2_000 {
+            let mut ids = Ids::new(1_800_000_000_000_000_000, 5, stream);
+            traces.insert(ids.trace.clone());
+            for _ in 0..8 {
+                let id = ids.span();
+                assert_ne!(id, [0; 8]);
+                assert!(seen.insert(id), "stream {stream}: a span id repeats");
+            }
+        }
+        assert_eq!(traces.len(), 2_000);
+        let again = Ids::new(1_800_000_000_000_000_000, 5, 0);
+        assert!(traces.contains(&again.trace), "the same call gets the same trace id");
+    }
+
+    #[test]
+    fn an_endpoint_is_a_base_or_a_traces_url() {
+        let url = |s| traces_url(s).map(|u| u.to_string());
+        assert_eq!(url("http://127.0.0.1:6006").unwrap(), "http://127.0.0.1:6006/v1/traces");
+        assert_eq!(url("https://otel.example/otlp/").unwrap(), "https://otel.example/otlp/v1/traces");
+        assert_eq!(url("http://h:4318/v1/traces").unwrap(), "http://h:4318/v1/traces");
+        let error = url("ftp://h").unwrap_err().to_string();
+        assert!(error.contains("\"ftp://h\"") && error.contains("allowed: an http://"), "{error}");
+        assert!(url("127.0.0.1:6006").is_err());
+    }
+}

@@ -1,0 +1,60 @@
+//! What tests that run software we did not write share: finding a program
+//! (and saying honestly why a test is skipped when it is absent, or
+//! failing when CI requires it), a child process killed when the test
+//! ends, free loopback ports and scratch directories.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// Returns the program's path, or says why the test is skipped (and fails
+/// when CI requires the program: `STALLSCOPE_REQUIRE_EXTERNAL=1`).
+pub fn external(what: &str, found: Option<PathBuf>) -> Option<PathBuf> {
+    if found.is_none() {
+        let required = std::env::var("STALLSCOPE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1");
+        assert!(!required, "{what} is missing and STALLSCOPE_REQUIRE_EXTERNAL=1; .ci/run installs it");
+        eprintln!("skipped: {what} is not installed (.ci/run installs it)");
+    }
+    found
+}
+
+/// `program` on the `PATH`, if it is there.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(program)).find(|p| p.is_file())
+}
+
+/// A child process killed when the test ends.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port nothing listens on (as of now).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits until `child` listens on `port`, for at most `limit`.
+pub fn wait_for_port(port: u16, child: &mut Child, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "the program exited before listening on {port}");
+        assert!(Instant::now() < deadline, "nothing listens on {port} after {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A scratch directory for this test process (tests of one process that
+/// ask for the same name share it).
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stallscope-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
