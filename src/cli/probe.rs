@@ -2,17 +2,13 @@
 //! providers ([`crate::probe`]), as a table or as JSON.
 
 use std::io::Write;
-use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use tokio_util::sync::CancellationToken;
+use anyhow::Result;
 
 use super::Cli;
-use super::run::Stopped;
+use super::run::{RecordArgs, Stopped, until_ctrl_c};
 use crate::config::process_env;
 use crate::probe::{DEFAULT_CONCURRENCY, ProbePlan, ProbeResult, Readiness, probe};
-use crate::session::Recording;
-use crate::store::Store;
 
 /// Options of `stallscope probe`.
 #[derive(Debug, clap::Args)]
@@ -24,7 +20,8 @@ A route is ready when both probes end ok and neither verdict is worse than notic
 succeeded with no failure, not even one a retry recovered from. A route whose provider cannot be set \
 up (a key variable not set, a bad URL) is not ready and says why.
 
-The probe is recorded as one run labelled `probe` (route i is streams 2i, tiny, and 2i+1, realistic).
+The probe is recorded as one run labelled `probe` (`probe: LABEL` with --label); route i is streams 2i \
+(tiny) and 2i+1 (realistic).
 
 Exit status: 0 when every route is ready, 1 when any route is not, 2 when the probe could not run, \
 130 when stopped by Ctrl-C.")]
@@ -40,19 +37,8 @@ pub struct Args {
     /// stallscope::probe).
     #[arg(long)]
     json: bool,
-    /// The database to record the probe in (default: $STALLSCOPE_DB, else
-    /// stallscope.db in the platform data directory).
-    #[arg(long, value_name = "PATH", env = "STALLSCOPE_DB")]
-    db: Option<PathBuf>,
-    /// Do not record the probe.
-    #[arg(long)]
-    no_record: bool,
-    /// A label for the recorded probe, after `probe: `.
-    #[arg(long)]
-    label: Option<String>,
-    /// The seed of every call's random draws (backoff jitter).
-    #[arg(long)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    record: RecordArgs,
 }
 
 /// Some routes are not ready: the matrix is printed, and the exit status
@@ -67,36 +53,16 @@ pub struct NotReady {
 }
 
 pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
-    let recording = if args.no_record {
-        None
-    } else {
-        let db = args
-            .db
-            .clone()
-            .or_else(Store::default_path)
-            .context("no platform data directory to keep the probe in: give --db PATH, or --no-record")?;
-        Some(Recording { db, label: args.label.clone(), batch: None })
-    };
     let plan = ProbePlan {
         config: cli.config_path(),
         overrides: cli.overrides.clone(),
         edits: Vec::new(),
         context_tokens: args.context_tokens,
         concurrency: args.concurrency as usize,
-        recording,
-        seed: args.seed,
+        recording: args.record.recording()?,
+        seed: args.record.seed,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let readiness = runtime.block_on(async {
-        let cancel = CancellationToken::new();
-        let ctrl_c = cancel.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                ctrl_c.cancel();
-            }
-        });
-        probe(&plan, &process_env(), None, &cancel).await
-    })?;
+    let readiness = until_ctrl_c(|cancel| async move { probe(&plan, &process_env(), None, &cancel).await })??;
     if args.json {
         writeln!(out, "{}", serde_json::to_string(&readiness)?)?;
     } else {
