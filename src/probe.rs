@@ -166,6 +166,16 @@ pub struct ProbeResult {
     pub summary: String,
 }
 
+/// A probe's outcome, TTFB and elapsed as the matrix shows them: whole
+/// milliseconds, `-` for what was not reached or not probed.
+pub fn cells(probe: Option<&ProbeResult>) -> [String; 3] {
+    let ms = |v: f64| format!("{v:.0} ms");
+    match probe {
+        Some(p) => [p.outcome.to_owned(), p.ttfb_ms.map_or_else(|| "-".to_owned(), ms), ms(p.elapsed_ms)],
+        None => ["-".to_owned(), "-".to_owned(), "-".to_owned()],
+    }
+}
+
 /// One route's row of the matrix.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RouteReadiness {
@@ -290,7 +300,7 @@ pub async fn probe(
         recording,
         seed: plan.seed,
     };
-    let outcome = run_call_list_recorded(&list, env, watcher, cancel, |_, _| {}).await?;
+    let outcome = run_call_list_recorded(list, env, watcher, cancel, |_, _| {}).await?;
     Ok(matrix(&routes, &problems, &probed, Some(&outcome.report), context_tokens))
 }
 

@@ -165,7 +165,7 @@ pub async fn run_session(
         recording: plan.recording.clone(),
         seed: plan.seed,
     };
-    let outcome = run_call_list_recorded(&calls, env, watcher, cancel, on_finish).await;
+    let outcome = run_call_list_recorded(calls, env, watcher, cancel, on_finish).await;
     if let Some(rig) = rig {
         rig.server.shutdown().await;
     }
@@ -197,7 +197,7 @@ pub struct CallList {
 /// Runs `list` to the end (or until `cancel`), recorded as one run when it
 /// says so, as [`run_session`] does for a plan.
 pub async fn run_call_list_recorded(
-    list: &CallList,
+    list: CallList,
     env: &[(String, String)],
     watcher: Option<Arc<dyn EventSink>>,
     cancel: &CancellationToken,
@@ -258,12 +258,13 @@ pub async fn run_call_list_recorded(
             }
         }
     };
-    let reports = run_call_list(&executor, list.calls.iter().cloned(), list.concurrency, cancel, on_call).await;
+    let requests = list.calls.len();
+    let reports = run_call_list(&executor, list.calls, list.concurrency, cancel, on_call).await;
     let lag = probe.stop();
     let mut report = RunReport::new(list.scenario.clone(), settings.tunables.snapshot(), &reports, started.elapsed());
     report.seed = Some(origin.seed);
     report.stopped = cancel.is_cancelled();
-    report.summary.not_started = list.calls.len().saturating_sub(reports.len());
+    report.summary.not_started = requests.saturating_sub(reports.len());
     let mut diagnoses = std::mem::take(&mut *judged.lock().unwrap_or_else(PoisonError::into_inner));
     diagnoses.extend(verdicts.diagnoses());
     report.attach_diagnoses(diagnoses);

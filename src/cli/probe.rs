@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::Cli;
 use super::run::{RecordArgs, Stopped, until_ctrl_c};
 use crate::config::process_env;
-use crate::probe::{DEFAULT_CONCURRENCY, ProbePlan, ProbeResult, Readiness, probe};
+use crate::probe::{DEFAULT_CONCURRENCY, ProbePlan, ProbeResult, Readiness, cells, probe};
 
 /// Options of `stallscope probe`.
 #[derive(Debug, clap::Args)]
@@ -94,8 +94,8 @@ fn print_matrix(readiness: &Readiness, out: &mut dyn Write) -> Result<()> {
             "{:<32}  {:<5}  {}  {}  {verdict}",
             route.route,
             if route.ready { "yes" } else { "no" },
-            cells(route.tiny.as_ref()),
-            cells(route.realistic.as_ref()),
+            columns(route.tiny.as_ref()),
+            columns(route.realistic.as_ref()),
         )?;
     }
     for route in readiness.routes.iter().filter(|r| !r.ready) {
@@ -112,12 +112,7 @@ fn print_matrix(readiness: &Readiness, out: &mut dyn Write) -> Result<()> {
 }
 
 /// A probe's outcome, TTFB and elapsed columns.
-fn cells(probe: Option<&ProbeResult>) -> String {
-    let ms = |v: f64| format!("{v:.0} ms");
-    match probe {
-        Some(p) => {
-            format!("{:<9}  {:>8}  {:>9}", p.outcome, p.ttfb_ms.map_or_else(|| "-".to_owned(), ms), ms(p.elapsed_ms))
-        }
-        None => format!("{:<9}  {:>8}  {:>9}", "-", "-", "-"),
-    }
+fn columns(probe: Option<&ProbeResult>) -> String {
+    let [outcome, ttfb, elapsed] = cells(probe);
+    format!("{outcome:<9}  {ttfb:>8}  {elapsed:>9}")
 }

@@ -9,7 +9,7 @@ use egui::{RichText, Ui};
 
 use super::runner::Runner;
 use super::verdicts::severity_mark;
-use crate::probe::{ProbePlan, ProbeResult, Readiness, probe};
+use crate::probe::{ProbePlan, Readiness, cells, probe};
 
 /// The probe going on, and the last one's matrix or error.
 #[derive(Debug, Default)]
@@ -110,8 +110,9 @@ fn matrix(ui: &mut Ui, readiness: &Readiness) {
                 false => ("no", ui.visuals().error_fg_color),
             };
             ui.label(RichText::new(ready).color(colour).strong());
-            cells(ui, route.tiny.as_ref());
-            cells(ui, route.realistic.as_ref());
+            for cell in [cells(route.tiny.as_ref()), cells(route.realistic.as_ref())].concat() {
+                ui.label(cell);
+            }
             let why = route.problem.as_deref().or(route.summary.as_deref()).unwrap_or_default();
             match (route.verdict, route.severity) {
                 (Some(kind), Some(severity)) => {
@@ -126,21 +127,4 @@ fn matrix(ui: &mut Ui, readiness: &Readiness) {
             ui.end_row();
         }
     });
-}
-
-/// A probe's outcome, TTFB and elapsed cells.
-fn cells(ui: &mut Ui, probe: Option<&ProbeResult>) {
-    let ms = |v: f64| format!("{v:.0} ms");
-    match probe {
-        Some(p) => {
-            ui.label(p.outcome);
-            ui.label(p.ttfb_ms.map_or_else(|| "-".to_owned(), ms));
-            ui.label(ms(p.elapsed_ms));
-        }
-        None => {
-            for _ in 0..3 {
-                ui.label("-");
-            }
-        }
-    }
 }
