@@ -29,7 +29,8 @@
 //! A probe is one recorded run, labelled `probe` (or `probe: LABEL`):
 //! route `i` of the probed routes, in config order, is streams `2i` (tiny)
 //! and `2i + 1` (realistic), so History, `runs show`, export and what-if
-//! read it like any run.
+//! read it like any run. When no route can be set up nothing is called,
+//! and nothing is recorded.
 //!
 //! # JSON
 //!

@@ -275,3 +275,20 @@ fn readiness_serializes_every_field_even_when_empty() {
         serde_json::json!({"run_id": null, "context_tokens": 5, "ready": 0, "routes_total": 0, "stopped": false, "routes": []})
     );
 }
+
+#[test]
+fn routes_that_cannot_be_set_up_are_neither_called_nor_recorded() {
+    let dir = scratch("nokey");
+    let config = dir.join("config.toml");
+    let row = "[[provider]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n\
+               api_key_env = \"PROBE_TEST_UNSET_KEY\"\n";
+    std::fs::write(&config, row).unwrap();
+    let db = dir.join("never.db");
+    let out = stallscope(&["--config", config.to_str().unwrap(), "probe", "--db", db.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(value["run_id"].is_null() && value["routes"][0]["tiny"].is_null(), "{value}");
+    assert!(value["routes"][0]["problem"].as_str().unwrap().contains("PROBE_TEST_UNSET_KEY"), "{value}");
+    assert!(!db.exists(), "nothing was recorded");
+    let _ = std::fs::remove_dir_all(&dir);
+}
