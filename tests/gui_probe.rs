@@ -57,6 +57,9 @@ fn the_probe_button_shows_the_readiness_matrix_and_records_the_probe() {
     h.get_by_label("bigstall/m");
     h.get_by_label("failed");
     // The probe is a run of the history, labelled as one.
+    h.get_by_label("History").click();
+    wait_for(&mut h, "the history to list the probe", |h| h.query_by_label(&format!("Open run {run}")).is_some());
+    h.get_by_label("probe");
     let store = Store::open(dir.db()).unwrap();
     let listed = store.list_runs().unwrap();
     assert_eq!(listed.iter().map(|r| (r.id, r.label.as_deref())).collect::<Vec<_>>(), [(run, Some("probe"))]);
