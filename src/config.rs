@@ -17,6 +17,9 @@
 //! name = "vllm queue"
 //! body_contains = "queue full"
 //! category = "rate_limit"
+//!
+//! [probe]
+//! context_tokens = 20000          # the realistic payload of `stallscope probe`
 //! ```
 
 use std::collections::BTreeMap;
@@ -45,6 +48,18 @@ pub struct Config {
     /// Classifier rules.
     #[serde(default)]
     pub classifier: ClassifierConfig,
+    /// Route probes.
+    #[serde(default)]
+    pub probe: ProbeConfig,
+}
+
+/// The `[probe]` section: how `stallscope probe` sizes its realistic
+/// payload (see [`crate::probe`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeConfig {
+    /// Tokens of the realistic payload, about four characters each.
+    pub context_tokens: Option<u64>,
 }
 
 /// The `[classifier]` section.
@@ -140,6 +155,8 @@ pub struct Settings {
     pub policy: CorePolicy,
     /// The classifier with the config's rules.
     pub classifier: Classifier,
+    /// The config's `[probe]` section.
+    pub probe: ProbeConfig,
 }
 
 /// Which configuration file to read.
@@ -207,7 +224,7 @@ impl Settings {
         let policy = CorePolicy::from_tunables(&tunables)?;
         let classifier =
             Classifier::new(file.classifier.rules).map_err(|source| ConfigError::Rule { path: origin, source })?;
-        Ok(Settings { path, providers: file.providers, tunables, policy, classifier })
+        Ok(Settings { path, providers: file.providers, tunables, policy, classifier, probe: file.probe })
     }
 }
 

@@ -3,10 +3,13 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use stallscope::cli::{Cli, Stopped, run};
+use stallscope::cli::{Cli, NotReady, Stopped, run};
 
 /// The exit code of a run stopped by Ctrl-C, as shells report SIGINT.
 const STOPPED: u8 = 130;
+
+/// The exit code of a probe that found a route not ready.
+const NOT_READY: u8 = 1;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -17,6 +20,10 @@ fn main() -> ExitCode {
         Err(error) if error.downcast_ref::<Stopped>().is_some() => {
             eprintln!("stallscope: {error}");
             ExitCode::from(STOPPED)
+        }
+        Err(error) if error.downcast_ref::<NotReady>().is_some() => {
+            eprintln!("stallscope: {error}");
+            ExitCode::from(NOT_READY)
         }
         Err(error) => {
             eprintln!("stallscope: {}", one_line(&error));

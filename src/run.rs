@@ -33,6 +33,23 @@ pub struct RunPlan {
     pub prompt: String,
 }
 
+impl RunPlan {
+    /// The plan's calls, streams 0 to `requests - 1`.
+    pub fn calls(&self) -> impl Iterator<Item = Call> + '_ {
+        let context_tokens = Some(estimated_tokens(&self.prompt));
+        (0..self.requests).map(move |index| Call {
+            stream: index as u64,
+            target: self.target.clone(),
+            input: CallInput { prompt: self.prompt.clone(), context_tokens },
+        })
+    }
+}
+
+/// A rough context size of `prompt`: about four characters a token.
+pub fn estimated_tokens(prompt: &str) -> u64 {
+    prompt.len().div_ceil(4) as u64
+}
+
 /// Runs the plan; `on_finish` sees each call as it ends (for progress).
 /// Returns the report of every call that started, in index order (calls
 /// still queued when `cancel` fires never start).
@@ -42,14 +59,7 @@ pub async fn run_calls(
     cancel: &CancellationToken,
     on_finish: impl Fn(&CallReport) + Send + Sync + 'static,
 ) -> Vec<CallReport> {
-    // A rough context size: about four characters a token.
-    let context_tokens = Some(plan.prompt.len().div_ceil(4) as u64);
-    let calls = (0..plan.requests).map(|index| Call {
-        stream: index as u64,
-        target: plan.target.clone(),
-        input: CallInput { prompt: plan.prompt.clone(), context_tokens },
-    });
-    run_call_list(executor, calls, plan.concurrency, cancel, on_finish).await
+    run_call_list(executor, plan.calls(), plan.concurrency, cancel, on_finish).await
 }
 
 /// Runs `calls` with at most `concurrency` at once, started in the order

@@ -4,7 +4,8 @@
 //!
 //! The CLI's `run` and the app's **Run** button differ only in how they
 //! show progress, so both call [`run_session`] and pass their own sink and
-//! progress callback.
+//! progress callback. A route probe makes its own list of calls and runs
+//! it the same way ([`run_call_list_recorded`]).
 //!
 //! A lag probe runs beside the calls on the same runtime for the whole run
 //! ([`crate::core::lag_probe`]): every timer that fires carries how late
@@ -20,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, ConfigFile, Layers, Settings};
 use crate::core::event::{Event, EventSink, StreamId};
-use crate::core::executor::{CallReport, Origin};
+use crate::core::executor::{Call, CallReport, Origin};
 use crate::core::failover::Target;
 use crate::core::lag_probe::{LagProbe, LagSample, LagSummary};
 use crate::core::transport::ClientCache;
@@ -29,7 +30,7 @@ use crate::providers::Dialect;
 use crate::providers::setup::{ProviderConfig, SetupError, key_counts};
 use crate::recorder::{Recorder, RecorderOptions};
 use crate::report::RunReport;
-use crate::run::{RigError, RunPlan, ScenarioRig, executor, recommended_tunables, rig, run_calls};
+use crate::run::{RigError, RunPlan, ScenarioRig, executor, recommended_tunables, rig, run_call_list};
 use crate::sim::{Scenario, SimError, builtin};
 use crate::store::StoreError;
 use crate::store::runs::{RunMeta, RunStart};
@@ -153,27 +154,77 @@ pub async fn run_session(
     on_finish: impl Fn(&CallReport, &Diagnosis) + Send + Sync + 'static,
 ) -> Result<SessionOutcome, SessionError> {
     let (settings, providers, target, rig) = prepare(plan, env).await?;
-    let origin = Origin::now(plan.seed.unwrap_or_else(rand::random));
+    let run_plan =
+        RunPlan { requests: plan.requests, concurrency: plan.concurrency, target, prompt: plan.prompt.clone() };
+    let calls = CallList {
+        settings,
+        providers,
+        scenario: scenario_name(&plan.source),
+        calls: run_plan.calls().collect(),
+        concurrency: plan.concurrency,
+        recording: plan.recording.clone(),
+        seed: plan.seed,
+    };
+    let outcome = run_call_list_recorded(calls, env, watcher, cancel, on_finish).await;
+    if let Some(rig) = rig {
+        rig.server.shutdown().await;
+    }
+    outcome
+}
+
+/// Calls ready to run as one run, with everything they run with: what
+/// [`run_session`] makes of a plan, and what a route probe
+/// ([`crate::probe`]) makes of the configured routes.
+#[derive(Debug, Clone)]
+pub struct CallList {
+    /// The effective settings.
+    pub settings: Settings,
+    /// The provider rows to connect (their keys are looked up, so every
+    /// row here needs its key).
+    pub providers: Vec<ProviderConfig>,
+    /// The scenario served, when one is.
+    pub scenario: Option<String>,
+    /// The calls, started in this order.
+    pub calls: Vec<Call>,
+    /// How many at once.
+    pub concurrency: usize,
+    /// Record the run, or not.
+    pub recording: Option<Recording>,
+    /// The seed of every call's random draws; `None` draws one.
+    pub seed: Option<u64>,
+}
+
+/// Runs `list` to the end (or until `cancel`), recorded as one run when it
+/// says so, as [`run_session`] does for a plan.
+pub async fn run_call_list_recorded(
+    list: CallList,
+    env: &[(String, String)],
+    watcher: Option<Arc<dyn EventSink>>,
+    cancel: &CancellationToken,
+    on_finish: impl Fn(&CallReport, &Diagnosis) + Send + Sync + 'static,
+) -> Result<SessionOutcome, SessionError> {
+    let settings = &list.settings;
+    let origin = Origin::now(list.seed.unwrap_or_else(rand::random));
     let clients = ClientCache::new();
     let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     // Keys and URLs are checked before anything is recorded: a run that
     // cannot start leaves no row in the history. Its sinks are attached
     // below, before any call emits.
-    let mut executor = executor(&settings, &providers, &clients, Arc::new(Tee(Vec::new())), origin, lookup)?;
-    let recorder = match &plan.recording {
+    let mut executor = executor(settings, &list.providers, &clients, Arc::new(Tee(Vec::new())), origin, lookup)?;
+    let recorder = match &list.recording {
         Some(recording) => {
-            let scenario = scenario_name(&plan.source);
             let meta = RunMeta {
-                requests: u32::try_from(plan.requests).unwrap_or(u32::MAX),
-                concurrency: u32::try_from(plan.concurrency).unwrap_or(u32::MAX),
+                requests: u32::try_from(list.calls.len()).unwrap_or(u32::MAX),
+                concurrency: u32::try_from(list.concurrency).unwrap_or(u32::MAX),
                 seed: origin.seed,
                 epoch_unix_ns: origin.epoch_unix_ns(),
                 rules: serde_json::to_value(settings.classifier.rules()).unwrap_or_default(),
-                pools: key_counts(&providers),
+                pools: key_counts(&list.providers),
             };
-            let start = RunStart::new(recording.label.clone(), scenario, &settings.tunables, &providers)
-                .with_meta(meta)
-                .in_batch(recording.batch);
+            let start =
+                RunStart::new(recording.label.clone(), list.scenario.clone(), &settings.tunables, &list.providers)
+                    .with_meta(meta)
+                    .in_batch(recording.batch);
             let flush = settings.tunables.get("STALLSCOPE_RECORDER_FLUSH_MS").value.as_i64().unsigned_abs();
             let body_mb = settings.tunables.get("STALLSCOPE_RECORDER_BODY_BUDGET_MB").value.as_i64().unsigned_abs();
             let options = RecorderOptions {
@@ -196,8 +247,6 @@ pub async fn run_session(
     executor.sink = Arc::new(Tee(sinks));
     let probe = LagProbe::start(origin.epoch, Arc::clone(&executor.sink));
     executor.lag = Some(probe.meter());
-    let run_plan =
-        RunPlan { requests: plan.requests, concurrency: plan.concurrency, target, prompt: plan.prompt.clone() };
     let started = tokio::time::Instant::now();
     let on_call = {
         let (verdicts, judged) = (Arc::clone(&verdicts), Arc::clone(&judged));
@@ -209,19 +258,16 @@ pub async fn run_session(
             }
         }
     };
-    let reports = run_calls(&executor, &run_plan, cancel, on_call).await;
+    let requests = list.calls.len();
+    let reports = run_call_list(&executor, list.calls, list.concurrency, cancel, on_call).await;
     let lag = probe.stop();
-    let mut report =
-        RunReport::new(scenario_name(&plan.source), settings.tunables.snapshot(), &reports, started.elapsed());
+    let mut report = RunReport::new(list.scenario.clone(), settings.tunables.snapshot(), &reports, started.elapsed());
     report.seed = Some(origin.seed);
     report.stopped = cancel.is_cancelled();
-    report.summary.not_started = plan.requests.saturating_sub(reports.len());
+    report.summary.not_started = requests.saturating_sub(reports.len());
     let mut diagnoses = std::mem::take(&mut *judged.lock().unwrap_or_else(PoisonError::into_inner));
     diagnoses.extend(verdicts.diagnoses());
     report.attach_diagnoses(diagnoses);
-    if let Some(rig) = rig {
-        rig.server.shutdown().await;
-    }
     let mut dropped_events = 0;
     if let Some((_, handle)) = recorder {
         report.run_id = Some(handle.run_id());

@@ -4,6 +4,7 @@
 
 mod budget;
 mod explain;
+mod probe;
 mod run;
 mod runs;
 mod sim;
@@ -17,6 +18,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+pub use probe::NotReady;
 pub use run::Stopped;
 
 use crate::config::{Settings, process_env};
@@ -53,6 +55,9 @@ pub struct Cli {
 pub enum Command {
     /// Run calls through the core against configured providers or a built-in scenario.
     Run(run::Args),
+    /// Route readiness: call every configured provider/model with a tiny
+    /// prompt and a realistic payload, and say which routes are ready.
+    Probe(probe::Args),
     /// The recorded history: list, show, compare and delete runs.
     Runs(runs::Args),
     /// Export a recorded run as JSON lines or a Chrome/Perfetto trace, with every stream's verdict.
@@ -94,6 +99,7 @@ impl Cli {
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     match &cli.command {
         Some(Command::Run(args)) => run::run(&cli, args, out),
+        Some(Command::Probe(args)) => probe::run(&cli, args, out),
         Some(Command::Sim(args)) => sim::run(args, out),
         Some(Command::Runs(args)) => runs::run(args, out),
         Some(Command::Export(args)) => runs::export(args, out),

@@ -46,6 +46,13 @@ pub struct Args {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    record: RecordArgs,
+}
+
+/// Where a run is recorded, and its seed (`run` and `probe` take them).
+#[derive(Debug, clap::Args)]
+pub(super) struct RecordArgs {
     /// The database to record the run in (default: $STALLSCOPE_DB, else
     /// stallscope.db in the platform data directory).
     #[arg(long, value_name = "PATH", env = "STALLSCOPE_DB")]
@@ -59,7 +66,38 @@ pub struct Args {
     /// The seed of every call's random draws (backoff jitter); a run
     /// repeated with the seed another printed or recorded sleeps the same.
     #[arg(long)]
-    seed: Option<u64>,
+    pub(super) seed: Option<u64>,
+}
+
+impl RecordArgs {
+    /// Where to record, or `None` with `--no-record`.
+    pub(super) fn recording(&self) -> Result<Option<Recording>> {
+        if self.no_record {
+            return Ok(None);
+        }
+        let db = self
+            .db
+            .clone()
+            .or_else(Store::default_path)
+            .context("no platform data directory to keep the run in: give --db PATH, or --no-record")?;
+        Ok(Some(Recording { db, label: self.label.clone(), batch: None }))
+    }
+}
+
+/// Runs `work` to its end on a runtime of its own; Ctrl-C cancels the
+/// token it is given (the work still ends with what it has).
+pub(super) fn until_ctrl_c<T, F: Future<Output = T>>(work: impl FnOnce(CancellationToken) -> F) -> Result<T> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    Ok(runtime.block_on(async {
+        let cancel = CancellationToken::new();
+        let ctrl_c = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                ctrl_c.cancel();
+            }
+        });
+        work(cancel).await
+    }))
 }
 
 pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
@@ -72,16 +110,6 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         (None, Some(path)) => RunSource::ScenarioFile { path: path.clone(), dialect: dialect()? },
         (None, None) => RunSource::Config { path: cli.config_path(), target: args.target.clone() },
     };
-    let recording = if args.no_record {
-        None
-    } else {
-        let db = args
-            .db
-            .clone()
-            .or_else(Store::default_path)
-            .context("no platform data directory to keep the run in: give --db PATH, or --no-record")?;
-        Some(Recording { db, label: args.label.clone(), batch: None })
-    };
     let plan = SessionPlan {
         source,
         requests: args.requests as usize,
@@ -89,23 +117,15 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         prompt: args.prompt.clone(),
         overrides: cli.overrides.clone(),
         edits: Vec::new(),
-        recording,
-        seed: args.seed,
+        recording: args.record.recording()?,
+        seed: args.record.seed,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let outcome = runtime.block_on(async {
-        let cancel = CancellationToken::new();
-        let ctrl_c = cancel.clone();
-        // Ctrl-C stops the calls; the run still ends with its report,
-        // recorded as stopped, its queued calls as not started.
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                ctrl_c.cancel();
-            }
-        });
+    // Ctrl-C stops the calls; the run still ends with its report, recorded
+    // as stopped, its queued calls as not started.
+    let outcome = until_ctrl_c(|cancel| async move {
         let progress = Progress::new(plan.requests);
         run_session(&plan, &process_env(), None, &cancel, move |report, _| progress.finished(report.outcome)).await
-    })?;
+    })??;
     if outcome.dropped_events > 0 {
         eprintln!(
             "stallscope: the recorder fell behind and dropped {} events (counted in the run's record)",

@@ -3,9 +3,10 @@
 //! and the tunables it sets), how many calls, the **Run** and **Stop**
 //! buttons, and the timeline of the run going on, or of a stored run
 //! opened from the history, played back with a transport bar, or two
-//! stored runs compared stream by stream; and **What-if** on the run
-//! shown, under the tunables being edited. Before the first run it says
-//! what the app is for and offers one.
+//! stored runs compared stream by stream; **What-if** on the run shown,
+//! under the tunables being edited; and **Probe**, the readiness of every
+//! configured route ([`super::probe`]). Before the first run it says what
+//! the app is for and offers one.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -17,11 +18,13 @@ use super::checks::SuggestionCheck;
 use super::form::labelled;
 use super::lanes::Timeline;
 use super::playback::{Change, Command, Playback};
+use super::probe::ProbeView;
 use super::replay::Replay;
 use super::runner::{EVENT_CAPACITY, Runner, Update};
 use super::timeline::{Clock, TimelineView};
 use super::transport;
 use super::whatif::WhatIfView;
+use crate::probe::ProbePlan;
 use crate::providers::Dialect;
 use crate::session::{Recording, RunSource, SessionPlan};
 use crate::sim::{builtin, builtin_names};
@@ -214,6 +217,8 @@ pub enum Action {
     Run,
     /// Replay the run shown under the edited tunables.
     WhatIf,
+    /// Probe every configured route.
+    Probe,
 }
 
 /// The live view's state that does not persist.
@@ -243,6 +248,8 @@ pub struct Live {
     pub whatif: WhatIfView,
     /// The suggestions of the run shown, checked by what-if.
     pub checks: SuggestionCheck,
+    /// The readiness of the configured routes.
+    pub probe: ProbeView,
 }
 
 impl Live {
@@ -255,16 +262,9 @@ impl Live {
     /// Starts a run of `plans` (label, plan), replacing what is shown.
     pub fn start(&mut self, plans: Vec<(String, SessionPlan)>, env: Vec<(String, String)>, ctx: &egui::Context) {
         self.label = plans.first().and_then(|(_, p)| p.recording.as_ref()?.label.clone());
-        let runner = match &mut self.runner {
-            Some(runner) => runner,
-            None => match Runner::with_capacity(self.event_capacity.unwrap_or(EVENT_CAPACITY)) {
-                Ok(runner) => self.runner.insert(runner),
-                Err(e) => {
-                    self.results = vec![format!("cannot start the background runtime: {e}")];
-                    return;
-                }
-            },
-        };
+        if self.runner().is_none() {
+            return;
+        }
         self.timeline = Timeline::new();
         self.results.clear();
         (self.replayable, self.recorded) = (None, Vec::new());
@@ -276,9 +276,33 @@ impl Live {
             sessions.push(plan);
         }
         let ctx = ctx.clone();
-        runner.start(sessions, env, move || ctx.request_repaint());
+        if let Some(runner) = &mut self.runner {
+            runner.start(sessions, env, move || ctx.request_repaint());
+        }
         self.showing = Showing::Live { started: Instant::now(), ended_s: None };
         self.fold_about = true;
+    }
+
+    /// The runner, started at first use; `None` (and a result line saying
+    /// why) when its runtime cannot start.
+    fn runner(&mut self) -> Option<&mut Runner> {
+        if self.runner.is_none() {
+            match Runner::with_capacity(self.event_capacity.unwrap_or(EVENT_CAPACITY)) {
+                Ok(runner) => self.runner = Some(runner),
+                Err(e) => self.results = vec![format!("cannot start the background runtime: {e}")],
+            }
+        }
+        self.runner.as_mut()
+    }
+
+    /// Probes every configured route of `plan` on the runner's runtime.
+    pub fn start_probe(&mut self, plan: ProbePlan, env: Vec<(String, String)>, ctx: &egui::Context) {
+        // Made here first, then borrowed beside the probe view.
+        if self.runner().is_some()
+            && let Some(runner) = &self.runner
+        {
+            self.probe.start(runner, plan, env, ctx);
+        }
     }
 
     /// Events of the run going on that the app fell behind on and did not
@@ -512,6 +536,11 @@ impl Live {
                     action = Action::WhatIf;
                 }
             }
+            ui.separator();
+            let probe_blocked = providers.is_empty().then_some("Probe needs [[provider]] rows in the config file");
+            if self.probe.button(ui, probe_blocked) {
+                action = Action::Probe;
+            }
             if running {
                 ui.spinner();
             }
@@ -577,6 +606,7 @@ impl Live {
                 }
             });
         }
+        self.probe.ui(ui);
         self.checks.ui(ui);
         self.whatif.ui(ui);
         ui.separator();

@@ -22,6 +22,7 @@ pub mod live;
 pub mod overview;
 pub mod palette;
 pub mod playback;
+pub mod probe;
 pub mod replay;
 pub mod runner;
 pub mod save;
@@ -38,7 +39,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ConfigFile, Layers, Settings, default_path, process_env};
-use crate::session::{RunSource, settings_for};
+use crate::probe::{DEFAULT_CONCURRENCY, ProbePlan};
+use crate::session::{Recording, RunSource, settings_for};
 use crate::store::Store;
 use budget::BudgetView;
 use history::{HistoryView, Picked, RunAgain};
@@ -270,6 +272,22 @@ impl App {
         self.prefs.timeline.follow_live = true;
     }
 
+    /// Probes every configured route with the tunables being edited,
+    /// recorded when the form records.
+    pub fn start_probe(&mut self, ctx: &egui::Context) {
+        let recording = self.db.clone().filter(|_| self.prefs.form.record);
+        let plan = ProbePlan {
+            config: self.launch.config.clone(),
+            overrides: self.launch.overrides.clone(),
+            edits: self.prefs.tunables.assignments(),
+            context_tokens: None,
+            concurrency: DEFAULT_CONCURRENCY,
+            recording: recording.map(|db| Recording { db, label: None, batch: None }),
+            seed: None,
+        };
+        self.live.start_probe(plan, self.env.clone(), ctx);
+    }
+
     /// Starts a stored run again with its settings: its source and size
     /// in the form, its explicitly set tunables as the edits (the edits
     /// they replace can be brought back with Undo reset).
@@ -369,10 +387,14 @@ impl eframe::App for App {
             None => {}
         }
         self.live.poll_checks();
+        if self.live.probe.poll() {
+            // A recorded probe is a run of the history.
+            self.prefs.history.refresh(&self.db, ctx);
+        }
         if self.live.whatif.poll() {
             self.prefs.timeline.fit();
         }
-        if self.live.is_running() {
+        if self.live.is_running() || self.live.probe.is_running() {
             ctx.request_repaint_after(repaint_every(self.prefs.tab));
         }
         // At most a tenth of a second per frame: a slow frame (a big jump
@@ -396,6 +418,7 @@ impl eframe::App for App {
                         let changes = self.prefs.tunables.assignments();
                         self.live.start_whatif(self.db.clone(), changes, ui.ctx());
                     }
+                    Action::Probe => self.start_probe(ui.ctx()),
                     Action::None => {}
                 }
             }

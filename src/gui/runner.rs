@@ -155,6 +155,11 @@ impl Runner {
         }
     }
 
+    /// Runs `work` on the runner's runtime beside any run (a route probe).
+    pub fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        self.runtime.spawn(work);
+    }
+
     /// Cancels the run in progress (its calls end as `cancelled`).
     pub fn stop(&mut self) {
         self.cancel.cancel();

@@ -36,5 +36,5 @@ mod tests;
 pub use error::SimError;
 pub use library::{builtin, builtin_names};
 pub use recorded::SPEEDS;
-pub use scenario::{Attempt, RunHints, Scenario, Step, StreamError, Wait};
+pub use scenario::{Attempt, LargeRequests, RunHints, Scenario, Step, StreamError, Wait};
 pub use server::{STREAM_HEADER, SimServer, TlsIdentity};

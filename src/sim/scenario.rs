@@ -29,6 +29,23 @@
 //! ]
 //! ```
 //!
+//! # Large requests
+//!
+//! A route can answer a short prompt and stall on a realistic one (a long
+//! prefill, an MTU black hole that only big uploads fall into, a gateway
+//! with a body limit). An optional `[large_requests]` table gives requests
+//! whose body is at least `from_bytes` long scripts of their own, in the
+//! same form and counted the same way (attempt N of a stream, whatever its
+//! size, plays script N of its list):
+//!
+//! ```toml
+//! [large_requests]
+//! from_bytes = 4000
+//!
+//! [[large_requests.attempts]]
+//! steps = [{ preamble = true }, { stall_ms = "forever" }]
+//! ```
+//!
 //! # Attempt keys
 //!
 //! | key | default | meaning |
@@ -116,6 +133,25 @@ pub struct Scenario {
     run: RunHints,
     /// Never empty: [`Scenario::from_toml`] refuses a scenario without attempts.
     attempts: Vec<Attempt>,
+    /// Scripts of their own for large requests, if the scenario has them.
+    large: Option<LargeRequests>,
+}
+
+/// The optional `[large_requests]` table: what requests of at least
+/// `from_bytes` bytes of body get instead of the scenario's attempts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LargeRequests {
+    /// The smallest request body, in bytes, that counts as large.
+    pub from_bytes: usize,
+    /// Never empty: the per-attempt scripts of large requests.
+    attempts: Vec<Attempt>,
+}
+
+impl LargeRequests {
+    /// Every attempt script of large requests, in order.
+    pub fn attempts(&self) -> &[Attempt] {
+        &self.attempts
+    }
 }
 
 /// The optional `[run]` table: how the CLI demo should set up a run.
@@ -284,38 +320,20 @@ impl Scenario {
             Some(run) => check_run(run).map_err(|(span, detail)| fail(&span, format!("[run]: {detail}")))?,
             None => RunHints::default(),
         };
-        if raw.attempts.is_empty() {
-            return Err(SimError::Scenario {
-                origin: origin.to_owned(),
-                line: None,
-                column: None,
-                detail: "no [[attempts]]; a scenario needs at least one attempt table".to_owned(),
-            });
-        }
-        let mut attempts = Vec::with_capacity(raw.attempts.len());
-        for (i, attempt) in raw.attempts.into_iter().enumerate() {
-            let span = attempt.span();
-            let attempt = attempt.into_inner();
-            let mut steps = Vec::with_capacity(attempt.steps.len());
-            for (j, step) in attempt.steps.iter().enumerate() {
-                let step_span = step.span();
-                let step = step
-                    .get_ref()
-                    .check()
-                    .map_err(|d| fail(&step_span, format!("attempt {}, step {}: {d}", i + 1, j + 1)))?;
-                if steps.last().is_some_and(Step::ends_attempt) {
-                    return Err(fail(
-                        &step_span,
-                        format!("attempt {}, step {}: never runs, because step {j} ends the attempt", i + 1, j + 1),
-                    ));
-                }
-                steps.push(step);
+        let attempts = check_attempts(raw.attempts, ("[[attempts]]", "a scenario"), "", origin, &fail)?;
+        let large = match raw.large_requests {
+            Some(large) => {
+                let from_bytes =
+                    usize::try_from(*large.from_bytes.get_ref()).ok().filter(|bytes| *bytes > 0).ok_or_else(|| {
+                        fail(&large.from_bytes.span(), "[large_requests]: `from_bytes` must be at least 1".to_owned())
+                    })?;
+                let table = ("[[large_requests.attempts]]", "[large_requests]");
+                let attempts = check_attempts(large.attempts, table, "[large_requests] ", origin, &fail)?;
+                Some(LargeRequests { from_bytes, attempts })
             }
-            let attempt =
-                attempt.check(steps).map_err(|(at, d)| fail(&at.unwrap_or(span), format!("attempt {}: {d}", i + 1)))?;
-            attempts.push(attempt);
-        }
-        Ok(Scenario { description: raw.description.unwrap_or_default(), run, attempts })
+            None => None,
+        };
+        Ok(Scenario { description: raw.description.unwrap_or_default(), run, attempts, large })
     }
 
     /// Reads and checks the scenario file at `path`; errors name the file.
@@ -348,9 +366,71 @@ impl Scenario {
     /// The script of attempt `n` (1-based; 0 is read as 1); the last script
     /// repeats.
     pub fn attempt(&self, n: usize) -> &Attempt {
-        let last = self.attempts.len().saturating_sub(1);
-        &self.attempts[n.saturating_sub(1).min(last)]
+        nth(&self.attempts, n)
     }
+
+    /// The `[large_requests]` table, if the scenario has one.
+    pub fn large_requests(&self) -> Option<&LargeRequests> {
+        self.large.as_ref()
+    }
+
+    /// The script of attempt `n` (as [`Scenario::attempt`]) of a request
+    /// whose body is `request_bytes` long: a large request's own, when the
+    /// scenario gives large requests scripts of their own.
+    pub fn attempt_for(&self, n: usize, request_bytes: usize) -> &Attempt {
+        match &self.large {
+            Some(large) if request_bytes >= large.from_bytes => nth(&large.attempts, n),
+            _ => self.attempt(n),
+        }
+    }
+}
+
+/// Script `n` (1-based; 0 is read as 1) of a non-empty list; the last
+/// repeats.
+fn nth(attempts: &[Attempt], n: usize) -> &Attempt {
+    let last = attempts.len().saturating_sub(1);
+    &attempts[n.saturating_sub(1).min(last)]
+}
+
+/// Checks one list of attempt tables. `table` is the list's name and what
+/// needs it, for the error when it is empty; `prefix` goes before each
+/// attempt's number in errors.
+fn check_attempts(
+    raw: Vec<Spanned<RawAttempt>>,
+    (table, owner): (&str, &str),
+    prefix: &str,
+    origin: &str,
+    fail: &dyn Fn(&Range<usize>, String) -> SimError,
+) -> Result<Vec<Attempt>, SimError> {
+    if raw.is_empty() {
+        return Err(SimError::Scenario {
+            origin: origin.to_owned(),
+            line: None,
+            column: None,
+            detail: format!("no {table}; {owner} needs at least one attempt table"),
+        });
+    }
+    let mut attempts = Vec::with_capacity(raw.len());
+    for (i, attempt) in raw.into_iter().enumerate() {
+        let span = attempt.span();
+        let attempt = attempt.into_inner();
+        let name = format!("{prefix}attempt {}", i + 1);
+        let mut steps = Vec::with_capacity(attempt.steps.len());
+        for (j, step) in attempt.steps.iter().enumerate() {
+            let step_span = step.span();
+            let step = step.get_ref().check().map_err(|d| fail(&step_span, format!("{name}, step {}: {d}", j + 1)))?;
+            if steps.last().is_some_and(Step::ends_attempt) {
+                return Err(fail(
+                    &step_span,
+                    format!("{name}, step {}: never runs, because step {j} ends the attempt", j + 1),
+                ));
+            }
+            steps.push(step);
+        }
+        let attempt = attempt.check(steps).map_err(|(at, d)| fail(&at.unwrap_or(span), format!("{name}: {d}")))?;
+        attempts.push(attempt);
+    }
+    Ok(attempts)
 }
 
 /// The 1-based line and column (in characters) where `span` starts.
@@ -399,6 +479,15 @@ struct RawScenario {
     /// Read key by key (not as a struct) so every key and value keeps its
     /// place in the file for [`check_run`]'s messages.
     run: Option<BTreeMap<Spanned<String>, Spanned<toml::Value>>>,
+    #[serde(default)]
+    attempts: Vec<Spanned<RawAttempt>>,
+    large_requests: Option<RawLarge>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLarge {
+    from_bytes: Spanned<u64>,
     #[serde(default)]
     attempts: Vec<Spanned<RawAttempt>>,
 }
@@ -770,6 +859,59 @@ steps = [
         assert_eq!(attempt.steps, vec![Step::Content { text: "x".to_owned(), count: 1, every: Duration::ZERO }]);
         assert_eq!(scenario.run(), &RunHints::default());
         assert_eq!(scenario.description(), "");
+    }
+
+    #[test]
+    fn large_requests_play_their_own_scripts_counted_with_the_others() {
+        let text = r#"
+[[attempts]]
+steps = [{ content = "small" }]
+
+[large_requests]
+from_bytes = 100
+
+[[large_requests.attempts]]
+steps = [{ preamble = true }, { stall_ms = "forever" }]
+
+[[large_requests.attempts]]
+status = 503
+"#;
+        let scenario = parse(text).unwrap();
+        let small = scenario.attempt(1);
+        assert_eq!(scenario.large_requests().map(|l| (l.from_bytes, l.attempts().len())), Some((100, 2)));
+        assert_eq!(scenario.attempt_for(1, 99), small);
+        assert_eq!(scenario.attempt_for(1, 100).steps, vec![Step::Preamble, Step::Stall(Wait::Forever)]);
+        assert_eq!(scenario.attempt_for(2, 5000).status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(scenario.attempt_for(7, 5000).status, StatusCode::SERVICE_UNAVAILABLE, "the last repeats");
+        assert_eq!(scenario.attempt_for(7, 10), small);
+        // Without the table, size changes nothing.
+        let plain = parse("[[attempts]]\nsteps = [{ content = \"x\" }]").unwrap();
+        assert_eq!((plain.large_requests(), plain.attempt_for(1, 1 << 20)), (None, plain.attempt(1)));
+    }
+
+    #[test]
+    fn bad_large_requests_tables_say_where_and_what() {
+        let base = "[[attempts]]\nstatus = 200\n";
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "[large_requests]\nfrom_bytes = 0\n[[large_requests.attempts]]",
+                &["line 4, column 14", "`from_bytes` must be at least 1"],
+            ),
+            ("[large_requests]\nfrom_bytes = 10", &["no [[large_requests.attempts]]", "at least one attempt"]),
+            ("[large_requests]\n[[large_requests.attempts]]", &["from_bytes"]),
+            (
+                "[large_requests]\nfrom_bytes = 10\n[[large_requests.attempts]]\nsteps = [{ reset = true }, { end = true }]",
+                &["line 6", "[large_requests] attempt 1, step 2: never runs"],
+            ),
+            ("[large_requests]\nfrom_bytes = 10\nsize = 3", &["size", "from_bytes"]),
+        ];
+        for (tail, words) in cases {
+            let message = parse(&format!("{base}{tail}")).unwrap_err();
+            for word in *words {
+                assert!(message.contains(word), "{tail:?} gave {message}, missing {word:?}");
+            }
+            assert!(!message.contains('\n'), "one line: {message}");
+        }
     }
 
     /// Each bad file, the line and column the error must name (where the

@@ -54,9 +54,16 @@ enum Script {
 }
 
 impl Script {
-    fn reply(&self, stream: Option<&str>, attempt: usize, dialect: Dialect, model: &str) -> Reply {
+    fn reply(
+        &self,
+        stream: Option<&str>,
+        attempt: usize,
+        request_bytes: usize,
+        dialect: Dialect,
+        model: &str,
+    ) -> Reply {
         match self {
-            Script::Scenario(scenario) => Reply::scripted(scenario.attempt(attempt), dialect, model),
+            Script::Scenario(scenario) => Reply::scripted(scenario.attempt_for(attempt, request_bytes), dialect, model),
             Script::Recording(recording) => recording.reply(stream, attempt),
         }
     }
@@ -283,13 +290,12 @@ async fn respond(
     }
     let stream = request.headers().get(STREAM_HEADER).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let n = shared.next_attempt(stream.as_deref().unwrap_or(""));
-    // Only `model` is read; a body that is not JSON just gets the default.
-    let model = match request.into_body().collect().await {
-        Ok(collected) => serde_json::from_slice::<ModelField>(&collected.to_bytes()).ok().and_then(|b| b.model),
-        Err(_) => None,
-    }
-    .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
-    let reply = shared.script.reply(stream.as_deref(), n, dialect, &model);
+    // Only `model` and the body's size are read; a body that is not JSON
+    // just gets the default model.
+    let body = request.into_body().collect().await.map(|collected| collected.to_bytes()).unwrap_or_default();
+    let model = serde_json::from_slice::<ModelField>(&body).ok().and_then(|b| b.model);
+    let model = model.unwrap_or_else(|| DEFAULT_MODEL.to_owned());
+    let reply = shared.script.reply(stream.as_deref(), n, body.len(), dialect, &model);
     Ok(answer(reply, abort).await)
 }
 

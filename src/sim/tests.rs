@@ -61,6 +61,29 @@ fn has_io_kind(error: &reqwest::Error, kind: std::io::ErrorKind) -> bool {
     false
 }
 
+/// A request's body size picks its script: the small one is answered,
+/// the large one stalls before its headers, and both count as attempts
+/// of the stream.
+#[tokio::test]
+async fn large_request_bodies_play_the_large_scripts() {
+    let server = serve_toml(
+        "[[attempts]]\nsteps = [{ content = \"ok\" }]\n\
+         [large_requests]\nfrom_bytes = 2000\n\
+         [[large_requests.attempts]]\nheaders_delay_ms = 60000\n",
+    )
+    .await;
+    let send = |padding: usize| {
+        let body = format!(r#"{{"model":"m","stream":true,"messages":[],"pad":"{}"}}"#, "x".repeat(padding));
+        let url = format!("{}{}", server.base_url(), Dialect::OpenAiChat.server_path());
+        let request = client().post(url).header(STREAM_HEADER, "s").body(body);
+        request.send()
+    };
+    assert_eq!(send(10).await.unwrap().status(), 200);
+    let large = tokio::time::timeout(Duration::from_millis(300), send(4000)).await;
+    assert!(large.is_err(), "a large request waits a minute for its headers: {large:?}");
+    assert_eq!(server.attempts("s"), 2);
+}
+
 #[tokio::test]
 async fn healthy_streams_end_with_each_dialects_terminal_events() {
     let server = serve("healthy").await;
