@@ -89,6 +89,11 @@ pub const TINY_PROMPT: &str = "Reply with the single word: ok";
 /// The label a recorded probe carries (before the user's own label).
 pub const LABEL: &str = "probe";
 
+/// Whether a recorded run's label says it is a probe.
+pub fn is_probe_label(label: &str) -> bool {
+    label == LABEL || label.strip_prefix(LABEL).is_some_and(|rest| rest.starts_with(": "))
+}
+
 /// The setting that probes each route alone.
 const FAILOVER_OFF: &str = "STALLSCOPE_FALLBACK_MODELS=off";
 

@@ -822,6 +822,10 @@ fn batch_summary(parts: &[&RunSummary]) -> RunSummary {
 /// runs again whole.
 fn run_again(record: &RunRecord, batch: bool) -> Result<RunAgain, String> {
     let id = record.summary.id;
+    // Its calls were one per route and payload, not a run of one source.
+    if record.summary.label.as_deref().is_some_and(crate::probe::is_probe_label) {
+        return Err(format!("run {id} is a probe: press Probe in the Live view to probe every route again"));
+    }
     let choice = match (&record.summary.scenario, batch) {
         (_, true) => Choice::AllStories,
         (Some(name), false) if builtin_names().contains(&name.as_str()) => Choice::Scenario(name.clone()),
@@ -990,6 +994,26 @@ mod tests {
         // The filter finds a batch by any of its parts.
         view.filter = "s3".to_owned();
         assert_eq!(view.entries().len(), 1);
+    }
+
+    #[test]
+    fn a_probe_is_not_run_again_as_a_run_of_its_first_provider() {
+        let record = |label: &str| RunRecord {
+            summary: RunSummary {
+                label: Some(label.to_owned()),
+                scenario: None,
+                ..run(4, None, RunStatus::Completed, 0)
+            },
+            tunables: serde_json::Map::new(),
+            providers: serde_json::json!([{"name": "p", "model": "m"}]),
+            meta: None,
+            recorded_schema: 2,
+            dropped_by_stream: BTreeMap::new(),
+        };
+        let refused = run_again(&record("probe: office"), false).unwrap_err();
+        assert!(refused.contains("run 4 is a probe: press Probe"), "{refused}");
+        assert!(run_again(&record("probe"), false).is_err());
+        assert_eq!(run_again(&record("probes of mine"), false).map(|a| a.choice), Ok(Choice::Provider("p/m".into())));
     }
 
     #[test]
