@@ -35,6 +35,9 @@ use crate::core::lag_probe::LagSample;
 use crate::diagnosis::{Diagnosis, RecordedRun};
 use crate::report::RunReport;
 
+/// How long an open or a write waits for another process's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 pub use migrations::SCHEMA_VERSION;
 pub use runs::{Outcomes, RunId, RunMeta, RunRecord, RunStart, RunStatus, RunSummary, redacted_providers};
 
@@ -254,8 +257,20 @@ impl Store {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { dir: dir.to_path_buf(), source })?;
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(&path, flags).map_err(|e| StoreError::sqlite(&path, e))?;
-        Self::init(conn, path)
+        // SQLite answers "busy" at once, without waiting, where waiting
+        // could deadlock (processes setting up one new file together, each
+        // holding a lock the other needs). Every step of opening is safe
+        // to repeat, so a busy open starts over until the busy timeout.
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        loop {
+            let conn = Connection::open_with_flags(&path, flags).map_err(|e| StoreError::sqlite(&path, e))?;
+            match Self::init(conn, path.clone()) {
+                Err(StoreError::Busy { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                opened => return opened,
+            }
+        }
     }
 
     /// A database in memory (tests, what-if scratch space).
@@ -274,7 +289,7 @@ impl Store {
         let _turn = OPENING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let err = |e| StoreError::sqlite(&path, e);
         // Waits for a concurrent writer (the recorder of another run) instead of failing at once.
-        conn.busy_timeout(Duration::from_secs(5)).map_err(err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
         if conn.is_readonly(rusqlite::MAIN_DB).map_err(err)? {
             return Err(StoreError::ReadOnly { path, reason: "the file is read-only".to_owned() });
         }
