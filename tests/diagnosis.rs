@@ -301,7 +301,7 @@ fn a_stored_timer_that_fired_late_is_not_trusted() {
     let events = [
         at(0, 0, EventKind::CallStarted { target: target.clone(), context_tokens: None }),
         at(0, 1, EventKind::AttemptStarted { target, credential: None }),
-        at(0, 1, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(1) }),
+        at(0, 1, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(1), floor: None }),
         at(5, 1, EventKind::HeadersReceived { status: 200, content_type: None }),
         at(1250, 1, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1), lag: late }),
         at(1250, 1, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Idle }, stop_reason: None }),

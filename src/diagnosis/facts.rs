@@ -323,7 +323,7 @@ impl CallFacts {
             EventKind::ErrorBody { body, .. } => t.error_body = Some(clip(body, QUOTE)),
             EventKind::ChunkReceived { bytes } => t.chunk(at, *bytes),
             EventKind::SseReceived { class, progress, .. } => t.parsed(at, *class, *progress),
-            EventKind::TimerArmed { timer, after } => t.armed[timer_index(*timer)] = Some(*after),
+            EventKind::TimerArmed { timer, after, .. } => t.armed[timer_index(*timer)] = Some(*after),
             EventKind::TimerDisarmed { timer, .. } => t.armed[timer_index(*timer)] = None,
             EventKind::TimerFired { timer, after, lag } => {
                 t.fired = Some(Fired { timer: *timer, budget: *after, at, lag: *lag });

@@ -155,7 +155,7 @@ impl StreamDetail {
         };
         let Logged::Event(kind) = &entry.what else { return };
         match kind {
-            EventKind::TimerArmed { timer, after } => {
+            EventKind::TimerArmed { timer, after, .. } => {
                 let armed = setting(timers, *timer, true);
                 (armed.budget, armed.disarmed) = (Some(*after), None);
             }
@@ -443,9 +443,9 @@ mod tests {
         let secs = Duration::from_secs;
         vec![
             event(0, 0, EventKind::CallStarted { target: t.clone(), context_tokens: None }),
-            event(0, 0, EventKind::TimerArmed { timer: TimerKind::Deadline, after: secs(30) }),
+            event(0, 0, EventKind::TimerArmed { timer: TimerKind::Deadline, after: secs(30), floor: None }),
             event(0, 1, EventKind::AttemptStarted { target: t.clone(), credential: Some(1) }),
-            event(0, 1, EventKind::TimerArmed { timer: TimerKind::Ttfb, after: secs(5) }),
+            event(0, 1, EventKind::TimerArmed { timer: TimerKind::Ttfb, after: secs(5), floor: None }),
             event(0, 1, EventKind::TimerDisarmed { timer: TimerKind::Idle, reason: "not configured".into() }),
             event(40, 1, EventKind::HeadersReceived { status: 429, content_type: Some("application/json".into()) }),
             event(40, 1, EventKind::ResponseHeaders { headers: vec![("retry-after-ms".into(), "200".into())] }),
@@ -464,7 +464,7 @@ mod tests {
                 },
             ),
             event(250, 2, EventKind::AttemptStarted { target: t, credential: Some(0) }),
-            event(250, 2, EventKind::TimerArmed { timer: TimerKind::Idle, after: secs(1) }),
+            event(250, 2, EventKind::TimerArmed { timer: TimerKind::Idle, after: secs(1), floor: None }),
             event(300, 2, EventKind::HeadersReceived { status: 200, content_type: Some("text/event-stream".into()) }),
             event(310, 2, EventKind::ChunkReceived { bytes: 30 }),
             event(310, 2, EventKind::SseReceived { class: EventClass::Content, chars: 5, progress: true }),
