@@ -122,6 +122,11 @@ async fn each_scenario_gets_the_verdict_of_its_pattern() {
         },
         Expect { says: &["reads per event"], ..expect("drip", K::SlowDrip, Notice) },
         Expect {
+            says: &["against a floor of 5/s", "until the throughput-floor timer (1 s) fired"],
+            timer: Some(TimerKind::MinRate),
+            ..expect("crawl", K::Crawl, Partial)
+        },
+        Expect {
             says: &["then no body byte until", "within 50 ms"],
             ..expect("proxy-buffered", K::ProxyBuffering, Notice)
         },

@@ -187,6 +187,14 @@ mod tests {
     }
 
     #[test]
+    fn timers_serialize_as_their_names() {
+        for t in TimerKind::ALL {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.name());
+        }
+        assert_eq!(TimerKind::MinRate.name(), "min_rate");
+    }
+
+    #[test]
     fn only_transient_categories_are_retryable() {
         let retryable: Vec<_> = Category::ALL.into_iter().filter(|c| c.is_retryable()).collect();
         assert_eq!(retryable, Category::RETRYABLE);

@@ -505,7 +505,6 @@ fn absorb(
                 if resets && let Some(stall) = &mut clocks.data_stall {
                     stall.reset(now);
                 }
-                scope.emit_at(now, EventKind::SseReceived { class, chars: text.chars().count(), progress: resets });
                 let starts_floor = match timers.min_rate {
                     Some(RateFloor { after: RateStart::Content, .. }) => class.is_output(),
                     Some(RateFloor { after: RateStart::Progress, .. }) => resets,
@@ -520,6 +519,9 @@ fn absorb(
                 if resets && let Some(floor) = &mut clocks.min_rate {
                     floor.count(now);
                 }
+                // After the floor's arming, which counts this event: what
+                // reads the events back counts it too.
+                scope.emit_at(now, EventKind::SseReceived { class, chars: text.chars().count(), progress: resets });
                 if class.is_output() && !progress.committed {
                     progress.committed = true;
                     scope.emit_at(now, EventKind::PhaseChanged { phase: AttemptPhase::Streaming });

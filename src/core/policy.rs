@@ -72,7 +72,9 @@ pub enum RateStart {
 }
 
 impl RateStart {
-    fn parse(text: &str) -> RateStart {
+    /// The start `STALLSCOPE_SSE_MIN_RATE_AFTER` names (`content` for
+    /// anything else: the tunable's check has refused it already).
+    pub fn parse(text: &str) -> RateStart {
         match text {
             "progress" => RateStart::Progress,
             "headers" => RateStart::Headers,

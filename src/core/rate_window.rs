@@ -106,6 +106,38 @@ impl RateWindow {
     }
 }
 
+/// The fewest progress events any judged window of a stream held: its
+/// events at `events` (ascending, from when the floor starts), its end at
+/// `end`. A floor of that many a window (or fewer) never fires on a stream
+/// like it. A stream that ended before a whole window passed is taken as
+/// judged at its end (all it held): a floor above its pace would have cut
+/// it had it gone on. Between two events a window only loses events, so
+/// the last boundary before each event (and before the end) is the one to
+/// look at.
+pub fn fewest_in_a_window(window: Duration, events: impl IntoIterator<Item = Duration>, end: Duration) -> u64 {
+    let mut ring = RateWindow::new(window);
+    let slot_ns = ring.slot_ns;
+    let mut fewest: Option<u64> = None;
+    let mut last_ns = None::<u64>;
+    let mut look = |ring: &RateWindow, at_ns: u64, last_ns: Option<u64>| {
+        // The last boundary at or before `at`, when it is judged and
+        // after the last event counted.
+        let boundary = at_ns / slot_ns;
+        if boundary >= SLOTS as u64 && last_ns.is_none_or(|last| boundary * slot_ns > last) {
+            let held = ring.in_window(Duration::from_nanos(boundary * slot_ns - 1));
+            fewest = Some(fewest.map_or(held, |f| f.min(held)));
+        }
+    };
+    for at in events {
+        let at_ns = nanos(at);
+        look(&ring, at_ns, last_ns);
+        ring.count(at);
+        last_ns = Some(at_ns);
+    }
+    look(&ring, nanos(end), last_ns);
+    fewest.unwrap_or(ring.held)
+}
+
 fn nanos(at: Duration) -> u64 {
     u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -151,6 +183,24 @@ mod tests {
         assert_eq!(ring.in_window(ms(9_000)), 1);
         assert_eq!(ring.first_below(3.0), ms(9_100), "each boundary after the last event is judged");
         assert_eq!(ring.first_below(1.0), ms(10_100), "the window ending at 10 s still holds the event at 9 s");
+    }
+
+    #[test]
+    fn the_fewest_events_a_window_held_is_what_a_floor_may_ask_for() {
+        // Ten a second for 3 s, then a pause of 0.55 s, then ten more a second.
+        let mut events: Vec<Duration> = (0..30).map(|i| ms(i * 100 + 50)).collect();
+        events.extend((0..10).map(|i| ms(3_600 + i * 100)));
+        // Judged at each boundary from 1 s: the window ending at 3.6 s holds
+        // 2.6–3.0 s, four events; from 3.7 s they come back.
+        assert_eq!(fewest_in_a_window(ms(1000), events.iter().copied(), ms(4_500)), 4);
+        // A floor of four a window never fires on it; of five, at 3.6 s.
+        let mut ring = RateWindow::new(ms(1000));
+        events.iter().take_while(|&&at| at < ms(3_600)).for_each(|&at| ring.count(at));
+        assert_eq!((ring.first_below(4.0) > ms(3_600), ring.first_below(5.0)), (true, ms(3_600)));
+        // Ending before a whole window, it is taken as judged at its end.
+        assert_eq!(fewest_in_a_window(ms(1000), [ms(10), ms(20)], ms(999)), 2);
+        // Nothing after the start: the first window is empty.
+        assert_eq!(fewest_in_a_window(ms(1000), [], ms(1000)), 0);
     }
 
     #[test]

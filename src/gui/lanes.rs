@@ -1046,6 +1046,44 @@ mod tests {
         events
     }
 
+    /// A throughput floor of 5 a second over 1 s: twenty events in the
+    /// first half second, then one every half second, until it fires.
+    fn crawl() -> Vec<Event> {
+        let e = |ms, kind| event(ms, 1, 1, kind);
+        let armed =
+            EventKind::TimerArmed { timer: TimerKind::MinRate, after: Duration::from_secs(1), floor: Some(5.0) };
+        let progress = || EventKind::SseReceived { class: EventClass::Content, chars: 4, progress: true };
+        let mut events = vec![e(0, armed)];
+        events.extend((0..20).map(|i| e(i * 25, progress())));
+        events.extend([975, 1475].map(|ms| e(ms, progress())));
+        let fired = EventKind::TimerFired { timer: TimerKind::MinRate, after: Duration::from_secs(1), lag: None };
+        events.push(e(1500, fired));
+        events
+    }
+
+    #[test]
+    fn the_floor_s_track_climbs_as_the_rate_falls_to_the_floor() {
+        let events = crawl();
+        let timeline = Timeline::from_events("x", &events);
+        let track = &timeline.lanes[0].timers[0];
+        assert_eq!((track.kind, track.label().as_str()), (TimerKind::MinRate, "min_rate 5/s over 1 s"));
+        let at = |s: f64| track.progress.iter().rev().find(|p| (p.x - s).abs() < 1e-9).map(|p| p.y).unwrap();
+        // Half a second in, the floor asked for 2.5 events and 20 came.
+        assert!((at(0.475) - 2.375 / 20.0).abs() < 1e-9, "{}", at(0.475));
+        assert!((at(0.975) - 4.875 / 21.0).abs() < 1e-9, "{}", at(0.975));
+        // The window to 1.475 s held two: below the floor's five.
+        assert_eq!((at(1.475), track.fired), (1.0, true));
+
+        // A rewind restores the window the events changed in place.
+        let mut live = Timeline::new();
+        let part = live.add_part("x", 0.0);
+        events[..22].iter().for_each(|e| live.ingest(part, e));
+        let mark = live.checkpoint();
+        events[22..].iter().for_each(|e| live.ingest(part, e));
+        live.rewind(&mark);
+        assert_eq!(live, Timeline::from_events("x", &events[..22]));
+    }
+
     #[test]
     fn rewinding_to_a_checkpoint_then_taking_events_again_gives_the_same_timeline() {
         let events = two_streams();
