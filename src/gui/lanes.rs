@@ -800,15 +800,7 @@ impl Lane {
 
     /// The attempt's timers stop; the call's deadline runs on.
     fn close_all(&mut self, at: f64) {
-        let attempt_timers = [
-            TimerKind::Connect,
-            TimerKind::Ttfb,
-            TimerKind::Idle,
-            TimerKind::DataStall,
-            TimerKind::MinRate,
-            TimerKind::Total,
-        ];
-        for kind in attempt_timers {
+        for kind in TimerKind::ALL.into_iter().filter(|&kind| kind != TimerKind::Deadline) {
             self.close(kind, at, false);
         }
     }

@@ -50,15 +50,7 @@ pub fn timer_style(kind: TimerKind) -> (Color32, LineStyle) {
 }
 
 /// Every timer, in the legend's order.
-pub const TIMERS: [TimerKind; 7] = [
-    TimerKind::Connect,
-    TimerKind::Ttfb,
-    TimerKind::Idle,
-    TimerKind::DataStall,
-    TimerKind::MinRate,
-    TimerKind::Total,
-    TimerKind::Deadline,
-];
+pub const TIMERS: [TimerKind; 7] = TimerKind::ALL;
 
 /// The marker shapes of point events, shared by the lanes and the legend.
 pub mod shape {
