@@ -27,8 +27,11 @@ pub struct RateWindow {
     counts: [u32; SLOTS],
     /// The slot events are counted into now, numbered from the start.
     slot: u64,
-    /// Where that slot ends, in nanoseconds from the start.
-    slot_end_ns: u64,
+    /// Its place in the ring (`slot % SLOTS`, kept: a division per event
+    /// would cost more than the rest of counting it).
+    current: usize,
+    /// Where that slot ends, from the start.
+    slot_end: Duration,
     /// The events the ring holds.
     held: u64,
 }
@@ -37,7 +40,14 @@ impl RateWindow {
     /// An empty window of `window` (at least a nanosecond a slot).
     pub fn new(window: Duration) -> RateWindow {
         let slot_ns = u64::try_from(window.as_nanos() / SLOTS as u128).unwrap_or(u64::MAX).max(1);
-        RateWindow { slot_ns, counts: [0; SLOTS], slot: 0, slot_end_ns: slot_ns, held: 0 }
+        RateWindow {
+            slot_ns,
+            counts: [0; SLOTS],
+            slot: 0,
+            current: 0,
+            slot_end: Duration::from_nanos(slot_ns),
+            held: 0,
+        }
     }
 
     /// The window's length.
@@ -48,11 +58,10 @@ impl RateWindow {
     /// Counts one progress event `at` from the start (never earlier than
     /// the last one counted).
     pub fn count(&mut self, at: Duration) {
-        let at_ns = nanos(at);
-        if at_ns >= self.slot_end_ns {
-            self.advance(at_ns / self.slot_ns);
+        if at >= self.slot_end {
+            self.advance(nanos(at) / self.slot_ns);
         }
-        self.counts[self.index(self.slot)] += 1;
+        self.counts[self.current] += 1;
         self.held += 1;
     }
 
@@ -70,7 +79,8 @@ impl RateWindow {
             }
         }
         self.slot = slot;
-        self.slot_end_ns = slot.saturating_add(1).saturating_mul(self.slot_ns);
+        self.current = self.index(slot);
+        self.slot_end = Duration::from_nanos(slot.saturating_add(1).saturating_mul(self.slot_ns));
     }
 
     fn index(&self, slot: u64) -> usize {
