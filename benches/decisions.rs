@@ -6,7 +6,8 @@
 //! - `stream/*`: the governor's cost per chunk, as `governed` (timers,
 //!   events, decoding) against `decode_only` (the same chunks through the
 //!   same decoder with no governor). Their ratio is the governor's
-//!   overhead.
+//!   overhead; `governed_floor` is `governed` with the throughput floor on
+//!   (its ratio to `governed` is the floor's cost).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -27,7 +28,7 @@ use stallscope::core::event::NullSink;
 use stallscope::core::failover::Target;
 use stallscope::core::failure::Failure;
 use stallscope::core::governor::{AttemptProgress, AttemptScope, run_attempt};
-use stallscope::core::policy::CorePolicy;
+use stallscope::core::policy::{AttemptTimers, CorePolicy, RateFloor};
 use stallscope::core::upstream::{AttemptRequest, CallInput, Decoder, Response, Upstream};
 use support::LineDecoder;
 use tokio_util::sync::CancellationToken;
@@ -83,8 +84,6 @@ fn stream_costs(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     let policy = CorePolicy::default();
     let timers = policy.timers.for_attempt(None, &policy.retry.escalation, 0, 3);
-    let target = Target::new("p", "m");
-    let input = CallInput::default();
     let cancel = CancellationToken::new();
     let mut group = c.benchmark_group("stream");
     group.throughput(Throughput::Elements(CHUNKS as u64));
@@ -104,29 +103,37 @@ fn stream_costs(c: &mut Criterion) {
             })
         })
     });
-    group.bench_function("governed", |b| {
-        b.iter(|| {
-            runtime.block_on(async {
-                let scope = AttemptScope {
-                    sink: &NullSink,
-                    epoch: tokio::time::Instant::now(),
-                    wall_epoch: std::time::SystemTime::now(),
-                    bodies: stallscope::core::policy::BodySettings::default(),
-                    lag: None,
-                    stream: 1,
-                    attempt: 1,
-                    deadline: None,
-                    cancel: &cancel,
-                };
-                let mut progress = AttemptProgress::default();
-                let request =
-                    AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
-                run_attempt(&InMemory, request, &timers, &scope, &mut progress).await.unwrap();
-                progress.events
-            })
-        })
+    group.bench_function("governed", |b| b.iter(|| runtime.block_on(govern_all(&timers, &cancel))));
+    // The same with the throughput floor on (a floor no stream of ready
+    // chunks goes below): its cost is counting each progress event.
+    let mut floored = timers.clone();
+    floored.min_rate = Some(RateFloor {
+        floor: 1.0,
+        window: Duration::from_secs(60),
+        after: stallscope::core::policy::RateStart::Content,
     });
+    group.bench_function("governed_floor", |b| b.iter(|| runtime.block_on(govern_all(&floored, &cancel))));
     group.finish();
+}
+
+/// Runs one attempt over the in-memory body under `timers`.
+async fn govern_all(timers: &AttemptTimers, cancel: &CancellationToken) -> u64 {
+    let scope = AttemptScope {
+        sink: &NullSink,
+        epoch: tokio::time::Instant::now(),
+        wall_epoch: std::time::SystemTime::now(),
+        bodies: stallscope::core::policy::BodySettings::default(),
+        lag: None,
+        stream: 1,
+        attempt: 1,
+        deadline: None,
+        cancel,
+    };
+    let mut progress = AttemptProgress::default();
+    let (target, input) = (Target::new("p", "m"), CallInput::default());
+    let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
+    run_attempt(&InMemory, request, timers, &scope, &mut progress).await.unwrap();
+    progress.events
 }
 
 /// One realistic chat completions chunk through the SSE parser and the

@@ -46,9 +46,9 @@ fn synthetic(streams: u64, events_per_stream: u64, seconds: f64) -> Vec<Event> {
         let head = [
             EventKind::CallStarted { target: target.clone(), context_tokens: Some(100) },
             EventKind::AttemptStarted { target, credential: None },
-            EventKind::TimerArmed { timer: TimerKind::Ttfb, after: Duration::from_secs(120) },
-            EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(30) },
-            EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_secs(90) },
+            EventKind::TimerArmed { timer: TimerKind::Ttfb, after: Duration::from_secs(120), floor: None },
+            EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(30), floor: None },
+            EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_secs(90), floor: None },
         ];
         let body = events_per_stream.saturating_sub(head.len() as u64 + 1);
         for kind in head {

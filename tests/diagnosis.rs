@@ -122,6 +122,11 @@ async fn each_scenario_gets_the_verdict_of_its_pattern() {
         },
         Expect { says: &["reads per event"], ..expect("drip", K::SlowDrip, Notice) },
         Expect {
+            says: &["against a floor of 5/s", "until the throughput-floor timer (1 s) fired"],
+            timer: Some(TimerKind::MinRate),
+            ..expect("crawl", K::Crawl, Partial)
+        },
+        Expect {
             says: &["then no body byte until", "within 50 ms"],
             ..expect("proxy-buffered", K::ProxyBuffering, Notice)
         },
@@ -301,7 +306,7 @@ fn a_stored_timer_that_fired_late_is_not_trusted() {
     let events = [
         at(0, 0, EventKind::CallStarted { target: target.clone(), context_tokens: None }),
         at(0, 1, EventKind::AttemptStarted { target, credential: None }),
-        at(0, 1, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(1) }),
+        at(0, 1, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(1), floor: None }),
         at(5, 1, EventKind::HeadersReceived { status: 200, content_type: None }),
         at(1250, 1, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1), lag: late }),
         at(1250, 1, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Idle }, stop_reason: None }),

@@ -85,7 +85,7 @@ async fn a_backoff_that_would_cross_the_deadline_ends_the_call_at_once() {
     assert_eq!((error.category, error.timer), (Category::Timeout, Some(TimerKind::Deadline)));
     assert_eq!(error.rule, "builtin: backoff would cross the deadline");
     // The deadline is armed with the call, so a timeline can show it running.
-    let armed = EventKind::TimerArmed { timer: TimerKind::Deadline, after: Duration::from_secs(5) };
+    let armed = EventKind::TimerArmed { timer: TimerKind::Deadline, after: Duration::from_secs(5), floor: None };
     assert_eq!(h.sink.kinds()[1], armed);
     assert_eq!(report.elapsed, Duration::ZERO);
     assert!(report.backoff_sleeps.is_empty());
@@ -421,6 +421,104 @@ fn up_script_thinking() -> Script {
         thinking.push(Step::Send("r:hmm\n"));
     }
     Script::stream(thinking)
+}
+
+/// A healthy start (20 content events in the first second), then from 2 s
+/// a crawl: a content event every 2 s and pings between for ten minutes,
+/// then the end at 602 s.
+fn crawl() -> Script {
+    let mut steps = vec![];
+    for _ in 0..20 {
+        steps.push(Step::Send("c:x\n"));
+        steps.push(Step::Wait(MS(50)));
+    }
+    steps.push(Step::Wait(S(1)));
+    for _ in 0..300 {
+        steps.push(Step::Send("c:y\n"));
+        steps.push(Step::Wait(MS(500)));
+        for _ in 0..3 {
+            steps.push(Step::Send("p\n"));
+            steps.push(Step::Wait(MS(500)));
+        }
+    }
+    steps.push(Step::Send("d\n"));
+    Script::stream(steps)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_throughput_floor_catches_a_crawl_that_pings_cannot_hide() {
+    // Off (the default), the crawl holds the call for ten minutes: progress
+    // every 2 s resets the data-stall clock and pings the idle one.
+    let h = Harness::single(policy(NO_JITTER), Scripted::new(vec![crawl()]));
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.elapsed), (Outcome::Ok, MS(602_000)));
+
+    // A floor of one event a second over 60 s: the window from the first
+    // content to 60 s holds 20 + 29 events, and the 1,200 pings count for
+    // nothing. After content, the break keeps the partial text.
+    let sets = with(&["SSE_MIN_RATE=1", "SSE_MIN_RATE_WINDOW_S=60"]);
+    let h = Harness::single(policy(&sets), Scripted::new(vec![crawl()]));
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.elapsed, report.attempts), (Outcome::Partial, S(60), 1));
+    assert_eq!(report.content, format!("{}{}", "x".repeat(20), "y".repeat(29)));
+    let fired: Vec<_> = h
+        .sink
+        .kinds()
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::TimerFired { timer, after, .. } => Some((timer, after)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fired, [(TimerKind::MinRate, S(60))]);
+    assert!(h.sink.kinds().iter().any(|k| matches!(
+        k,
+        EventKind::TimerArmed { timer: TimerKind::MinRate, floor: Some(f), .. } if *f == 1.0
+    )));
+
+    // At the floor is not below it: half an event a second is what the
+    // crawl keeps up (30 events a window), so it runs to its end.
+    let sets = with(&["SSE_MIN_RATE=0.5", "SSE_MIN_RATE_WINDOW_S=60"]);
+    let h = Harness::single(policy(&sets), Scripted::new(vec![crawl()]));
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!(report.outcome, Outcome::Ok);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_throughput_floor_waits_for_content_unless_told_to_judge_earlier() {
+    // Twenty seconds of slow reasoning, then a quick answer.
+    let mut thinking = vec![];
+    for _ in 0..10 {
+        thinking.push(Step::Wait(S(2)));
+        thinking.push(Step::Send("r:hmm\n"));
+    }
+    for _ in 0..10 {
+        thinking.push(Step::Send("c:a\n"));
+    }
+    thinking.push(Step::Send("d\n"));
+    let quick = Script::stream(vec![Step::Send("c:b\n"), Step::Send("d\n")]);
+    let floor = ["SSE_MIN_RATE=1", "SSE_MIN_RATE_WINDOW_S=10"];
+    let h = Harness::single(policy(&with(&floor)), Scripted::new(vec![Script::stream(thinking.clone())]));
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.attempts), (Outcome::Ok, 1), "reasoning is not judged by default");
+
+    // Judged from the first progress event, the reasoning crawls: before
+    // content, the attempt is retried like any timeout.
+    let sets = with(&[floor[0], floor[1], "SSE_MIN_RATE_AFTER=progress"]);
+    let up = Scripted::new(vec![Script::stream(thinking), quick]);
+    let h = Harness::single(policy(&sets), up);
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    let categories: Vec<_> = h
+        .sink
+        .kinds()
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::ErrorClassified { category, timer, retryable, .. } => Some((category, timer, retryable)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(categories, [(Category::Timeout, Some(TimerKind::MinRate), true)]);
+    assert_eq!((report.outcome, report.attempts, report.content.as_str()), (Outcome::Ok, 2, "b"));
 }
 
 #[tokio::test(start_paused = true)]

@@ -125,6 +125,27 @@ async fn a_drip_is_reassembled_without_a_retry() {
     }
 }
 
+#[tokio::test]
+async fn a_crawl_is_caught_by_the_throughput_floor_and_its_text_kept() {
+    for p in play_all("crawl", &[]).await {
+        let r = &p.report;
+        assert_eq!((r.outcome, r.attempts), (Outcome::Partial, 1), "{:?}: {r:?}", p.dialect);
+        assert_eq!(categories(&p), [(Category::Timeout, Some(TimerKind::MinRate))], "{:?}", p.dialect);
+        assert!(r.content.starts_with(&tokens(20)) && r.content.len() < tokens(32).len(), "{:?}", p.dialect);
+    }
+    // With the floor off the stream just crawls to its end.
+    for p in play_all("crawl", &["SSE_MIN_RATE=0"]).await {
+        let r = &p.report;
+        assert_eq!(
+            (r.outcome, r.attempts, r.content.as_str()),
+            (Outcome::Ok, 1, tokens(32).as_str()),
+            "{:?}",
+            p.dialect
+        );
+        assert!(p.classified.is_empty(), "{:?}: {:?}", p.dialect, p.classified);
+    }
+}
+
 /// Every dialect of `scenario` answers whole at once, after waiting at
 /// least `waits`; with `sets` (a tighter timer, no retry, no fallback) the
 /// same wait is taken for a stall that `timer` catches.

@@ -114,7 +114,7 @@ fn every_kind() -> Vec<EventKind> {
         EventKind::CredentialRotated { provider: "p".into(), from: 0, to: 1 },
         EventKind::Finished { outcome: Outcome::Partial, attempts: 2, stop_reason: Some("length".into()) },
         // Larger than a column holds: stored as JSON.
-        EventKind::TimerArmed { timer: TimerKind::Total, after: Duration::MAX },
+        EventKind::TimerArmed { timer: TimerKind::Total, after: Duration::MAX, floor: None },
         EventKind::ResponseHeaders {
             headers: vec![
                 ("retry-after-ms".into(), "700".into()),
@@ -199,7 +199,8 @@ fn every_kind() -> Vec<EventKind> {
         }
     }
     for timer in TimerKind::ALL {
-        kinds.push(EventKind::TimerArmed { timer, after: Duration::from_millis(1500) });
+        let floor = (timer == TimerKind::MinRate).then_some(2.5);
+        kinds.push(EventKind::TimerArmed { timer, after: Duration::from_millis(1500), floor });
         kinds.push(EventKind::TimerFired { timer, after: Duration::from_secs(2), lag: None });
         kinds.push(EventKind::TimerFired {
             timer,

@@ -157,6 +157,51 @@ async fn the_idle_timeout_stops_above_a_buffering_proxys_gap() {
     }
 }
 
+/// Two answers that crawl (caught by a floor of 5 progress events a second
+/// over 1 s) beside two healthy streams, whose 20 tokens in half a second
+/// are the slowest window the floor may ask for: tune raises the floor to
+/// 20, which catches both crawls sooner and fires on neither healthy
+/// stream, and the crawls' verdicts carry it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crawl_among_healthy_streams_is_caught_sooner_by_a_higher_floor() {
+    let sets = ["SSE_DATA_STALL_TIMEOUT_S=1", "SSE_MIN_RATE=5", "SSE_MIN_RATE_WINDOW_S=1"];
+    let (crawled, healthy) = tokio::join!(record("crawl", OpenAiChat, &sets), record("healthy", OpenAiChat, &sets));
+    let recording = together(crawled, healthy);
+    let report = tokio::task::spawn_blocking({
+        let recording = recording.clone();
+        move || tune(&recording, Assumptions::default()).unwrap()
+    })
+    .await
+    .unwrap();
+
+    let floor = timer(&report, TimerKind::MinRate);
+    assert_eq!((floor.unit, floor.current_s, floor.suggested_s), ("events/s", Some(5.0), Some(20.0)), "{floor:#?}");
+    assert_eq!(floor.probes.len(), 1, "the value is read off the recording and checked once");
+    let evidence = floor.evidence.as_ref().unwrap();
+    let caught: Vec<(u64, TimerKind, Option<TimerKind>)> =
+        evidence.caught.iter().map(|c| (c.stream, c.timer, c.before_timer)).collect();
+    let min_rate = (TimerKind::MinRate, Some(TimerKind::MinRate));
+    assert_eq!(caught, [(0, min_rate.0, min_rate.1), (1, min_rate.0, min_rate.1)], "{evidence:#?}");
+    assert!(evidence.false_positives.is_empty() && evidence.healthy_streams == 2, "{evidence:#?}");
+    assert!(
+        evidence.sentence().starts_with("SSE_MIN_RATE=20 would have caught these 2 stalls"),
+        "{}",
+        evidence.sentence()
+    );
+    // Checked independently. (A healthy stream shorter than a window is
+    // never judged, so a higher floor would not fire on these either: the
+    // value stops at their pace, so it would not cut them had they gone on.)
+    assert_eq!(false_positives(&recording, "SSE_MIN_RATE=20".to_owned()), 0);
+
+    let candidates = advice::by_stream(&report);
+    for stream in recording.streams.iter().filter(|s| s.id < 2) {
+        assert_eq!(stream.verdict.kind, VerdictKind::Crawl, "{:#?}", stream.verdict);
+        assert_eq!(stream.verdict.tunable.as_deref(), Some("STALLSCOPE_SSE_MIN_RATE"));
+        let checked = candidates.get(&stream.id).and_then(|c| advice::choose(&stream.verdict, c)).unwrap();
+        assert_eq!(checked.settings, ["SSE_MIN_RATE=20"]);
+    }
+}
+
 /// A run with nothing to catch, or nothing healthy to check against,
 /// cannot be tuned, and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,7 +41,7 @@ pub struct Args {
     #[arg(long, value_name = "KIND")]
     kind: Option<String>,
     /// The timer that fired, `NAME[:SECONDS]` (connect, ttfb, idle,
-    /// data_stall, total, deadline).
+    /// data_stall, min_rate, total, deadline).
     #[arg(long, value_name = "NAME[:SECONDS]")]
     timer: Option<String>,
     /// The provider's error code of an in-stream error.

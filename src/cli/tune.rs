@@ -8,7 +8,8 @@
 //! { "run", "assumptions": {"stall", "attempt"},
 //!   "fidelity": {"reproduced", "streams", "worst_drift_s"},
 //!   "healthy_streams", "healthy_retries",
-//!   "timers": [{ "timer", "tunable", "current_s" (null: off), "tightest_s",
+//!   "timers": [{ "timer", "tunable", "unit" ("s"; the throughput floor's
+//!                "events/s"), "current_s" (null: off), "tightest_s",
 //!                "suggested_s" (null: leave it), "verdict",
 //!                "evidence": CHECKED | null,
 //!                "next_tighter": {"value_s", "false_positives"} | null,
@@ -82,9 +83,10 @@ fn print(report: &TuneReport, out: &mut dyn Write) -> Result<()> {
 }
 
 fn print_timer(timer: &TimerTuning, out: &mut dyn Write) -> Result<()> {
-    let current = timer.current_s.map_or_else(|| "off".to_owned(), |s| format!("{} s", Value::Float(s)));
+    let unit = timer.unit;
+    let current = timer.current_s.map_or_else(|| "off".to_owned(), |s| format!("{} {unit}", Value::Float(s)));
     let change = match timer.suggested_s {
-        Some(s) => format!("{current} → {} s", Value::Float(s)),
+        Some(s) => format!("{current} → {} {unit}", Value::Float(s)),
         None => format!("{current}, left as it is"),
     };
     writeln!(out, "\n{} ({}): {change}", timer.timer, timer.tunable)?;
@@ -97,11 +99,11 @@ fn print_timer(timer: &TimerTuning, out: &mut dyn Write) -> Result<()> {
             1 => "once".to_owned(),
             n => format!("{n} times"),
         };
-        writeln!(out, "  at {} s it fires in healthy attempts {fired}", Value::Float(edge.value_s))?;
+        writeln!(out, "  at {} {unit} it fires in healthy attempts {fired}", Value::Float(edge.value_s))?;
     }
     if !timer.probes.is_empty() {
         let tried: Vec<String> = timer.probes.iter().map(|p| Value::Float(p.value_s).to_string()).collect();
-        writeln!(out, "  tried: {} s", tried.join(", "))?;
+        writeln!(out, "  tried: {} {unit}", tried.join(", "))?;
     }
     Ok(())
 }

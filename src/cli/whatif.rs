@@ -98,9 +98,10 @@ fn print(report: &WhatIfReport, out: &mut dyn Write) -> Result<()> {
         a.attempt.name()
     )?;
     for timer in &report.timers {
-        let shown = |t: &crate::replay::whatif::EffectiveTimer| match t.seconds {
-            Some(s) => format!("{s} s ({})", t.source),
-            None => format!("off ({})", t.source),
+        let shown = |t: &crate::replay::whatif::EffectiveTimer| match (t.floor, t.seconds) {
+            (Some(floor), Some(s)) => format!("{floor}/s over {s} s ({})", t.source),
+            (_, Some(s)) => format!("{s} s ({})", t.source),
+            (_, None) => format!("off ({})", t.source),
         };
         let (before, after) = (shown(&timer.before), shown(&timer.after));
         let arrow = if before == after { "unchanged".to_owned() } else { format!("→ {after}") };

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::category::Category;
+use super::category::{Category, TimerKind};
 use super::event::EventClass;
-use super::policy::{AttemptTimers, CorePolicy};
+use super::policy::{AttemptTimers, CorePolicy, RateStart};
 
 /// A retry layer outside the core (a harness retrying the whole call).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -115,7 +115,10 @@ fn secs(d: Duration) -> String {
 /// stops TTFB and resets idle. So the longest stall the governor lets run
 /// has its headers and a first keep-alive arrive just before that earlier
 /// timer fires, then keep-alives until data stall fires: the two add up.
-/// The total timer, when set and shorter, ends the attempt first.
+/// A throughput floor judging from the headers ends such a stall a window
+/// after them (keep-alives are not progress), whichever comes first; one
+/// judging from the first content or progress never sees it. The total
+/// timer, when set and shorter, ends the attempt first.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum AttemptLimit {
     /// The total timer.
@@ -126,8 +129,10 @@ enum AttemptLimit {
         before: &'static str,
         /// Its budget.
         until_headers: Duration,
-        /// The data-stall budget, counted from the headers.
-        data_stall: Duration,
+        /// The timer that ends the stall: data stall or the throughput floor.
+        by: TimerKind,
+        /// Its budget (the floor's: its window), counted from the headers.
+        stall: Duration,
     },
     /// Keep-alives (or an upstream that never answers) hold the attempt
     /// open forever.
@@ -143,11 +148,18 @@ impl AttemptLimit {
             .filter_map(|(name, budget)| budget.map(|b| (name, b)))
             .min_by_key(|&(_, budget)| budget);
         let keepalives_are_progress = timers.progress_classes.contains(&EventClass::Keepalive);
-        let data_stall = timers.data_stall.filter(|_| !keepalives_are_progress);
-        let stall = until_headers.zip(data_stall).map(|((before, until_headers), data_stall)| AttemptLimit::Stall {
+        let floor = timers.min_rate.filter(|f| f.after == RateStart::Headers).map(|f| f.window);
+        // The first of equals, as in `Clocks::earliest`: data stall wins a tie.
+        let ends_stall = [(TimerKind::DataStall, timers.data_stall), (TimerKind::MinRate, floor)]
+            .into_iter()
+            .filter_map(|(by, budget)| budget.map(|b| (by, b)))
+            .filter(|_| !keepalives_are_progress)
+            .min_by_key(|&(_, budget)| budget);
+        let stall = until_headers.zip(ends_stall).map(|((before, until_headers), (by, stall))| AttemptLimit::Stall {
             before,
             until_headers,
-            data_stall,
+            by,
+            stall,
         });
         match (timers.total, stall) {
             (Some(total), Some(stall)) if stall.worst().is_some_and(|s| total <= s) => AttemptLimit::Total(total),
@@ -160,7 +172,7 @@ impl AttemptLimit {
     fn worst(self) -> Option<Duration> {
         match self {
             AttemptLimit::Total(total) => Some(total),
-            AttemptLimit::Stall { until_headers, data_stall, .. } => Some(until_headers.saturating_add(data_stall)),
+            AttemptLimit::Stall { until_headers, stall, .. } => Some(until_headers.saturating_add(stall)),
             AttemptLimit::Unbounded => None,
         }
     }
@@ -169,25 +181,46 @@ impl AttemptLimit {
     fn terms(self) -> String {
         match self {
             AttemptLimit::Total(total) => format!("total timer {}", secs(total)),
-            AttemptLimit::Stall { before, until_headers, data_stall } => {
-                format!("{before} {} + data stall {}", secs(until_headers), secs(data_stall))
+            AttemptLimit::Stall { before, until_headers, by, stall } => {
+                format!("{before} {} + {} {}", secs(until_headers), stall_name(by), secs(stall))
             }
             AttemptLimit::Unbounded => "no timer ends a stall (see the notes)".to_owned(),
         }
     }
 }
 
+/// The timer that ends a keep-alive stall, in the attempt's terms.
+fn stall_name(by: TimerKind) -> &'static str {
+    if by == TimerKind::MinRate { "throughput-floor window" } else { "data stall" }
+}
+
 /// Why an attempt with these timers can run forever, and what to set
-/// about it; empty when the total timer caps it.
+/// about it; empty when the total timer caps it. The throughput floor is
+/// no cap: a stream at or above it runs as long as it likes.
 fn unbounded_notes(timers: &AttemptTimers) -> Vec<String> {
     if timers.total.is_some() {
         return Vec::new();
     }
-    let mut notes = vec![
-        "a stream that keeps making progress without finishing is unbounded; \
-         set STALLSCOPE_SSE_TOTAL_TIMEOUT_S to cap an attempt"
+    let progress = match timers.min_rate {
+        None => "a stream that keeps making progress without finishing is unbounded, however slowly it crawls \
+                 (STALLSCOPE_SSE_MIN_RATE ends one slower than a floor)"
             .to_owned(),
-    ];
+        Some(floor) => {
+            let from = match floor.after {
+                RateStart::Content => ", judging nothing before the first output",
+                RateStart::Progress => ", judging nothing before the first progress event",
+                RateStart::Headers => "",
+            };
+            format!(
+                "the throughput floor ends a stream slower than {} progress events/s a window ({}) after it fell \
+                 below, at most a tenth of a window later{from}; a stream at or above the floor that never \
+                 finishes is still unbounded",
+                floor.floor,
+                secs(floor.window)
+            )
+        }
+    };
+    let mut notes = vec![format!("{progress}; set STALLSCOPE_SSE_TOTAL_TIMEOUT_S to cap an attempt")];
     if timers.ttfb.is_none() && timers.idle.is_none() {
         notes.push(
             "with no TTFB or idle timer an upstream that never sends headers holds an attempt open forever; \
@@ -195,7 +228,8 @@ fn unbounded_notes(timers: &AttemptTimers) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if timers.data_stall.is_none() {
+    let floor_from_headers = timers.min_rate.is_some_and(|f| f.after == RateStart::Headers);
+    if timers.data_stall.is_none() && !floor_from_headers {
         notes.push(
             "with the data-stall timer off, keep-alives hold a stalled attempt open forever; \
              set STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S (or STALLSCOPE_SSE_TOTAL_TIMEOUT_S)"
@@ -255,8 +289,9 @@ pub fn analyse(policy: &CorePolicy, input: &BudgetInput) -> BudgetReport {
     } else {
         format!("{} after {timeout_retries} timeout retries, from {} on the first attempt", last.terms(), first.terms())
     };
-    if let AttemptLimit::Stall { before, .. } = last {
-        detail.push_str(&format!(" (headers just before {before} fires, then keep-alives until data stall fires)"));
+    if let AttemptLimit::Stall { before, by, .. } = last {
+        let name = stall_name(by);
+        detail.push_str(&format!(" (headers just before {before} fires, then keep-alives until {name} fires)"));
     }
     let mut layers = vec![LayerBound { name: "attempt".to_owned(), worst: last.worst(), detail }];
 
@@ -322,7 +357,6 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::core::category::TimerKind;
     use crate::core::escalation::Escalation;
     use crate::core::event::NullSink;
     use crate::core::failover::Target;
@@ -593,6 +627,19 @@ mod tests {
         assert!(report.notes.iter().any(|n| n.contains("never sends headers")), "{:?}", report.notes);
     }
 
+    #[test]
+    fn the_notes_say_what_the_throughput_floor_bounds_and_what_it_does_not() {
+        let off = analyse(&policy(&[]), &BudgetInput::default());
+        assert!(off.notes[0].contains("however slowly it crawls (STALLSCOPE_SSE_MIN_RATE"), "{:?}", off.notes);
+        let on = analyse(&policy(&["SSE_MIN_RATE=2", "SSE_MIN_RATE_WINDOW_S=30"]), &BudgetInput::default());
+        let note = &on.notes[0];
+        assert!(note.contains("slower than 2 progress events/s a window (30 s) after it fell below"), "{note}");
+        assert!(note.contains("judging nothing before the first output"), "{note}");
+        assert!(note.contains("at or above the floor that never finishes is still unbounded"), "{note}");
+        // Judged from the first output, it ends no stall the bound counts.
+        assert_eq!(on.layers, off.layers);
+    }
+
     /// An upstream at its most stubborn: headers and a first keep-alive
     /// after `headers_after`, then a keep-alive every 0.7 s, forever.
     struct KeepAlivesOnly {
@@ -663,10 +710,15 @@ mod tests {
     async fn the_governor_runs_a_keepalive_stall_to_the_bound_and_no_further() {
         let moment = Duration::from_millis(1);
         let escalating = ["TIMEOUT_ESCALATION=additive", "TIMEOUT_ESCALATION_INCREMENT_S=5"];
-        let setups: [&[&str]; 3] = [
+        let floor = ["SSE_MIN_RATE=1", "SSE_MIN_RATE_AFTER=headers"];
+        let setups: [&[&str]; 5] = [
             &["SSE_TTFB_TIMEOUT_S=10", "SSE_IDLE_TIMEOUT_S=30", "SSE_DATA_STALL_TIMEOUT_S=20"],
             &["SSE_TTFB_TIMEOUT_S=10", "SSE_IDLE_TIMEOUT_S=8", "SSE_DATA_STALL_TIMEOUT_S=20"],
             &["SSE_TTFB_TIMEOUT_S=10", "SSE_DATA_STALL_TIMEOUT_S=20", "SSE_TOTAL_TIMEOUT_S=33"],
+            // The floor from the headers ends a keep-alive stall, and the
+            // earlier of it and data stall does.
+            &["SSE_TTFB_TIMEOUT_S=10", "SSE_DATA_STALL_TIMEOUT_S=0", floor[0], floor[1], "SSE_MIN_RATE_WINDOW_S=20"],
+            &["SSE_TTFB_TIMEOUT_S=10", "SSE_DATA_STALL_TIMEOUT_S=30", floor[0], floor[1], "SSE_MIN_RATE_WINDOW_S=20"],
         ];
         for sets in setups {
             let p = policy(&[sets, &escalating].concat());
@@ -675,7 +727,7 @@ mod tests {
                 let limit = AttemptLimit::of(&timers);
                 let worst = limit.worst().unwrap();
                 let (until_headers, expected) = match limit {
-                    AttemptLimit::Stall { until_headers, .. } => (until_headers, TimerKind::DataStall),
+                    AttemptLimit::Stall { until_headers, by, .. } => (until_headers, by),
                     AttemptLimit::Total(_) => (timers.ttfb.unwrap(), TimerKind::Total),
                     AttemptLimit::Unbounded => panic!("{sets:?} is bounded"),
                 };
@@ -697,8 +749,14 @@ mod tests {
     /// What the analysis calls unbounded, the governor never ends.
     #[tokio::test(start_paused = true)]
     async fn the_governor_never_ends_a_stall_the_analysis_calls_unbounded() {
-        for sets in [["SSE_DATA_STALL_TIMEOUT_S=0"], ["PROGRESS_EVENT_CLASSES=keepalive,content"]] {
-            let timers = policy(&sets).timers.for_attempt(None, &Escalation::default(), 0, 0);
+        let setups: [&[&str]; 3] = [
+            &["SSE_DATA_STALL_TIMEOUT_S=0"],
+            &["PROGRESS_EVENT_CLASSES=keepalive,content"],
+            // A floor from the first content never sees a stall before it.
+            &["SSE_DATA_STALL_TIMEOUT_S=0", "SSE_MIN_RATE=1", "SSE_MIN_RATE_WINDOW_S=20"],
+        ];
+        for sets in setups {
+            let timers = policy(sets).timers.for_attempt(None, &Escalation::default(), 0, 0);
             assert_eq!(AttemptLimit::of(&timers), AttemptLimit::Unbounded);
             // Far past every default timer, idle (1800 s) included.
             let hours = Duration::from_secs(3 * 3600);

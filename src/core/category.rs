@@ -121,6 +121,9 @@ pub enum TimerKind {
     /// No progress event (content, reasoning, tool call) within the
     /// data-stall budget, even if keep-alives kept arriving.
     DataStall,
+    /// Progress (the data-stall timer's events) came slower than the
+    /// throughput floor over a whole window: a stream that crawls.
+    MinRate,
     /// The optional cap on one attempt's total duration.
     Total,
     /// The whole-call deadline, across attempts and backoff sleeps.
@@ -129,11 +132,12 @@ pub enum TimerKind {
 
 impl TimerKind {
     /// Every timer, in a stable order.
-    pub const ALL: [TimerKind; 6] = [
+    pub const ALL: [TimerKind; 7] = [
         TimerKind::Connect,
         TimerKind::Ttfb,
         TimerKind::Idle,
         TimerKind::DataStall,
+        TimerKind::MinRate,
         TimerKind::Total,
         TimerKind::Deadline,
     ];
@@ -145,6 +149,7 @@ impl TimerKind {
             TimerKind::Ttfb => "ttfb",
             TimerKind::Idle => "idle",
             TimerKind::DataStall => "data_stall",
+            TimerKind::MinRate => "min_rate",
             TimerKind::Total => "total",
             TimerKind::Deadline => "deadline",
         }
@@ -179,6 +184,14 @@ mod tests {
         assert_eq!("rate-limit".parse::<Category>(), Ok(Category::RateLimit));
         let err = "ratelimit".parse::<Category>().unwrap_err();
         assert!(err.contains("rate_limit"), "{err}");
+    }
+
+    #[test]
+    fn timers_serialize_as_their_names() {
+        for t in TimerKind::ALL {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.name());
+        }
+        assert_eq!(TimerKind::MinRate.name(), "min_rate");
     }
 
     #[test]

@@ -729,9 +729,10 @@ mod tests {
 
     #[test]
     fn timeouts_carry_their_timer_and_the_deadline_is_final() {
-        let stall = Failure::Timeout { timer: TimerKind::DataStall, after: Duration::from_secs(1) };
-        let c = classify(&stall);
-        assert_eq!((c.category, c.timer, c.retryable), (Category::Timeout, Some(TimerKind::DataStall), true));
+        for timer in TimerKind::ALL.into_iter().filter(|&t| t != TimerKind::Deadline) {
+            let c = classify(&Failure::Timeout { timer, after: Duration::from_secs(1) });
+            assert_eq!((c.category, c.timer, c.retryable), (Category::Timeout, Some(timer), true));
+        }
         let deadline = Failure::Timeout { timer: TimerKind::Deadline, after: Duration::from_secs(1) };
         assert!(!classify(&deadline).retryable);
     }

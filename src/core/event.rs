@@ -259,8 +259,12 @@ pub enum EventKind {
     TimerArmed {
         /// Which timer.
         timer: TimerKind,
-        /// Its budget from now.
+        /// Its budget from now (the throughput floor's: its window).
         after: Duration,
+        /// The throughput floor's rate, in progress events per second
+        /// over `after`; `None` for every other timer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        floor: Option<f64>,
     },
     /// A timer was switched off for this attempt.
     TimerDisarmed {
@@ -483,7 +487,7 @@ mod tests {
             EventKind::ErrorBody { body: "{\"error\":\"slow down\"}".into(), truncated: false },
             EventKind::ChunkReceived { bytes: 42 },
             EventKind::SseReceived { class: EventClass::ToolCall, chars: 3, progress: true },
-            EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_millis(1500) },
+            EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_millis(1500), floor: None },
             EventKind::TimerDisarmed { timer: TimerKind::Ttfb, reason: "large context".into() },
             EventKind::TimerFired {
                 timer: TimerKind::Idle,

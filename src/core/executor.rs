@@ -295,7 +295,7 @@ impl<'a> CallState<'a> {
             context_tokens: self.call.input.context_tokens,
         });
         if let Some((_, budget)) = self.deadline {
-            self.emit(EventKind::TimerArmed { timer: TimerKind::Deadline, after: budget });
+            self.emit(EventKind::TimerArmed { timer: TimerKind::Deadline, after: budget, floor: None });
         }
         let mut active = exec.fleet.activate(&self.call.target.provider);
         let mut permit: Option<RetryPermit> = None;

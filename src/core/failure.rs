@@ -226,6 +226,9 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Failure::Transport { kind, message } => write!(f, "{}: {message}", kind.describe()),
+            Failure::Timeout { timer: TimerKind::MinRate, after } => {
+                write!(f, "min_rate timer fired: progress below the floor over {:.3} s", after.as_secs_f64())
+            }
             Failure::Timeout { timer, after } => {
                 write!(f, "{timer} timer fired after {:.3} s", after.as_secs_f64())
             }

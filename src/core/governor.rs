@@ -1,5 +1,6 @@
 //! The stream governor: runs one attempt through its phases under three
-//! separate clocks (seed 001 §3) plus the connect, TTFB and total timers.
+//! separate clocks (seed 001 §3), an optional fourth, and the connect, TTFB
+//! and total timers.
 //!
 //! - **Liveness** (`idle`): any byte resets it, pings included.
 //! - **Progress** (`data_stall`): only a parsed event of a progress class
@@ -8,6 +9,12 @@
 //! - **Deadline**: the whole call's, never reset; it interrupts the attempt
 //!   in flight (the defect of seed 000 §4 was a deadline checked only
 //!   between attempts).
+//! - **Throughput floor** (`min_rate`, off by default): the progress events
+//!   of a sliding window (see [`super::rate_window`]) fewer than the floor
+//!   asks for, so a stream that keeps making a little progress — which
+//!   resets both clocks above — is still caught. It starts at the first
+//!   output (or the first progress event, or the headers: the policy's
+//!   [`RateStart`]) and judges once a whole window has passed.
 //! - **TTFB**: from the request until the first body byte; **total**: the
 //!   attempt's optional cap; **connect** is enforced by the transport.
 //!
@@ -30,7 +37,8 @@ use super::event::{AttemptPhase, Event, EventClass, EventKind, EventSink, Record
 use super::evidence::{BodyCapture, recorded_error_body, recorded_headers};
 use super::failure::{Failure, TransportKind};
 use super::lag_probe::LagMeter;
-use super::policy::{AttemptTimers, BodySettings};
+use super::policy::{AttemptTimers, BodySettings, RateFloor, RateStart};
+use super::rate_window::RateWindow;
 use super::ratelimit::RateLimits;
 use super::upstream::{AttemptRequest, Body, Decoded, Upstream};
 use super::wake_flag::WakeFlag;
@@ -151,6 +159,7 @@ fn after(now: Instant, budget: Duration) -> Instant {
 struct Clocks {
     idle: Option<Clock>,
     data_stall: Option<Clock>,
+    min_rate: Option<Floor>,
     ttfb: Option<Clock>,
     total: Option<Clock>,
     deadline: Option<Clock>,
@@ -164,11 +173,49 @@ impl Clocks {
             (TimerKind::Total, self.total),
             (TimerKind::Ttfb, self.ttfb),
             (TimerKind::DataStall, self.data_stall),
+            (TimerKind::MinRate, self.min_rate.as_ref().map(|floor| floor.clock)),
             (TimerKind::Idle, self.idle),
         ]
         .into_iter()
         .filter_map(|(kind, clock)| clock.map(|c| (kind, c)))
         .min_by_key(|(_, c)| c.fires_at)
+    }
+}
+
+/// The armed throughput floor. Its clock's `fires_at` is the first moment
+/// the window could be below the floor, as of when it was last worked out:
+/// progress only moves that later, so, like the other clocks' resets,
+/// counting an event leaves the clock alone and [`on_wake`] works it out
+/// again when it comes due.
+struct Floor {
+    clock: Clock,
+    started: Instant,
+    /// The events a whole window must hold.
+    need: f64,
+    window: RateWindow,
+}
+
+impl Floor {
+    fn start(floor: &RateFloor, now: Instant) -> Floor {
+        let window = RateWindow::new(floor.window);
+        let first = after(now, window.first_below(floor.events_per_window()));
+        Floor {
+            clock: Clock { budget: floor.window, fires_at: first },
+            started: now,
+            need: floor.events_per_window(),
+            window,
+        }
+    }
+
+    /// Counts a progress event (per event: a subtraction, a comparison and
+    /// two adds).
+    fn count(&mut self, now: Instant) {
+        self.window.count(now.saturating_duration_since(self.started));
+    }
+
+    /// Works out when the window first falls below the floor.
+    fn refresh(&mut self) {
+        self.clock.fires_at = after(self.started, self.window.first_below(self.need));
     }
 }
 
@@ -247,6 +294,7 @@ async fn govern(
     let mut clocks = Clocks {
         idle: Clock::start(timers.idle, started),
         data_stall: None,
+        min_rate: None,
         ttfb: Clock::start(timers.ttfb, started),
         total: Clock::start(timers.total, started),
         deadline: scope.deadline.map(|(fires_at, budget)| Clock { budget, fires_at }),
@@ -256,7 +304,7 @@ async fn govern(
         [(TimerKind::Ttfb, clocks.ttfb), (TimerKind::Idle, clocks.idle), (TimerKind::Total, clocks.total)]
     {
         if let Some(clock) = clock {
-            scope.emit(EventKind::TimerArmed { timer, after: clock.budget });
+            scope.emit(EventKind::TimerArmed { timer, after: clock.budget, floor: None });
         }
     }
     if let Some(reason) = &timers.ttfb_off_reason {
@@ -277,7 +325,7 @@ async fn govern(
             biased;
             () = &mut cancelled => return Err(Failure::Cancelled),
             () = &mut sleep => {
-                if let Some(fired) = on_wake(&clocks, sleep.as_mut(), Instant::now()) {
+                if let Some(fired) = on_wake(&mut clocks, sleep.as_mut(), Instant::now()) {
                     return Err(fire(scope, fired).await);
                 }
             }
@@ -310,11 +358,14 @@ async fn govern(
     // body trickling a byte per idle period cannot hold the attempt open.
     clocks.data_stall = Clock::start(timers.data_stall, now);
     if let Some(clock) = clocks.data_stall {
-        scope.emit(EventKind::TimerArmed { timer: TimerKind::DataStall, after: clock.budget });
+        scope.emit(EventKind::TimerArmed { timer: TimerKind::DataStall, after: clock.budget, floor: None });
         rearm_if_earlier(&clocks, sleep.as_mut());
     }
     let mut reading = if (200..300).contains(&response.status) && is_stream {
         scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::AwaitingFirstContent });
+        if let Some(floor) = timers.min_rate.filter(|f| f.after == RateStart::Headers) {
+            arm_floor(&mut clocks, &floor, scope, sleep.as_mut(), now);
+        }
         Reading::Stream
     } else {
         Reading::ErrorBody(ErrorBody {
@@ -354,7 +405,7 @@ async fn govern(
             Wait::Cancelled => return Err(Failure::Cancelled),
             // A sleep that moved is only sure to wake the task once polled
             // again: raising the flag has the next wait poll it.
-            Wait::Timer => match on_wake(&clocks, sleep.as_mut(), Instant::now()) {
+            Wait::Timer => match on_wake(&mut clocks, sleep.as_mut(), Instant::now()) {
                 Some(fired) => return Err(timed_out_reading(scope, fired, body)),
                 None => {
                     quiet.raise();
@@ -371,7 +422,7 @@ async fn govern(
         // The sleep is never later than the earliest clock, so a chunk that
         // comes before it needs no look at the clocks (this runs per chunk).
         if sleep.deadline() <= now {
-            if let Some(fired) = on_wake(&clocks, sleep.as_mut(), now) {
+            if let Some(fired) = on_wake(&mut clocks, sleep.as_mut(), now) {
                 return Err(timed_out_reading(scope, fired, body));
             }
             quiet.raise();
@@ -384,7 +435,7 @@ async fn govern(
                     Reading::ErrorBody(collected) => Err(collected.into_failure(scope)),
                     Reading::Stream => {
                         decoder.finish(&mut decoded);
-                        match absorb(&mut decoded, timers, &mut clocks, scope, progress, capture, now) {
+                        match absorb(&mut decoded, timers, &mut clocks, sleep.as_mut(), scope, progress, capture, now) {
                             Some(result) => result,
                             None => Err(Failure::Transport {
                                 kind: TransportKind::Closed,
@@ -416,7 +467,9 @@ async fn govern(
             }
             Reading::Stream => {
                 decoder.feed(&chunk, &mut decoded);
-                if let Some(result) = absorb(&mut decoded, timers, &mut clocks, scope, progress, capture, now) {
+                if let Some(result) =
+                    absorb(&mut decoded, timers, &mut clocks, sleep.as_mut(), scope, progress, capture, now)
+                {
                     return result;
                 }
                 Reading::Stream
@@ -427,10 +480,12 @@ async fn govern(
 
 /// Applies decoded events to the clocks and progress. Returns the attempt's
 /// result once the stream is done or has failed.
+#[allow(clippy::too_many_arguments)]
 fn absorb(
     decoded: &mut Vec<Decoded>,
     timers: &AttemptTimers,
     clocks: &mut Clocks,
+    mut sleep: Pin<&mut Sleep>,
     scope: &AttemptScope<'_>,
     progress: &mut AttemptProgress,
     capture: &mut Option<BodyCapture>,
@@ -450,6 +505,22 @@ fn absorb(
                 if resets && let Some(stall) = &mut clocks.data_stall {
                     stall.reset(now);
                 }
+                let starts_floor = match timers.min_rate {
+                    Some(RateFloor { after: RateStart::Content, .. }) => class.is_output(),
+                    Some(RateFloor { after: RateStart::Progress, .. }) => resets,
+                    _ => false,
+                };
+                if starts_floor
+                    && clocks.min_rate.is_none()
+                    && let Some(floor) = &timers.min_rate
+                {
+                    arm_floor(clocks, floor, scope, sleep.as_mut(), now);
+                }
+                if resets && let Some(floor) = &mut clocks.min_rate {
+                    floor.count(now);
+                }
+                // After the floor's arming, which counts this event: what
+                // reads the events back counts it too.
                 scope.emit_at(now, EventKind::SseReceived { class, chars: text.chars().count(), progress: resets });
                 if class.is_output() && !progress.committed {
                     progress.committed = true;
@@ -469,6 +540,16 @@ fn absorb(
         }
     }
     None
+}
+
+/// Starts the throughput floor at `now` and reports it.
+fn arm_floor(clocks: &mut Clocks, floor: &RateFloor, scope: &AttemptScope<'_>, sleep: Pin<&mut Sleep>, now: Instant) {
+    clocks.min_rate = Some(Floor::start(floor, now));
+    scope.emit_at(
+        now,
+        EventKind::TimerArmed { timer: TimerKind::MinRate, after: floor.window, floor: Some(floor.floor) },
+    );
+    rearm_if_earlier(clocks, sleep);
 }
 
 /// Reads the rate-limit headers of any response (a successful one says a
@@ -516,7 +597,12 @@ struct Fired {
 /// ever move clocks later, so the sleep is re-armed lazily here instead of
 /// on every chunk: it wakes at the earliest deadline it knew of and either
 /// reports the timer that expired or sleeps on to the new earliest one.
-fn on_wake(clocks: &Clocks, sleep: Pin<&mut Sleep>, now: Instant) -> Option<Fired> {
+fn on_wake(clocks: &mut Clocks, sleep: Pin<&mut Sleep>, now: Instant) -> Option<Fired> {
+    if let Some(floor) = &mut clocks.min_rate
+        && floor.clock.fires_at <= now
+    {
+        floor.refresh();
+    }
     match clocks.earliest() {
         Some((timer, clock)) if clock.fires_at <= now => Some(Fired { timer, clock, now }),
         Some((_, clock)) => {

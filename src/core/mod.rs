@@ -54,6 +54,7 @@ pub mod governor;
 pub mod lag;
 pub mod lag_probe;
 pub mod policy;
+pub mod rate_window;
 pub mod ratelimit;
 pub mod redact;
 pub mod retry_after;

@@ -30,8 +30,57 @@ pub struct TimerSettings {
     /// Tiers scaling the data-stall timeout by context size, when it was
     /// not set explicitly: `(tokens, factor)` ascending.
     pub stale_tiers: Vec<(u64, f64)>,
-    /// Event classes that reset the data-stall timer.
+    /// Event classes that reset the data-stall timer (and that the
+    /// throughput floor counts).
     pub progress_classes: Vec<EventClass>,
+    /// The throughput floor; `None` = off.
+    pub min_rate: Option<RateFloor>,
+}
+
+/// The throughput floor (`STALLSCOPE_SSE_MIN_RATE*`): the fourth clock, for
+/// a stream that keeps making a little progress, which neither the idle nor
+/// the data-stall clock ever sees (curl's `--speed-limit`/`--speed-time`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateFloor {
+    /// Progress events per second, at least, over the window.
+    pub floor: f64,
+    /// The window the rate is measured over.
+    pub window: Duration,
+    /// When the floor starts judging.
+    pub after: RateStart,
+}
+
+impl RateFloor {
+    /// The progress events a whole window must hold to be at the floor.
+    pub fn events_per_window(&self) -> f64 {
+        self.floor * self.window.as_secs_f64()
+    }
+}
+
+/// When the throughput floor starts judging an attempt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RateStart {
+    /// At the first output event (content or a tool call): a long prefill
+    /// or reasoning phase is not judged.
+    #[default]
+    Content,
+    /// At the first progress event: reasoning is judged too.
+    Progress,
+    /// When the response headers arrive: the wait for the first event is
+    /// judged too.
+    Headers,
+}
+
+impl RateStart {
+    /// The start `STALLSCOPE_SSE_MIN_RATE_AFTER` names (`content` for
+    /// anything else: the tunable's check has refused it already).
+    pub fn parse(text: &str) -> RateStart {
+        match text {
+            "progress" => RateStart::Progress,
+            "headers" => RateStart::Headers,
+            _ => RateStart::Content,
+        }
+    }
 }
 
 /// The timers of one attempt after context rules and escalation.
@@ -49,6 +98,8 @@ pub struct AttemptTimers {
     pub ttfb_off_reason: Option<String>,
     /// Event classes that reset the data-stall timer.
     pub progress_classes: Vec<EventClass>,
+    /// The throughput floor, when on.
+    pub min_rate: Option<RateFloor>,
 }
 
 impl TimerSettings {
@@ -79,6 +130,9 @@ impl TimerSettings {
             ttfb: grow(ttfb),
             ttfb_off_reason,
             progress_classes: self.progress_classes.clone(),
+            // Escalation buys patience with pauses; a crawl does not speed
+            // up for being watched longer, so the floor stays as set.
+            min_rate: self.min_rate,
         }
     }
 }
@@ -249,6 +303,7 @@ impl CorePolicy {
             ttfb_disable_above_tokens: u64::try_from(ttfb_limit).ok().filter(|&n| n > 0),
             stale_tiers,
             progress_classes,
+            min_rate: rate_floor(t),
         };
 
         let backoff = BackoffPolicy {
@@ -350,6 +405,16 @@ impl CorePolicy {
     }
 }
 
+/// The throughput floor the tunables set, when it is on.
+fn rate_floor(t: &Tunables) -> Option<RateFloor> {
+    let floor = t.get("STALLSCOPE_SSE_MIN_RATE").value.as_f64();
+    (floor > 0.0).then(|| RateFloor {
+        floor,
+        window: t.seconds("STALLSCOPE_SSE_MIN_RATE_WINDOW_S"),
+        after: RateStart::parse(t.get("STALLSCOPE_SSE_MIN_RATE_AFTER").value.as_str()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +437,25 @@ mod tests {
         assert_eq!(policy.failover.fallback, FallbackSetting::SameProvider);
         assert_eq!(policy.failover.on.len(), 5);
         assert_eq!(policy.timers.progress_classes, [EventClass::Reasoning, EventClass::Content, EventClass::ToolCall]);
+        assert_eq!(policy.timers.min_rate, None, "the throughput floor is off by default");
+    }
+
+    #[test]
+    fn the_throughput_floor_reads_its_three_tunables_and_does_not_escalate() {
+        let mut t = Tunables::defaults();
+        t.apply_override("SSE_MIN_RATE=2.5").unwrap();
+        t.apply_override("SSE_MIN_RATE_WINDOW_S=30").unwrap();
+        t.apply_override("SSE_MIN_RATE_AFTER=progress").unwrap();
+        let policy = CorePolicy::from_tunables(&t).unwrap();
+        let floor = RateFloor { floor: 2.5, window: Duration::from_secs(30), after: RateStart::Progress };
+        assert_eq!(policy.timers.min_rate, Some(floor));
+        assert_eq!(floor.events_per_window(), 75.0);
+        let doubling = Escalation { strategy: EscalationStrategy::Multiplicative, ..Escalation::default() };
+        assert_eq!(policy.timers.for_attempt(None, &doubling, 2, 3).min_rate, Some(floor));
+        let err = t.apply_override("SSE_MIN_RATE_WINDOW_S=0").unwrap_err().to_string();
+        assert!(err.contains("SSE_MIN_RATE_WINDOW_S") && err.contains("0.001"), "{err}");
+        let err = t.apply_override("SSE_MIN_RATE_AFTER=bytes").unwrap_err().to_string();
+        assert!(err.contains("content, progress, headers"), "{err}");
     }
 
     #[test]

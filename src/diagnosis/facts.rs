@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::core::category::{Category, TimerKind};
 use crate::core::event::{AttemptEnd, AttemptPhase, Event, EventClass, EventKind, Outcome, SleepReason};
 use crate::core::failover::Target;
+use crate::core::rate_window::RateWindow;
 
 use super::reading::{PEER_HEADERS, WAIT_HEADERS};
 use super::text::{QUOTE, clip};
@@ -95,7 +96,9 @@ pub(super) struct Try {
     pub longest_no_progress: Duration,
     /// The last budget each timer was armed with ([`TimerKind::ALL`] order);
     /// `None` when never armed or switched off.
-    pub armed: [Option<Duration>; 6],
+    pub armed: [Option<Duration>; TimerKind::ALL.len()],
+    /// The throughput floor as armed, with the progress it counted since.
+    pub floor: Option<FloorSeen>,
     pub fired: Option<Fired>,
     pub end: Option<AttemptEnd>,
     pub ended_at: Option<Duration>,
@@ -111,6 +114,25 @@ pub(super) struct Try {
     pub deadline_after: Option<Fired>,
     pub failed_over_to: Option<(Target, Duration)>,
     pub last_at: Duration,
+}
+
+/// The throughput floor of one attempt: its rate, when it started, and
+/// the progress events since, counted as the governor counts them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct FloorSeen {
+    /// Progress events a second.
+    pub floor: f64,
+    /// When it was armed.
+    pub since: Duration,
+    pub window: RateWindow,
+}
+
+impl FloorSeen {
+    /// The progress events of the window that ended at `at` (the one the
+    /// floor judged when it fired then).
+    pub fn held_before(&self, at: Duration) -> u64 {
+        self.window.in_window(at.saturating_sub(self.since).saturating_sub(Duration::from_nanos(1)))
+    }
 }
 
 impl Try {
@@ -174,6 +196,9 @@ impl Try {
             self.last_progress_at = Some(at);
             self.progress += 1;
             self.keepalives_since_progress = 0;
+            if let Some(floor) = &mut self.floor {
+                floor.window.count(at.saturating_sub(floor.since));
+            }
             if self.first_byte_at.is_some_and(|first| at.saturating_sub(first) <= BURST_WINDOW) {
                 self.burst_progress += 1;
             }
@@ -323,7 +348,12 @@ impl CallFacts {
             EventKind::ErrorBody { body, .. } => t.error_body = Some(clip(body, QUOTE)),
             EventKind::ChunkReceived { bytes } => t.chunk(at, *bytes),
             EventKind::SseReceived { class, progress, .. } => t.parsed(at, *class, *progress),
-            EventKind::TimerArmed { timer, after } => t.armed[timer_index(*timer)] = Some(*after),
+            EventKind::TimerArmed { timer, after, floor } => {
+                t.armed[timer_index(*timer)] = Some(*after);
+                if let Some(floor) = floor {
+                    t.floor = Some(FloorSeen { floor: *floor, since: at, window: RateWindow::new(*after) });
+                }
+            }
             EventKind::TimerDisarmed { timer, .. } => t.armed[timer_index(*timer)] = None,
             EventKind::TimerFired { timer, after, lag } => {
                 t.fired = Some(Fired { timer: *timer, budget: *after, at, lag: *lag });

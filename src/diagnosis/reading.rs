@@ -203,6 +203,8 @@ fn timed_out(t: &Try, timer_kind: TimerKind) -> Reading {
                  raise {tunable} above its usual wait; otherwise keep it and let the retry go elsewhere"
             ),
         )
+    } else if timer_kind == TimerKind::MinRate {
+        crawled(t, fired_at, &named)
     } else if matches!(timer_kind, TimerKind::Total | TimerKind::Deadline)
         && t.last_progress_at.is_some_and(|p| fired_at.saturating_sub(p) <= STILL_PROGRESSING)
     {
@@ -270,6 +272,39 @@ fn timed_out(t: &Try, timer_kind: TimerKind) -> Reading {
     reading.timer = Some((timer_kind, budget_d));
     reading.evidence.push(fact(Topic::Timing, Some(t.number), Some(fired_at), reading.detail.clone()));
     reading
+}
+
+/// The throughput floor ended the attempt: progress came, too slowly.
+fn crawled(t: &Try, fired_at: Duration, named: &str) -> Reading {
+    let pace = match t.floor {
+        Some(floor) => {
+            let window = floor.window.window();
+            let held = floor.held_before(fired_at);
+            format!(
+                "then {} in the {} before it fired ({:.2}/s) against a floor of {}/s",
+                count(held, "progress event"),
+                secs(window),
+                held as f64 / window.as_secs_f64(),
+                floor.floor
+            )
+        }
+        None => "then too few to keep up the floor".to_owned(),
+    };
+    Reading::new(
+        VerdictKind::Crawl,
+        format!(
+            "{}, {} in {}, {pace}, until {named} fired",
+            head_words(t),
+            count(t.progress, "progress event"),
+            secs(t.offset(fired_at))
+        ),
+    )
+    .governed(
+        "STALLSCOPE_SSE_MIN_RATE",
+        "progress kept coming, too slowly (a congested link, a throttled proxy, a provider under load): \
+         a higher STALLSCOPE_SSE_MIN_RATE ends such a crawl sooner, but keep it below the slowest window \
+         of healthy streams (`stallscope tune` finds that value and checks it)",
+    )
 }
 
 fn is_drip(t: &Try) -> bool {

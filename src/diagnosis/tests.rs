@@ -35,13 +35,13 @@ impl Script {
     fn attempt(&mut self, ms: u64, idle_s: u64) -> &mut Script {
         self.attempt += 1;
         self.at(ms, EventKind::AttemptStarted { target: Target::new("p", "m"), credential: None })
-            .at(ms, EventKind::TimerArmed { timer: TimerKind::Ttfb, after: Duration::from_secs(120) })
-            .at(ms, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(idle_s) })
+            .at(ms, EventKind::TimerArmed { timer: TimerKind::Ttfb, after: Duration::from_secs(120), floor: None })
+            .at(ms, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(idle_s), floor: None })
     }
 
     fn headers(&mut self, ms: u64, status: u16) -> &mut Script {
         self.at(ms, EventKind::HeadersReceived { status, content_type: None })
-            .at(ms, EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_secs(900) })
+            .at(ms, EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_secs(900), floor: None })
     }
 
     fn content(&mut self, from_ms: u64, n: u64) -> &mut Script {

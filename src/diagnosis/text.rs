@@ -60,6 +60,7 @@ pub(super) fn timer(t: TimerKind) -> &'static str {
         TimerKind::Ttfb => "TTFB",
         TimerKind::Idle => "idle",
         TimerKind::DataStall => "data-stall",
+        TimerKind::MinRate => "throughput-floor",
         TimerKind::Total => "total",
         TimerKind::Deadline => "call-deadline",
     }
@@ -72,6 +73,7 @@ pub(super) const fn timer_tunable(t: TimerKind) -> &'static str {
         TimerKind::Ttfb => "STALLSCOPE_SSE_TTFB_TIMEOUT_S",
         TimerKind::Idle => "STALLSCOPE_SSE_IDLE_TIMEOUT_S",
         TimerKind::DataStall => "STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S",
+        TimerKind::MinRate => "STALLSCOPE_SSE_MIN_RATE",
         TimerKind::Total => "STALLSCOPE_SSE_TOTAL_TIMEOUT_S",
         TimerKind::Deadline => "STALLSCOPE_CALL_DEADLINE_S",
     }

@@ -27,6 +27,10 @@ pub enum VerdictKind {
     /// Many small reads per parsed event while progress continued (a
     /// congested or throttled link).
     SlowDrip,
+    /// Progress kept coming, but slower than the throughput floor over a
+    /// whole window (a congested link, a throttled proxy, a provider
+    /// degrading under load).
+    Crawl,
     /// Healthy but close to a timer: a long wait within budget, long
     /// reasoning with progress, or progress cut by the total timer or the
     /// call deadline.
@@ -87,12 +91,13 @@ pub enum VerdictKind {
 
 impl VerdictKind {
     /// Every kind, in a stable order (the documented list).
-    pub const ALL: [VerdictKind; 28] = [
+    pub const ALL: [VerdictKind; 29] = [
         VerdictKind::SilentStall,
         VerdictKind::KeepaliveOnlyStall,
         VerdictKind::NoResponse,
         VerdictKind::ProxyBuffering,
         VerdictKind::SlowDrip,
+        VerdictKind::Crawl,
         VerdictKind::HealthySlow,
         VerdictKind::Healthy,
         VerdictKind::ResetMidStream,
@@ -126,6 +131,7 @@ impl VerdictKind {
             VerdictKind::NoResponse => "no_response",
             VerdictKind::ProxyBuffering => "proxy_buffering",
             VerdictKind::SlowDrip => "slow_drip",
+            VerdictKind::Crawl => "crawl",
             VerdictKind::HealthySlow => "healthy_slow",
             VerdictKind::Healthy => "healthy",
             VerdictKind::ResetMidStream => "reset_mid_stream",
@@ -160,6 +166,7 @@ impl VerdictKind {
             VerdictKind::NoResponse => "no response",
             VerdictKind::ProxyBuffering => "proxy buffering",
             VerdictKind::SlowDrip => "slow drip",
+            VerdictKind::Crawl => "crawl",
             VerdictKind::HealthySlow => "healthy but slow",
             VerdictKind::Healthy => "healthy",
             VerdictKind::ResetMidStream => "connection reset",

@@ -55,8 +55,10 @@ pub struct AttemptDetail {
 pub struct TimerSetting {
     /// Which timer.
     pub timer: TimerKind,
-    /// Its budget, when armed.
+    /// Its budget, when armed (the throughput floor's: its window).
     pub budget: Option<Duration>,
+    /// The throughput floor, in progress events a second.
+    pub floor: Option<f64>,
     /// Why it was off, when disarmed.
     pub disarmed: Option<String>,
     /// When it fired, if it did.
@@ -76,11 +78,15 @@ impl TimerSetting {
         }
     }
 
-    /// `idle 1.000 s, fired at 2.100 s` / `ttfb off: large context`.
+    /// `idle 1.000 s, fired at 2.100 s` / `ttfb off: large context` /
+    /// `min_rate 5/s over 1.000 s`.
     pub fn describe(&self) -> String {
         let mut text = match (&self.disarmed, self.budget) {
             (Some(reason), _) => format!("{} off: {reason}", self.timer),
-            (None, Some(budget)) => format!("{} {:.3} s", self.timer, budget.as_secs_f64()),
+            (None, Some(budget)) => match self.floor {
+                Some(floor) => format!("{} {floor}/s over {:.3} s", self.timer, budget.as_secs_f64()),
+                None => format!("{} {:.3} s", self.timer, budget.as_secs_f64()),
+            },
             (None, None) => self.timer.to_string(),
         };
         if let Some(at) = self.fired_s {
@@ -155,9 +161,9 @@ impl StreamDetail {
         };
         let Logged::Event(kind) = &entry.what else { return };
         match kind {
-            EventKind::TimerArmed { timer, after } => {
+            EventKind::TimerArmed { timer, after, floor } => {
                 let armed = setting(timers, *timer, true);
-                (armed.budget, armed.disarmed) = (Some(*after), None);
+                (armed.budget, armed.floor, armed.disarmed) = (Some(*after), *floor, None);
             }
             EventKind::TimerDisarmed { timer, reason } => {
                 setting(timers, *timer, false).disarmed = Some(reason.clone())
@@ -177,7 +183,7 @@ impl StreamDetail {
 fn setting(timers: &mut Vec<TimerSetting>, timer: TimerKind, arming: bool) -> &mut TimerSetting {
     let latest = timers.iter().rposition(|t| t.timer == timer).filter(|&i| !(arming && timers[i].fired_s.is_some()));
     let i = latest.unwrap_or_else(|| {
-        timers.push(TimerSetting { timer, budget: None, disarmed: None, fired_s: None, lag: None });
+        timers.push(TimerSetting { timer, budget: None, floor: None, disarmed: None, fired_s: None, lag: None });
         timers.len() - 1
     });
     &mut timers[i]
@@ -224,6 +230,7 @@ pub fn stream_json(timeline: &Timeline, lane: &Lane) -> Value {
         json!({
             "timer": t.timer.name(),
             "budget_s": t.budget.map(|b| b.as_secs_f64()),
+            "floor_per_s": t.floor,
             "disarmed": t.disarmed,
             "fired_at_s": t.fired_s,
             "lag_s": t.lag.map(|l| l.as_secs_f64()),
@@ -443,9 +450,9 @@ mod tests {
         let secs = Duration::from_secs;
         vec![
             event(0, 0, EventKind::CallStarted { target: t.clone(), context_tokens: None }),
-            event(0, 0, EventKind::TimerArmed { timer: TimerKind::Deadline, after: secs(30) }),
+            event(0, 0, EventKind::TimerArmed { timer: TimerKind::Deadline, after: secs(30), floor: None }),
             event(0, 1, EventKind::AttemptStarted { target: t.clone(), credential: Some(1) }),
-            event(0, 1, EventKind::TimerArmed { timer: TimerKind::Ttfb, after: secs(5) }),
+            event(0, 1, EventKind::TimerArmed { timer: TimerKind::Ttfb, after: secs(5), floor: None }),
             event(0, 1, EventKind::TimerDisarmed { timer: TimerKind::Idle, reason: "not configured".into() }),
             event(40, 1, EventKind::HeadersReceived { status: 429, content_type: Some("application/json".into()) }),
             event(40, 1, EventKind::ResponseHeaders { headers: vec![("retry-after-ms".into(), "200".into())] }),
@@ -464,7 +471,7 @@ mod tests {
                 },
             ),
             event(250, 2, EventKind::AttemptStarted { target: t, credential: Some(0) }),
-            event(250, 2, EventKind::TimerArmed { timer: TimerKind::Idle, after: secs(1) }),
+            event(250, 2, EventKind::TimerArmed { timer: TimerKind::Idle, after: secs(1), floor: None }),
             event(300, 2, EventKind::HeadersReceived { status: 200, content_type: Some("text/event-stream".into()) }),
             event(310, 2, EventKind::ChunkReceived { bytes: 30 }),
             event(310, 2, EventKind::SseReceived { class: EventClass::Content, chars: 5, progress: true }),

@@ -17,6 +17,7 @@ use egui_plot::PlotPoint;
 
 use crate::core::category::{Category, TimerKind};
 use crate::core::event::{Event, EventClass, EventKind, Outcome, SleepReason, StreamId};
+use crate::core::rate_window::RateWindow;
 use crate::diagnosis::{Diagnosis, VerdictKind};
 
 /// Every stream of what is shown: one run, or several scenarios run together.
@@ -243,13 +244,51 @@ pub struct TimerTrack {
     pub open: bool,
     /// Whether it fired.
     pub fired: bool,
+    /// The throughput floor's measure, for its track.
+    pub rate: Option<RateTrack>,
     last_reset: f64,
 }
 
+/// The throughput floor's track climbs as the rate falls toward the floor:
+/// its height is the floor over the rate of the window so far (the
+/// events the floor asks for over those the window held), 1 at the floor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateTrack {
+    /// Progress events a second.
+    pub floor: f64,
+    window: RateWindow,
+}
+
+impl RateTrack {
+    /// The floor over the rate at `since_s` after the floor started.
+    fn fraction(&self, since_s: f64) -> f64 {
+        let since = std::time::Duration::from_secs_f64(since_s.max(0.0));
+        let need = self.floor * since.min(self.window.window()).as_secs_f64();
+        match self.window.in_window(since) {
+            0 if need > 0.0 => 1.0,
+            0 => 0.0,
+            held => (need / held as f64).min(1.0),
+        }
+    }
+}
+
 impl TimerTrack {
-    /// The fraction of its budget elapsed at `now_s`, for an armed timer.
+    /// The fraction of its budget elapsed at `now_s`, for an armed timer
+    /// (for the throughput floor, how near the rate is to the floor).
     pub fn fraction_at(&self, now_s: f64) -> f64 {
-        ((now_s - self.last_reset) / self.budget_s).clamp(0.0, 1.0)
+        match &self.rate {
+            Some(rate) => rate.fraction(now_s - self.last_reset),
+            None => ((now_s - self.last_reset) / self.budget_s).clamp(0.0, 1.0),
+        }
+    }
+
+    /// The label of its line: `idle 30 s`, `min_rate 2/s over 60 s`.
+    pub fn label(&self) -> String {
+        let budget = crate::gui::timeline::duration_label(self.budget_s);
+        match &self.rate {
+            Some(rate) => format!("{} {}/s over {budget}", self.kind, rate.floor),
+            None => format!("{} {budget}", self.kind),
+        }
     }
 }
 
@@ -266,7 +305,7 @@ pub struct SleepSpan {
     pub category: Category,
 }
 
-const TIMER_KINDS: usize = 6;
+const TIMER_KINDS: usize = 7;
 
 /// Output events this close together arrived at once (one read of the
 /// socket, parsed in one go).
@@ -284,6 +323,7 @@ const fn slot(kind: TimerKind) -> usize {
         TimerKind::DataStall => 3,
         TimerKind::Total => 4,
         TimerKind::Deadline => 5,
+        TimerKind::MinRate => 6,
     }
 }
 
@@ -478,6 +518,8 @@ struct ArmedTrack {
     index: usize,
     progress: usize,
     last_reset: f64,
+    /// The throughput floor's window, which events change in place.
+    rate: Option<RateWindow>,
 }
 
 /// The number of series a lane grows (see [`Lane::series_lengths`]).
@@ -549,11 +591,12 @@ impl Lane {
                 }
                 if *progress {
                     self.reset(TimerKind::DataStall, at);
+                    self.count_progress(at);
                 }
                 self.log_data(at, event);
                 return;
             }
-            EventKind::TimerArmed { timer, after } => {
+            EventKind::TimerArmed { timer, after, floor } => {
                 self.close(*timer, at, false);
                 self.open[slot(*timer)] = Some(self.timers.len());
                 self.timers.push(TimerTrack {
@@ -562,6 +605,7 @@ impl Lane {
                     progress: vec![PlotPoint::new(at, 0.0)],
                     open: true,
                     fired: false,
+                    rate: floor.map(|floor| RateTrack { floor, window: RateWindow::new(*after) }),
                     last_reset: at,
                 });
             }
@@ -695,7 +739,12 @@ impl Lane {
             .flatten()
             .map(|&index| {
                 let track = &self.timers[index];
-                ArmedTrack { index, progress: track.progress.len(), last_reset: track.last_reset }
+                ArmedTrack {
+                    index,
+                    progress: track.progress.len(),
+                    last_reset: track.last_reset,
+                    rate: track.rate.as_ref().map(|rate| rate.window),
+                }
             })
             .collect();
         LaneCheckpoint {
@@ -741,6 +790,9 @@ impl Lane {
             let track = &mut self.timers[armed.index];
             track.progress.truncate(armed.progress);
             track.last_reset = armed.last_reset;
+            if let (Some(rate), Some(window)) = (&mut track.rate, armed.rate) {
+                rate.window = window;
+            }
             track.open = true;
             track.fired = false;
         }
@@ -765,6 +817,17 @@ impl Lane {
         }
     }
 
+    /// The throughput floor's window takes in a progress event.
+    fn count_progress(&mut self, at: f64) {
+        if let Some(track) = self.open[slot(TimerKind::MinRate)].and_then(|i| self.timers.get_mut(i))
+            && let Some(rate) = &mut track.rate
+        {
+            rate.window.count(std::time::Duration::from_secs_f64((at - track.last_reset).max(0.0)));
+            let reached = track.fraction_at(at);
+            track.progress.push(PlotPoint::new(at, reached));
+        }
+    }
+
     /// A timer stops (it fired, was disarmed, or its attempt ended).
     fn close(&mut self, kind: TimerKind, at: f64, fired: bool) {
         if let Some(track) = self.open[slot(kind)].take().and_then(|i| self.timers.get_mut(i)) {
@@ -777,7 +840,7 @@ impl Lane {
 
     /// The attempt's timers stop; the call's deadline runs on.
     fn close_all(&mut self, at: f64) {
-        for kind in [TimerKind::Connect, TimerKind::Ttfb, TimerKind::Idle, TimerKind::DataStall, TimerKind::Total] {
+        for kind in TimerKind::ALL.into_iter().filter(|&kind| kind != TimerKind::Deadline) {
             self.close(kind, at, false);
         }
     }
@@ -860,7 +923,10 @@ pub fn describe(kind: &EventKind) -> String {
         EventKind::SseReceived { class, chars, progress } => {
             format!("{} event, {chars} chars{}", class.name(), if *progress { ", progress" } else { "" })
         }
-        EventKind::TimerArmed { timer, after } => format!("{timer} timer armed: {}", secs(after)),
+        EventKind::TimerArmed { timer, after, floor: Some(floor) } => {
+            format!("{timer} timer armed: {floor} progress events/s over {}", secs(after))
+        }
+        EventKind::TimerArmed { timer, after, floor: None } => format!("{timer} timer armed: {}", secs(after)),
         EventKind::TimerDisarmed { timer, reason } => format!("{timer} timer off: {reason}"),
         EventKind::TimerFired { timer, after, .. } => format!("{timer} timer FIRED after {}", secs(after)),
         EventKind::RateLimitObserved { requests_remaining, tokens_remaining, exhausted_reset } => {
@@ -935,7 +1001,7 @@ mod tests {
         vec![
             event(0, 0, 0, EventKind::CallStarted { target: t.clone(), context_tokens: None }),
             idle(0, EventKind::AttemptStarted { target: t.clone(), credential: None }),
-            idle(0, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(1) }),
+            idle(0, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_secs(1), floor: None }),
             idle(100, EventKind::ChunkReceived { bytes: 50 }),
             idle(100, EventKind::SseReceived { class: EventClass::Lifecycle, chars: 0, progress: false }),
             idle(1100, EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1), lag: None }),
@@ -964,9 +1030,17 @@ mod tests {
         let second = |ms, attempt, kind| event(ms, 1, attempt, kind);
         events.extend([
             second(20, 0, EventKind::CallStarted { target: p.clone(), context_tokens: Some(10) }),
-            second(20, 0, EventKind::TimerArmed { timer: TimerKind::Deadline, after: Duration::from_secs(2) }),
+            second(
+                20,
+                0,
+                EventKind::TimerArmed { timer: TimerKind::Deadline, after: Duration::from_secs(2), floor: None },
+            ),
             second(20, 1, EventKind::AttemptStarted { target: p.clone(), credential: Some(0) }),
-            second(20, 1, EventKind::TimerArmed { timer: TimerKind::Ttfb, after: Duration::from_millis(500) }),
+            second(
+                20,
+                1,
+                EventKind::TimerArmed { timer: TimerKind::Ttfb, after: Duration::from_millis(500), floor: None },
+            ),
             second(
                 90,
                 1,
@@ -986,7 +1060,11 @@ mod tests {
             ),
             second(95, 1, EventKind::FailedOver { from: p, to: q.clone(), reason: Category::RateLimit }),
             second(95, 2, EventKind::AttemptStarted { target: q, credential: None }),
-            second(95, 2, EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_millis(300) }),
+            second(
+                95,
+                2,
+                EventKind::TimerArmed { timer: TimerKind::Idle, after: Duration::from_millis(300), floor: None },
+            ),
             second(150, 2, EventKind::ChunkReceived { bytes: 10 }),
             second(300, 2, EventKind::ChunkReceived { bytes: 12 }),
             second(
@@ -998,6 +1076,44 @@ mod tests {
         ]);
         events.sort_by_key(|e| e.at);
         events
+    }
+
+    /// A throughput floor of 5 a second over 1 s: twenty events in the
+    /// first half second, then one every half second, until it fires.
+    fn crawl() -> Vec<Event> {
+        let e = |ms, kind| event(ms, 1, 1, kind);
+        let armed =
+            EventKind::TimerArmed { timer: TimerKind::MinRate, after: Duration::from_secs(1), floor: Some(5.0) };
+        let progress = || EventKind::SseReceived { class: EventClass::Content, chars: 4, progress: true };
+        let mut events = vec![e(0, armed)];
+        events.extend((0..20).map(|i| e(i * 25, progress())));
+        events.extend([975, 1475].map(|ms| e(ms, progress())));
+        let fired = EventKind::TimerFired { timer: TimerKind::MinRate, after: Duration::from_secs(1), lag: None };
+        events.push(e(1500, fired));
+        events
+    }
+
+    #[test]
+    fn the_floor_s_track_climbs_as_the_rate_falls_to_the_floor() {
+        let events = crawl();
+        let timeline = Timeline::from_events("x", &events);
+        let track = &timeline.lanes[0].timers[0];
+        assert_eq!((track.kind, track.label().as_str()), (TimerKind::MinRate, "min_rate 5/s over 1 s"));
+        let at = |s: f64| track.progress.iter().rev().find(|p| (p.x - s).abs() < 1e-9).map(|p| p.y).unwrap();
+        // Half a second in, the floor asked for 2.5 events and 20 came.
+        assert!((at(0.475) - 2.375 / 20.0).abs() < 1e-9, "{}", at(0.475));
+        assert!((at(0.975) - 4.875 / 21.0).abs() < 1e-9, "{}", at(0.975));
+        // The window to 1.475 s held two: below the floor's five.
+        assert_eq!((at(1.475), track.fired), (1.0, true));
+
+        // A rewind restores the window the events changed in place.
+        let mut live = Timeline::new();
+        let part = live.add_part("x", 0.0);
+        events[..22].iter().for_each(|e| live.ingest(part, e));
+        let mark = live.checkpoint();
+        events[22..].iter().for_each(|e| live.ingest(part, e));
+        live.rewind(&mark);
+        assert_eq!(live, Timeline::from_events("x", &events[..22]));
     }
 
     #[test]
@@ -1058,7 +1174,7 @@ mod tests {
     #[test]
     fn the_call_deadline_runs_across_attempts() {
         let mut events = stalled_then_ok();
-        let armed = EventKind::TimerArmed { timer: TimerKind::Deadline, after: Duration::from_secs(10) };
+        let armed = EventKind::TimerArmed { timer: TimerKind::Deadline, after: Duration::from_secs(10), floor: None };
         events.insert(1, event(0, 0, 0, armed));
         let timeline = Timeline::from_events("x", &events);
         let deadline = timeline.lanes[0].timers.iter().find(|t| t.kind == TimerKind::Deadline).unwrap();

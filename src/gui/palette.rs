@@ -42,14 +42,15 @@ pub fn timer_style(kind: TimerKind) -> (Color32, LineStyle) {
         TimerKind::Ttfb => (Color32::from_rgb(230, 159, 0), LineStyle::Dashed { length: 8.0 }),
         TimerKind::Idle => (Color32::from_rgb(213, 94, 0), LineStyle::Solid),
         TimerKind::DataStall => (Color32::from_rgb(204, 121, 167), LineStyle::Dotted { spacing: 4.0 }),
+        // Okabe–Ito blue, in long dashes: the one line that is a rate.
+        TimerKind::MinRate => (Color32::from_rgb(0, 114, 178), LineStyle::Dashed { length: 20.0 }),
         TimerKind::Total => (Color32::from_rgb(235, 235, 235), LineStyle::Dashed { length: 14.0 }),
         TimerKind::Deadline => (Color32::from_rgb(140, 140, 140), LineStyle::Dotted { spacing: 9.0 }),
     }
 }
 
 /// Every timer, in the legend's order.
-pub const TIMERS: [TimerKind; 6] =
-    [TimerKind::Connect, TimerKind::Ttfb, TimerKind::Idle, TimerKind::DataStall, TimerKind::Total, TimerKind::Deadline];
+pub const TIMERS: [TimerKind; 7] = TimerKind::ALL;
 
 /// The marker shapes of point events, shared by the lanes and the legend.
 pub mod shape {

@@ -1067,7 +1067,7 @@ fn draw_lane(
         let (colour, style) = palette::timer_style(track.kind);
         let line = Line::new(format!("{} timer", track.kind), PlotPoints::Owned(std::mem::take(&mut points)));
         plot.line(line.color(colour).width(1.2).style(style).allow_band(false));
-        let text = format!("{} {}", track.kind, duration_label(track.budget_s));
+        let text = track.label();
         texts.push(LaneLabel { at_s: start.max(x_min), row: 0, text, colour, strong: false });
     }
     // Point events: (marks, name, height, colour, radius, shape, label row).

@@ -115,7 +115,9 @@ impl CourseBuilder {
                 (self.last_byte, self.last_progress) = (event.at, event.at);
             }
             EventKind::TimerFired { timer, lag, .. } => {
-                let since = if *timer == TimerKind::DataStall { self.last_progress } else { self.last_byte };
+                // The progress clocks are late from the last progress event.
+                let progress = matches!(timer, TimerKind::DataStall | TimerKind::MinRate);
+                let since = if progress { self.last_progress } else { self.last_byte };
                 course.fired.push(FiredTimer {
                     timer: *timer,
                     attempt: event.attempt,

@@ -11,6 +11,15 @@
 //! [`check`] tells the same about any one setting, as a sentence a
 //! diagnosis can carry.
 //!
+//! The throughput floor is not bisected: its value is a rate, and the
+//! highest floor no healthy attempt went below can be read off the
+//! recording (the fewest progress events any judged window of a completed
+//! attempt held, counted by the governor's own
+//! [`rate_window`](crate::core::rate_window); an attempt shorter than a
+//! window counts as judged at its end, so a floor never exceeds a healthy
+//! stream's pace). The round value at or below it is checked by one
+//! what-if like any other. Its window and start are the run's own.
+//!
 //! The connect timeout and the whole-call deadline are not tuned: a
 //! recording does not separate a healthy attempt's connect time from its
 //! wait for headers, so no replay can show a connect timeout firing on a
@@ -45,14 +54,17 @@ use super::upstream::Assumptions;
 use super::whatif::{FIDELITY_TOLERANCE, Fidelity, StreamWhatIf, WhatIf, WhatIfError, WhatIfReport, what_if};
 use crate::core::category::TimerKind;
 use crate::core::event::AttemptEnd;
+use crate::core::policy::{CorePolicy, RateStart};
+use crate::core::rate_window::fewest_in_a_window;
 use crate::store::RunId;
 use crate::tunables::{PREFIX, Value};
 
 /// The timers tune searches, with the tunable that sets each.
-pub const TUNED: [(TimerKind, &str); 4] = [
+pub const TUNED: [(TimerKind, &str); 5] = [
     (TimerKind::Ttfb, "STALLSCOPE_SSE_TTFB_TIMEOUT_S"),
     (TimerKind::Idle, "STALLSCOPE_SSE_IDLE_TIMEOUT_S"),
     (TimerKind::DataStall, "STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S"),
+    (TimerKind::MinRate, "STALLSCOPE_SSE_MIN_RATE"),
     (TimerKind::Total, "STALLSCOPE_SSE_TOTAL_TIMEOUT_S"),
 ];
 
@@ -377,13 +389,16 @@ pub struct TuneReport {
     pub probes: usize,
 }
 
-/// One timer's search.
+/// One timer's search. Its values are seconds, except the throughput
+/// floor's, which are progress events a second ([`unit`](Self::unit)).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimerTuning {
     /// The timer.
     pub timer: TimerKind,
     /// The tunable that sets it.
     pub tunable: &'static str,
+    /// The unit of its values: `s`, or `events/s` for the floor.
+    pub unit: &'static str,
     /// Its value in the run, in seconds; `None` when it was off.
     pub current_s: Option<f64>,
     /// The smallest value found that fires on no healthy stream; `None`
@@ -503,23 +518,13 @@ impl Search<'_> {
     ) -> Result<TimerTuning, TuneError> {
         let current = self.recording.tunables.get(tunable).value.as_f64();
         let current_s = (current > 0.0).then_some(current);
-        let grid = grid();
-        // A value above the longest healthy attempt cannot fire in one, so
-        // the search starts there when that is below the timer's value.
-        let above_healthy = grid.iter().copied().find(|&v| v > longest_healthy.as_secs_f64());
-        let top = match (current_s, above_healthy) {
-            (Some(current), Some(above)) => current.min(above),
-            (Some(current), None) => current,
-            (None, Some(above)) => above,
-            (None, None) => {
-                let verdict = "off, and every healthy attempt outlasts the grid: left off".to_owned();
-                return Ok(TimerTuning::unsearched(timer, tunable, current_s, verdict));
-            }
+        // Tightest first; the last fires on no healthy stream.
+        let candidates = match self.candidates(timer, current_s, longest_healthy) {
+            Ok(candidates) => candidates,
+            Err(verdict) => return Ok(TimerTuning::unsearched(timer, tunable, current_s, verdict.to_owned())),
         };
-        // Ascending; the last is `top`, which fires on no healthy stream.
-        let mut candidates: Vec<f64> = grid.into_iter().filter(|&v| v < top).collect();
-        candidates.push(top);
         let mut tuning = TimerTuning::unsearched(timer, tunable, current_s, String::new());
+        let unit = tuning.unit;
         // Invariant: candidates[quiet] fires on no healthy stream, and every
         // candidate up to `fires` does.
         let (mut fires, mut quiet) = (None::<usize>, candidates.len() - 1);
@@ -548,19 +553,19 @@ impl Search<'_> {
             tuning.probes.push(Probe { value_s: tightest, false_positives: checked.false_positives.len() });
             evidence = Some(checked);
         }
-        let shown = Value::Float(tightest);
+        let shown = format!("{} {unit}", Value::Float(tightest));
         tuning.verdict = match &evidence {
-            _ if unchanged && tuning.probes.is_empty() => format!("keep {shown} s: nothing below it on the grid"),
-            _ if unchanged => format!("keep {shown} s: every tighter value tried fired on a healthy stream"),
+            _ if unchanged && tuning.probes.is_empty() => format!("keep {shown}: nothing tighter on the grid"),
+            _ if unchanged => format!("keep {shown}: every tighter value tried fired on a healthy stream"),
             Some(checked) if !checked.false_positives.is_empty() => {
-                format!("{shown} s fired on a healthy stream in the replay: left as it is")
+                format!("{shown} fired on a healthy stream in the replay: left as it is")
             }
             Some(checked) if checked.caught.is_empty() => {
-                format!("{shown} s fires on no healthy stream but catches no stall on this run: left as it is")
+                format!("{shown} fires on no healthy stream but catches no stall on this run: left as it is")
             }
             Some(checked) if checked.sooner_s < WORTH * checked.caught.iter().map(|c| c.before_at_s).sum::<f64>() => {
                 format!(
-                    "{shown} s fires on no healthy stream but ends the stalls it catches only {} s sooner in all, \
+                    "{shown} fires on no healthy stream but ends the stalls it catches only {} s sooner in all, \
                      under a fifth of the time the run's own timers took: left as it is",
                     seconds(checked.sooner_s)
                 )
@@ -569,10 +574,80 @@ impl Search<'_> {
                 tuning.suggested_s = Some(tightest);
                 checked.sentence()
             }
-            None => format!("keep {shown} s"),
+            None => format!("keep {shown}"),
         };
         tuning.evidence = evidence;
         Ok(tuning)
+    }
+}
+
+impl Search<'_> {
+    /// The values to bisect, tightest first; the last is known to fire on
+    /// no healthy stream. `Err` says why there is nothing to search.
+    fn candidates(
+        &self,
+        timer: TimerKind,
+        current: Option<f64>,
+        longest_healthy: Duration,
+    ) -> Result<Vec<f64>, &'static str> {
+        let grid = grid();
+        if timer == TimerKind::MinRate {
+            // The run's own floor fired on no attempt that completed, nor
+            // does any floor up to the slowest healthy window.
+            let quiet = match (self.highest_quiet_floor(), current) {
+                (Some(highest), Some(current)) => Some(highest.max(current)),
+                (highest, current) => highest.or(current),
+            };
+            return match quiet.and_then(|q| grid.into_iter().rev().find(|&v| v <= q).or(current)) {
+                Some(quiet) => Ok(vec![quiet]),
+                None => Err("off, and no floor on the grid is below the slowest window of a healthy attempt: left off"),
+            };
+        }
+        // A value above the longest healthy attempt cannot fire in one, so
+        // the search starts there when that is below the timer's value.
+        let above_healthy = grid.iter().copied().find(|&v| v > longest_healthy.as_secs_f64());
+        let top = match (current, above_healthy) {
+            (Some(current), Some(above)) => current.min(above),
+            (Some(current), None) => current,
+            (None, Some(above)) => above,
+            (None, None) => return Err("off, and every healthy attempt outlasts the grid: left off"),
+        };
+        let mut candidates: Vec<f64> = grid.into_iter().filter(|&v| v < top).collect();
+        candidates.push(top);
+        Ok(candidates)
+    }
+
+    /// The highest floor, in progress events a second over the run's
+    /// window and from its start, that no completed attempt went below;
+    /// `None` when one went a whole window without progress or none reached
+    /// its start.
+    fn highest_quiet_floor(&self) -> Option<f64> {
+        let t = &self.recording.tunables;
+        let window = t.seconds("STALLSCOPE_SSE_MIN_RATE_WINDOW_S");
+        let Ok(policy) = CorePolicy::from_tunables(t) else { return None };
+        let progress = &policy.timers.progress_classes;
+        let after = RateStart::parse(t.get("STALLSCOPE_SSE_MIN_RATE_AFTER").value.as_str());
+        let mut fewest = None::<u64>;
+        for attempt in self.recording.streams.iter().flat_map(|s| &s.attempts).filter(|a| a.completed()) {
+            let progress_at = || {
+                attempt.chunks_with_events().flat_map(move |(chunk, events)| {
+                    events.iter().filter(|(class, _)| progress.contains(class)).map(move |_| chunk.at)
+                })
+            };
+            let start = match after {
+                RateStart::Headers => attempt.response.as_ref().map(|r| r.at),
+                RateStart::Progress => progress_at().next(),
+                RateStart::Content => attempt
+                    .chunks_with_events()
+                    .find(|(_, events)| events.iter().any(|(class, _)| class.is_output()))
+                    .map(|(chunk, _)| chunk.at),
+            };
+            let (Some(start), Some((end, _))) = (start, &attempt.ended) else { continue };
+            let events = progress_at().filter(|&at| at >= start).map(|at| at - start);
+            let held = fewest_in_a_window(window, events, end.saturating_sub(start));
+            fewest = Some(fewest.map_or(held, |f| f.min(held)));
+        }
+        fewest.filter(|&held| held > 0).map(|held| held as f64 / window.as_secs_f64())
     }
 }
 
@@ -581,6 +656,7 @@ impl TimerTuning {
         TimerTuning {
             timer,
             tunable,
+            unit: if timer == TimerKind::MinRate { "events/s" } else { "s" },
             current_s,
             tightest_s: None,
             suggested_s: None,

@@ -106,8 +106,12 @@ pub struct TimerChange {
 /// A timer's effective value on a first attempt.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EffectiveTimer {
-    /// Seconds; `None` when off.
+    /// Seconds (the throughput floor's window); `None` when off.
     pub seconds: Option<f64>,
+    /// The throughput floor, in progress events a second; `None` for the
+    /// other timers and when it is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<f64>,
     /// Where the governing tunable's value came from (`default`, `--set`, …).
     pub source: String,
 }
@@ -511,23 +515,23 @@ fn timer_changes(recording: &Recording, after: &Tunables) -> Vec<TimerChange> {
     let effective = |tunables: &Tunables| {
         let policy = CorePolicy::from_tunables(tunables).ok()?;
         let timers = policy.timers.for_attempt(context, &policy.retry.escalation, 0, 0);
-        let source = |name: &str| tunables.get(name).source.to_string();
-        let seconds = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        let timer = |name: &str, d: Option<Duration>| EffectiveTimer {
+            seconds: d.map(|d| d.as_secs_f64()),
+            floor: None,
+            source: tunables.get(name).source.to_string(),
+        };
+        let floor = EffectiveTimer {
+            floor: timers.min_rate.map(|f| f.floor),
+            ..timer("STALLSCOPE_SSE_MIN_RATE", timers.min_rate.map(|f| f.window))
+        };
         Some([
-            (TimerKind::Ttfb, seconds(timers.ttfb), source("STALLSCOPE_SSE_TTFB_TIMEOUT_S")),
-            (TimerKind::Idle, seconds(timers.idle), source("STALLSCOPE_SSE_IDLE_TIMEOUT_S")),
-            (TimerKind::DataStall, seconds(timers.data_stall), source("STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S")),
-            (TimerKind::Total, seconds(timers.total), source("STALLSCOPE_SSE_TOTAL_TIMEOUT_S")),
+            (TimerKind::Ttfb, timer("STALLSCOPE_SSE_TTFB_TIMEOUT_S", timers.ttfb)),
+            (TimerKind::Idle, timer("STALLSCOPE_SSE_IDLE_TIMEOUT_S", timers.idle)),
+            (TimerKind::DataStall, timer("STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S", timers.data_stall)),
+            (TimerKind::MinRate, floor),
+            (TimerKind::Total, timer("STALLSCOPE_SSE_TOTAL_TIMEOUT_S", timers.total)),
         ])
     };
     let (Some(before), Some(after)) = (effective(&recording.tunables), effective(after)) else { return Vec::new() };
-    before
-        .into_iter()
-        .zip(after)
-        .map(|((timer, seconds, source), (_, after_seconds, after_source))| TimerChange {
-            timer,
-            before: EffectiveTimer { seconds, source },
-            after: EffectiveTimer { seconds: after_seconds, source: after_source },
-        })
-        .collect()
+    before.into_iter().zip(after).map(|((timer, before), (_, after))| TimerChange { timer, before, after }).collect()
 }

@@ -24,6 +24,7 @@ library!(
     "silent-stall",
     "ping-flood-stall",
     "drip",
+    "crawl",
     "proxy-buffered",
     "reset-after-first-token",
     "rate-limited-ms",

@@ -61,7 +61,8 @@ pub mod kind {
     pub const CHUNK_RECEIVED: i64 = 5;
     /// `SseReceived`: `code` class, `value` characters, `aux` 1 when it was progress.
     pub const SSE_RECEIVED: i64 = 6;
-    /// `TimerArmed`: `code` timer, `value` budget in ns.
+    /// `TimerArmed`: `code` timer, `value` budget in ns, `aux` the
+    /// throughput floor in millionths of an event per second.
     pub const TIMER_ARMED: i64 = 7;
     /// `TimerDisarmed`: `code` timer; detail reason.
     pub const TIMER_DISARMED: i64 = 8;
@@ -131,10 +132,13 @@ macro_rules! codes {
     };
 }
 
+/// A throughput floor is stored in millionths of an event per second.
+const PER_MILLIONTH: f64 = 1e6;
+
 codes!(
     /// The code of a timer (`code` of timer events, `aux` of errors).
     timer_code, timer_from, TimerKind {
-        Connect = 0, Ttfb = 1, Idle = 2, DataStall = 3, Total = 4, Deadline = 5,
+        Connect = 0, Ttfb = 1, Idle = 2, DataStall = 3, Total = 4, Deadline = 5, MinRate = 6,
     }
 );
 codes!(
@@ -434,8 +438,9 @@ fn encode_columns(event: &Event) -> Option<Row> {
         EventKind::SseReceived { class, chars, progress } => {
             (SSE_RECEIVED, Some(class_code(*class)), Some(int(*chars)?), Some(i64::from(*progress)), None)
         }
-        EventKind::TimerArmed { timer, after } => {
-            (TIMER_ARMED, Some(timer_code(*timer)), Some(ns(*after)?), None, None)
+        EventKind::TimerArmed { timer, after, floor } => {
+            let floor = floor.map(|f| (f * PER_MILLIONTH).round() as i64);
+            (TIMER_ARMED, Some(timer_code(*timer)), Some(ns(*after)?), floor, None)
         }
         EventKind::TimerDisarmed { timer, reason } => {
             (TIMER_DISARMED, Some(timer_code(*timer)), None, None, json(reason))
@@ -740,7 +745,11 @@ fn decode_kind(row: &Columns<'_>) -> Option<EventKind> {
         SSE_RECEIVED => {
             EventKind::SseReceived { class: class_from(code()?)?, chars: usize_of(value())?, progress: aux()? != 0 }
         }
-        TIMER_ARMED => EventKind::TimerArmed { timer: timer_from(code()?)?, after: duration(value()?)? },
+        TIMER_ARMED => EventKind::TimerArmed {
+            timer: timer_from(code()?)?,
+            after: duration(value()?)?,
+            floor: aux().map(|f| f as f64 / PER_MILLIONTH),
+        },
         TIMER_DISARMED => EventKind::TimerDisarmed { timer: timer_from(code()?)?, reason: text()? },
         TIMER_FIRED => EventKind::TimerFired {
             timer: timer_from(code()?)?,
@@ -1189,7 +1198,7 @@ mod tests {
             at: Duration::from_secs(1),
             stream: 1,
             attempt: 1,
-            kind: EventKind::TimerArmed { timer: TimerKind::Total, after: Duration::MAX },
+            kind: EventKind::TimerArmed { timer: TimerKind::Total, after: Duration::MAX, floor: None },
         };
         let row = encode(&event);
         assert_eq!(row.kind, kind::GENERIC);

@@ -154,6 +154,8 @@ pub const URL_VALUED: &[&str] = &["STALLSCOPE_PROXY"];
 pub const EVENT_CLASSES: &[&str] = &["keepalive", "lifecycle", "reasoning", "content", "tool_call"];
 /// Categories failover may act on.
 pub const FAILOVER_CATEGORIES: &[&str] = &["connection", "timeout", "rate_limit", "overloaded", "server_error", "auth"];
+/// When the throughput floor starts judging (see `core::policy::RateStart`).
+pub const RATE_STARTS: &[&str] = &["content", "progress", "headers"];
 /// Backoff jitter kinds.
 pub const JITTER_KINDS: &[&str] = &["none", "full", "equal", "decorrelated", "symmetric", "positive-only"];
 
@@ -213,6 +215,30 @@ pub static TUNABLES: &[TunableSpec] = &[
         "120",
         Stream,
         "No response byte this long after the attempt started (connecting and the TLS handshake count) ends the attempt; 0 disables."
+    ),
+    tunable!(
+        "SSE_MIN_RATE",
+        float(0.0, 100_000.0),
+        "events/s",
+        "0",
+        Stream,
+        "Throughput floor: fewer progress events a second than this over a whole window ends the attempt (an answer that crawls). Counts the PROGRESS_EVENT_CLASSES events, about a token each in every dialect, never bytes: keep-alives and framing must not count as progress; 0 disables."
+    ),
+    tunable!(
+        "SSE_MIN_RATE_WINDOW_S",
+        float(0.001, 86_400.0),
+        "s",
+        "60",
+        Stream,
+        "The sliding window the throughput floor averages over, in tenths; it judges only once a whole window has passed since it started."
+    ),
+    tunable!(
+        "SSE_MIN_RATE_AFTER",
+        Kind::Choice(RATE_STARTS),
+        "",
+        "content",
+        Stream,
+        "When the throughput floor starts: content (the first output, so a long prefill or reasoning phase is not judged), progress (the first progress event: reasoning is judged) or headers (the wait for the first event is judged too)."
     ),
     tunable!(
         "TTFB_DISABLE_ABOVE_TOKENS",
