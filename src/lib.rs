@@ -31,6 +31,7 @@ pub mod core;
 pub mod diagnosis;
 pub mod export;
 pub mod gui;
+pub mod metrics;
 pub mod providers;
 pub mod recorder;
 pub mod replay;
