@@ -41,3 +41,4 @@ pub mod session;
 pub mod sim;
 pub mod store;
 pub mod tunables;
+pub mod watch;
