@@ -1,0 +1,177 @@
+//! `stallscope watch` scraped by a real Prometheus (the Debian package),
+//! checked through Prometheus's HTTP API against the rounds the store
+//! holds; and the alerting rules shipped in docs/ checked by `promtool`.
+//!
+//! Both run whenever the programs are present. Where one is absent they
+//! say so and pass; `.ci/run` installs the package and sets
+//! `STALLSCOPE_REQUIRE_EXTERNAL=1`, which turns a missing program into a
+//! failure.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use stallscope::core::category::TimerKind;
+use stallscope::core::event::EventKind;
+use stallscope::store::Store;
+
+/// The program on PATH, or why the test is skipped (a failure when CI
+/// requires it).
+fn external(program: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file()));
+    if found.is_none() {
+        let required = std::env::var("STALLSCOPE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1");
+        assert!(!required, "{program} is missing and STALLSCOPE_REQUIRE_EXTERNAL=1; .ci/run installs it");
+        eprintln!("skipped: {program} is not installed (Debian package `prometheus`; .ci/run installs it)");
+    }
+    found
+}
+
+/// A child process killed when the test ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for_port(port: u16, child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "{what} exited before listening on {port}");
+        assert!(Instant::now() < deadline, "{what} does not listen on {port} after 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stallscope-prometheus-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// One instant query: each series' labels and value.
+async fn query(client: &reqwest::Client, base: &str, promql: &str) -> Vec<(serde_json::Value, f64)> {
+    let mut url = reqwest::Url::parse(&format!("{base}/api/v1/query")).unwrap();
+    url.query_pairs_mut().append_pair("query", promql);
+    let body: serde_json::Value = client.get(url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(body["status"], "success", "{promql}: {body}");
+    body["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["metric"].clone(), s["value"][1].as_str().unwrap().parse().unwrap()))
+        .collect()
+}
+
+/// Data-stall timer fires the store holds for the oldest `rounds` rounds.
+fn stored_data_stall_fires(db: &Path, rounds: usize) -> Option<usize> {
+    let store = Store::open(db).ok()?;
+    let mut ids = store.ended_with_label("watch@ci").ok()?;
+    if ids.len() < rounds {
+        return None;
+    }
+    ids.sort();
+    let fired = |id| {
+        let events = store.run_events(id).unwrap();
+        events.iter().filter(|e| matches!(e.kind, EventKind::TimerFired { timer: TimerKind::DataStall, .. })).count()
+    };
+    Some(ids[..rounds].iter().map(|(id, _)| fired(*id)).sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_the_counters_the_store_records() {
+    let Some(prometheus) = external("prometheus") else { return };
+    let dir = temp_dir("scrape");
+    let db = dir.join("w.db");
+    let (metrics_port, web_port) = (free_port(), free_port());
+    let mut watch = Running(
+        Command::new(env!("CARGO_BIN_EXE_stallscope"))
+            .args(["watch", "--scenario", "ping-flood-stall", "--every", "1s", "--site", "ci", "--requests", "2"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
+            // Scaled down: the stall is caught after 0.3 s.
+            .args(["--set", "SSE_DATA_STALL_TIMEOUT_S=0.3", "--set", "PROVIDER_STREAM_BACKOFF_S=0.01", "--db"])
+            .arg(&db)
+            .env_clear()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(metrics_port, &mut watch.0, "stallscope watch");
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: stallscope\n    \
+             static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+    )
+    .unwrap();
+    let mut server = Running(
+        Command::new(prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{web_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(web_port, &mut server.0, "prometheus");
+    let base = format!("http://127.0.0.1:{web_port}");
+    let client = reqwest::Client::new();
+    // A scrape during a round may see its timers fire before the round is
+    // counted: poll until one scrape shows whole rounds, at least three.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (rounds, fires) = loop {
+        assert!(Instant::now() < deadline, "Prometheus never showed three whole rounds");
+        let both = query(
+            &client,
+            &base,
+            r#"stallscope_watch_rounds_total{result="recorded"} or stallscope_timer_fires_total{timer="data_stall"}"#,
+        )
+        .await;
+        let value = |name: &str| both.iter().filter(|(m, _)| m["__name__"] == name).map(|(_, v)| *v).sum::<f64>();
+        let (rounds, fires) = (value("stallscope_watch_rounds_total") as usize, value("stallscope_timer_fires_total"));
+        if rounds >= 3 && stored_data_stall_fires(&db, rounds) == Some(fires as usize) {
+            break (rounds, fires);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    // Every call's first attempt stalls behind keep-alives.
+    assert_eq!(fires as usize, 2 * rounds);
+    let up = query(&client, &base, r#"up{job="stallscope"}"#).await;
+    assert_eq!(up.len(), 1);
+    assert_eq!(up[0].1, 1.0);
+    let calls = query(&client, &base, r#"sum by (verdict) (stallscope_calls_total{site="ci"})"#).await;
+    assert!(
+        calls.iter().any(|(m, v)| m["verdict"] == "keepalive_only_stall" && *v >= (2 * rounds) as f64),
+        "{calls:?}"
+    );
+    let detected =
+        query(&client, &base, r#"stallscope_stall_detection_seconds_count{site="ci",timer="data_stall"}"#).await;
+    assert!(detected.iter().map(|(_, v)| v).sum::<f64>() >= fires, "{detected:?}");
+    drop(server);
+    drop(watch);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_shipped_alerting_rules_pass_promtool() {
+    let Some(promtool) = external("promtool") else { return };
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/prometheus/alerts.yml");
+    let output = Command::new(promtool).args(["check", "rules"]).arg(&rules).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("SUCCESS"), "{text}");
+}
