@@ -161,9 +161,38 @@ async fn prometheus_scrapes_the_counters_the_store_records() {
     let detected =
         query(&client, &base, r#"stallscope_stall_detection_seconds_count{site="ci",timer="data_stall"}"#).await;
     assert!(detected.iter().map(|(_, v)| v).sum::<f64>() >= fires, "{detected:?}");
+    dashboard_queries_run(&client, &base).await;
     drop(server);
     drop(watch);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every query of the shipped Grafana dashboard runs on the scraped
+/// canary (its variables set to "all"), and the stall rate says that
+/// every call stalled.
+async fn dashboard_queries_run(client: &reqwest::Client, base: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/grafana/stallscope-canary.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let panels = dashboard["panels"].as_array().unwrap();
+    for panel in panels {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let promql = expr.replace("$site", ".*").replace("$provider", ".*").replace("$__rate_interval", "1m");
+            let mut result = query(client, base, &promql).await;
+            if panel["title"] == "Stall rate by site and provider" {
+                // A rate needs two scrapes of the series, and a change
+                // between them (0 / 0 is NaN).
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while result.iter().all(|(_, v)| v.is_nan()) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    result = query(client, base, &promql).await;
+                }
+                let rates: Vec<(serde_json::Value, f64)> =
+                    result.into_iter().map(|(m, v)| (serde_json::json!([m["site"], m["provider"]]), v)).collect();
+                assert_eq!(rates, vec![(serde_json::json!(["ci", "sim"]), 1.0)], "{promql}");
+            }
+        }
+    }
 }
 
 #[test]
