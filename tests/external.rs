@@ -2,16 +2,15 @@
 //! independent mock provider `@copilotkit/aimock` (all three dialects) and
 //! a real forward proxy, `tinyproxy`.
 //!
-//! These run whenever the programs are present. Where one is absent they say
-//! so and pass, so a fresh checkout's `cargo test` works; `.ci/run` installs
-//! both and sets `STALLSCOPE_REQUIRE_EXTERNAL=1`, which turns a missing
-//! program into a failure.
+//! These run whenever the programs are present (see [`programs`] for what
+//! happens when one is absent).
 
-use std::net::{TcpListener, TcpStream};
+mod programs;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use stallscope::config::{ConfigFile, Layers, Settings};
 use stallscope::core::category::{Category, TimerKind};
@@ -26,20 +25,7 @@ use stallscope::run::{executor, rig};
 use stallscope::sim::{SimServer, TlsIdentity, builtin};
 use tokio_util::sync::CancellationToken;
 
-/// Returns the program's path, or says why the test is skipped (and fails
-/// when CI requires the program).
-fn external(what: &str, found: Option<PathBuf>) -> Option<PathBuf> {
-    if found.is_none() {
-        let required = std::env::var("STALLSCOPE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1");
-        assert!(!required, "{what} is missing and STALLSCOPE_REQUIRE_EXTERNAL=1; .ci/run installs it");
-        eprintln!("skipped: {what} is not installed (.ci/run installs it)");
-    }
-    found
-}
-
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(program)).find(|p| p.is_file())
-}
+use programs::{Running, external, free_port, on_path, temp_dir, wait_for_port};
 
 fn aimock() -> Option<PathBuf> {
     let cli = std::env::var_os("STALLSCOPE_AIMOCK_CLI").map(PathBuf::from).unwrap_or_else(|| {
@@ -50,35 +36,6 @@ fn aimock() -> Option<PathBuf> {
 
 fn tinyproxy() -> Option<PathBuf> {
     external("tinyproxy", on_path("tinyproxy"))
-}
-
-/// A child process killed when the test ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn wait_for_port(port: u16, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(child.try_wait().unwrap().is_none(), "the program exited before listening on {port}");
-        assert!(Instant::now() < deadline, "nothing listens on {port} after 20 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stallscope-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn row(name: &str, dialect: Dialect, root: &str, proxy: Option<String>) -> ProviderConfig {

@@ -2,61 +2,25 @@
 //! checked through Prometheus's HTTP API against the rounds the store
 //! holds; and the alerting rules shipped in docs/ checked by `promtool`.
 //!
-//! Both run whenever the programs are present. Where one is absent they
-//! say so and pass; `.ci/run` installs the package and sets
-//! `STALLSCOPE_REQUIRE_EXTERNAL=1`, which turns a missing program into a
-//! failure.
+//! Both run whenever the programs are present (see [`programs`] for what
+//! happens when one is absent).
 
-use std::net::{TcpListener, TcpStream};
+mod programs;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::EventKind;
 use stallscope::store::Store;
 
-/// The program on PATH, or why the test is skipped (a failure when CI
-/// requires it).
-fn external(program: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .and_then(|path| std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file()));
-    if found.is_none() {
-        let required = std::env::var("STALLSCOPE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1");
-        assert!(!required, "{program} is missing and STALLSCOPE_REQUIRE_EXTERNAL=1; .ci/run installs it");
-        eprintln!("skipped: {program} is not installed (Debian package `prometheus`; .ci/run installs it)");
-    }
-    found
-}
+use programs::{Running, external, free_port, on_path, temp_dir, wait_for_port};
 
-/// A child process killed when the test ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn wait_for_port(port: u16, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(child.try_wait().unwrap().is_none(), "{what} exited before listening on {port}");
-        assert!(Instant::now() < deadline, "{what} does not listen on {port} after 30 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stallscope-prometheus-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// Prometheus's program (`prometheus` or `promtool`), or why the test is
+/// skipped.
+fn prometheus_program(name: &str) -> Option<PathBuf> {
+    external(&format!("{name} (Debian package `prometheus`)"), on_path(name))
 }
 
 /// One instant query: each series' labels and value.
@@ -90,8 +54,8 @@ fn stored_data_stall_fires(db: &Path, rounds: usize) -> Option<usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_the_counters_the_store_records() {
-    let Some(prometheus) = external("prometheus") else { return };
-    let dir = temp_dir("scrape");
+    let Some(prometheus) = prometheus_program("prometheus") else { return };
+    let dir = temp_dir("prometheus-scrape");
     let db = dir.join("w.db");
     let (metrics_port, web_port) = (free_port(), free_port());
     let mut watch = Running(
@@ -107,7 +71,7 @@ async fn prometheus_scrapes_the_counters_the_store_records() {
             .spawn()
             .unwrap(),
     );
-    wait_for_port(metrics_port, &mut watch.0, "stallscope watch");
+    wait_for_port(metrics_port, &mut watch.0);
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
@@ -127,7 +91,7 @@ async fn prometheus_scrapes_the_counters_the_store_records() {
             .spawn()
             .unwrap(),
     );
-    wait_for_port(web_port, &mut server.0, "prometheus");
+    wait_for_port(web_port, &mut server.0);
     let base = format!("http://127.0.0.1:{web_port}");
     let client = reqwest::Client::new();
     // A scrape during a round may see its timers fire before the round is
@@ -197,7 +161,7 @@ async fn dashboard_queries_run(client: &reqwest::Client, base: &str) {
 
 #[test]
 fn the_shipped_alerting_rules_pass_promtool() {
-    let Some(promtool) = external("promtool") else { return };
+    let Some(promtool) = prometheus_program("promtool") else { return };
     let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/prometheus/alerts.yml");
     let output = Command::new(promtool).args(["check", "rules"]).arg(&rules).output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));

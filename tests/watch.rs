@@ -11,7 +11,7 @@ use stallscope::metrics::{Metrics, RoundResult};
 use stallscope::providers::Dialect;
 use stallscope::store::Store;
 use stallscope::store::runs::RunStatus;
-use stallscope::watch::{Calls, RecordingChange, Retention, Round, RoundReport, Slot, WatchEvent, WatchPlan, watch};
+use stallscope::watch::{CallPlan, RecordingChange, Retention, Round, RoundReport, Slot, WatchEvent, WatchPlan, watch};
 use tokio_util::sync::CancellationToken;
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -24,7 +24,7 @@ fn temp_dir(name: &str) -> PathBuf {
 fn plan(scenario: &str, db: Option<PathBuf>, retention: Retention) -> WatchPlan {
     WatchPlan {
         round: Round::Scenario { name: scenario.into(), dialect: Dialect::OpenAiChat },
-        calls: Calls { requests: 2, prompt: "hello".into(), overrides: Vec::new() },
+        calls: CallPlan { requests: 2, prompt: "hello".into(), overrides: Vec::new() },
         every: Duration::from_millis(200),
         site: "lab".into(),
         db,

@@ -16,7 +16,7 @@ use crate::config::process_env;
 use crate::metrics::{DEFAULT_ADDR, Metrics, RoundResult};
 use crate::providers::Dialect;
 use crate::store::Store;
-use crate::watch::{Calls, RecordingChange, Retention, Round, WatchEvent, WatchPlan, parse_every, watch};
+use crate::watch::{CallPlan, RecordingChange, Retention, Round, WatchEvent, WatchPlan, parse_every, watch};
 
 /// Options of `stallscope watch`.
 #[derive(Debug, clap::Args)]
@@ -33,8 +33,8 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADDR)]
     metrics_addr: SocketAddr,
     /// Keep the newest N rounds in the database (default 1000).
-    #[arg(long, value_name = "N", conflicts_with = "keep_days")]
-    keep: Option<usize>,
+    #[arg(long, value_name = "N", conflicts_with = "keep_days", value_parser = clap::value_parser!(u32).range(1..))]
+    keep: Option<u32>,
     /// Keep the rounds of the last D days instead.
     #[arg(long, value_name = "D", value_parser = positive_days)]
     keep_days: Option<f64>,
@@ -99,7 +99,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     };
     let plan = WatchPlan {
         round,
-        calls: Calls {
+        calls: CallPlan {
             requests: args.requests as usize,
             prompt: args.prompt.clone(),
             overrides: cli.overrides.clone(),
@@ -107,7 +107,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         every: args.every,
         site: args.site.clone().unwrap_or_else(host_name),
         db,
-        retention: args.keep_days.map_or(Retention::Rounds(args.keep.unwrap_or(1000)), Retention::Days),
+        retention: args.keep_days.map_or(Retention::Rounds(args.keep.unwrap_or(1000) as usize), Retention::Days),
         metrics_addr: Some(args.metrics_addr),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

@@ -39,7 +39,7 @@ use crate::session::{Recording, SessionError, settings_for};
 use crate::store::RunId;
 
 pub use retention::Retention;
-pub use round::{Calls, Round};
+pub use round::{CallPlan, Round};
 pub use schedule::{Schedule, Slot, parse_every};
 
 /// Everything a watch needs.
@@ -48,7 +48,7 @@ pub struct WatchPlan {
     /// What each round does.
     pub round: Round,
     /// The calls of each round.
-    pub calls: Calls,
+    pub calls: CallPlan,
     /// The interval between round starts.
     pub every: Duration,
     /// Where the canary measures from: the `site` label of its metrics and

@@ -35,7 +35,7 @@ pub enum Round {
 
 /// What every round of a watch shares.
 #[derive(Debug, Clone)]
-pub struct Calls {
+pub struct CallPlan {
     /// Calls per round (made at once).
     pub requests: usize,
     /// The prompt of every call.
@@ -63,7 +63,7 @@ impl Round {
     /// them when `recording` is given.
     pub(super) async fn run(
         &self,
-        calls: &Calls,
+        calls: &CallPlan,
         recording: Option<Recording>,
         metrics: &Arc<CallMetrics>,
         env: &[(String, String)],

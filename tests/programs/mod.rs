@@ -1,0 +1,59 @@
+//! Programs we did not write, started by tests: finding them (or saying
+//! why a test is skipped), free loopback ports, waiting for a listener,
+//! and killing them when the test ends.
+//!
+//! A test whose program is absent says so and passes, so a fresh
+//! checkout's `cargo test` works; `.ci/run` installs every program and
+//! sets `STALLSCOPE_REQUIRE_EXTERNAL=1`, which turns a missing one into a
+//! failure.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// Returns the program's path, or says why the test is skipped (and fails
+/// when CI requires the program).
+pub fn external(what: &str, found: Option<PathBuf>) -> Option<PathBuf> {
+    if found.is_none() {
+        let required = std::env::var("STALLSCOPE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1");
+        assert!(!required, "{what} is missing and STALLSCOPE_REQUIRE_EXTERNAL=1; .ci/run installs it");
+        eprintln!("skipped: {what} is not installed (.ci/run installs it)");
+    }
+    found
+}
+
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(program)).find(|p| p.is_file())
+}
+
+/// A child process killed when the test ends.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn wait_for_port(port: u16, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "the program exited before listening on {port}");
+        assert!(Instant::now() < deadline, "nothing listens on {port} after 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stallscope-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
