@@ -1,7 +1,7 @@
 //! What the canary costs: scraping `/metrics` at fleet size, and
 //! `stallscope watch` between rounds and per round.
 //!
-//! Run with `cargo bench --bench watch` (about half a minute). Without
+//! Run with `cargo bench --bench watch` (about 40 seconds). Without
 //! `--bench` (as under `cargo test --benches`) the same code runs on tiny
 //! sizes as a smoke test. A plain `main`: the second part measures a child
 //! process over seconds.

@@ -94,6 +94,12 @@ async fn prometheus_scrapes_the_counters_the_store_records() {
     wait_for_port(web_port, &mut server.0);
     let base = format!("http://127.0.0.1:{web_port}");
     let client = reqwest::Client::new();
+    // It listens before its storage is open, and answers 503 until then.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !client.get(format!("{base}/-/ready")).send().await.is_ok_and(|r| r.status().is_success()) {
+        assert!(Instant::now() < deadline, "Prometheus is not ready after 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // A scrape during a round may see its timers fire before the round is
     // counted: poll until one scrape shows whole rounds, at least three.
     let deadline = Instant::now() + Duration::from_secs(90);
