@@ -138,6 +138,36 @@ async fn a_database_that_cannot_be_written_turns_recording_off_once_and_the_watc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_outage_is_recorded_and_counted_and_the_watch_goes_on() {
+    let dir = temp_dir("outage");
+    // A configured provider nobody listens for: every connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = dir.join("config.toml");
+    let row = format!(
+        "[[provider]]\nname = \"down\"\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:{closed}\"\nmodel = \"m\"\n"
+    );
+    std::fs::write(&config, row).unwrap();
+    let mut plan = plan("healthy", Some(dir.join("w.db")), Retention::Rounds(5));
+    plan.round = Round::Calls { config: Some(config), target: None };
+    plan.calls.overrides = vec!["PROVIDER_STREAM_BACKOFF_S=0.01".into()];
+    let (rounds, metrics) = watch_rounds(&plan, 2, |_| {}).await;
+    for round in &rounds {
+        assert_eq!(round.result, RoundResult::Recorded);
+        let report = round.report.as_ref().unwrap();
+        assert_eq!((report.summary.failed, report.summary.ok), (2, 0));
+    }
+    let text = metrics.encode();
+    assert_eq!(
+        series(
+            &text,
+            r#"stallscope_calls_total{site="lab",provider="down",model="m",outcome="failed",verdict="refused"}"#
+        ),
+        4.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_that_cannot_run_at_first_ends_the_watch_with_its_reason() {
     let plan = plan("no-such-scenario", None, Retention::Rounds(5));
     let error = watch(&plan, &[], Arc::new(Metrics::new()), &CancellationToken::new(), |_| {}).await.unwrap_err();
