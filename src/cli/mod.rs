@@ -10,6 +10,7 @@ mod runs;
 mod sim;
 mod tunables;
 mod tune;
+mod watch;
 mod whatif;
 
 use std::io::Write;
@@ -77,6 +78,8 @@ pub enum Command {
     /// How one failure would be classified with the configured rules: each
     /// rule tried and the one that matched.
     Explain(explain::Args),
+    /// A headless canary: rounds of calls on a schedule, recorded, with Prometheus metrics on /metrics.
+    Watch(watch::Args),
 }
 
 impl Cli {
@@ -108,6 +111,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Some(Command::Whatif(args)) => whatif::run(&cli, args, out),
         Some(Command::Tune(args)) => tune::run(&cli, args, out),
         Some(Command::Explain(args)) => explain::run(&cli, args, out),
+        Some(Command::Watch(args)) => watch::run(&cli, args, out),
         None => crate::gui::open(
             crate::gui::Launch { config: cli.config_path(), overrides: cli.overrides.clone() },
             cli.db.clone(),

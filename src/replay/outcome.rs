@@ -137,6 +137,12 @@ impl CourseBuilder {
         }
     }
 
+    /// The timer that fired last, once one has (a live sink reads each
+    /// fire's detection time as it comes).
+    pub fn last_fired(&self) -> Option<&FiredTimer> {
+        self.course.fired.last()
+    }
+
     /// The course so far.
     pub fn finish(self) -> StreamCourse {
         self.course

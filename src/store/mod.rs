@@ -546,6 +546,13 @@ impl Store {
         result.map_err(|e| self.err(e))
     }
 
+    /// The runs labelled `label` that are no longer running, newest first:
+    /// their ids and wall-clock starts (Unix milliseconds). A watch's
+    /// retention reads its rounds this way.
+    pub fn ended_with_label(&self, label: &str) -> Result<Vec<(RunId, i64)>, StoreError> {
+        runs::ended_with_label(&self.conn, label).map_err(|e| self.err(e))
+    }
+
     /// Deletes a run and everything recorded for it; false when there was none.
     pub fn delete_run(&mut self, id: RunId) -> Result<bool, StoreError> {
         // Foreign keys cascade to streams, attempts and events.

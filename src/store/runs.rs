@@ -539,6 +539,15 @@ pub(crate) fn running(conn: &Connection) -> rusqlite::Result<Vec<Owned>> {
     stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect()
 }
 
+/// The runs labelled `label` that are no longer running, newest first:
+/// their ids and wall-clock starts (Unix milliseconds).
+pub(crate) fn ended_with_label(conn: &Connection, label: &str) -> rusqlite::Result<Vec<(RunId, i64)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, started_at FROM runs WHERE label = ?1 AND status != 'running' ORDER BY started_at DESC, id DESC",
+    )?;
+    stmt.query_map([label], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
+}
+
 /// Marks a run interrupted, ending it at its last recorded event.
 pub(crate) fn interrupt(tx: &Transaction<'_>, id: RunId) -> rusqlite::Result<()> {
     tx.execute(

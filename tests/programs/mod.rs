@@ -1,7 +1,11 @@
-//! What tests that run software we did not write share: finding a program
-//! (and saying honestly why a test is skipped when it is absent, or
-//! failing when CI requires it), a child process killed when the test
-//! ends, free loopback ports and scratch directories.
+//! Programs we did not write, started by tests: finding them (or saying
+//! why a test is skipped), free loopback ports, waiting for a listener,
+//! scratch directories, and killing them when the test ends.
+//!
+//! A test whose program is absent says so and passes, so a fresh
+//! checkout's `cargo test` works; `.ci/run` installs every program and
+//! sets `STALLSCOPE_REQUIRE_EXTERNAL=1`, which turns a missing one into a
+//! failure.
 
 #![allow(dead_code)]
 

@@ -1,0 +1,225 @@
+//! A headless canary: rounds of calls on a schedule, forever, each
+//! recorded like a run and counted into Prometheus metrics served on
+//! `/metrics`, until cancelled.
+//!
+//! A round runs through the same session path as `stallscope run`
+//! ([`crate::session::run_session`]); what a round is lives in [`Round`],
+//! when it starts in [`Schedule`], which rounds the database keeps in
+//! [`Retention`]. The CLI's `watch` only parses and prints.
+//!
+//! **What a canary survives.** A provider outage is data: its calls fail,
+//! and the round is recorded and counted like any other. A database that
+//! cannot be written (read-only, a full disk, a path that cannot be
+//! created) turns recording off for the round: the calls still run (again,
+//! when the recorder could not even start) and are still counted, the
+//! round's report says so once ([`RecordingChange`]), and every round
+//! tries to record again, so recording resumes when the disk does.
+//! Cancelling (Ctrl-C) stops the round's calls; the round is recorded as
+//! stopped and the watch returns. Only the first round ends the watch on
+//! an error: a config, key or scenario that cannot work at all.
+//!
+//! Rounds are runs labelled [`round_label`] (`watch@SITE`), so the history
+//! lists them, and retention deletes only them.
+
+mod retention;
+mod round;
+mod schedule;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{Metrics, MetricsServer, RoundResult, ServeError};
+use crate::report::RunReport;
+use crate::session::{Recording, SessionError, settings_for};
+use crate::store::RunId;
+
+pub use retention::Retention;
+pub use round::{CallPlan, Round};
+pub use schedule::{Schedule, Slot, parse_every};
+
+/// Everything a watch needs.
+#[derive(Debug, Clone)]
+pub struct WatchPlan {
+    /// What each round does.
+    pub round: Round,
+    /// The calls of each round.
+    pub calls: CallPlan,
+    /// The interval between round starts.
+    pub every: Duration,
+    /// Where the canary measures from: the `site` label of its metrics and
+    /// part of its rounds' label.
+    pub site: String,
+    /// The database rounds are recorded in; `None` records nothing.
+    pub db: Option<PathBuf>,
+    /// Which rounds the database keeps.
+    pub retention: Retention,
+    /// Where `/metrics` is served; `None` serves nothing.
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// The label of a site's rounds in the run history.
+pub fn round_label(site: &str) -> String {
+    format!("watch@{site}")
+}
+
+/// Recording turned off or on again, said once when it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordingChange {
+    /// The database could not be written; rounds go on unrecorded.
+    Stopped(String),
+    /// The database is written again.
+    Resumed,
+}
+
+/// How one round went.
+#[derive(Debug, Clone)]
+pub struct RoundReport {
+    /// Its place in the schedule.
+    pub slot: Slot,
+    /// Recorded, ran unrecorded, or could not run.
+    pub result: RoundResult,
+    /// Its report (`run_id` set when recorded); `None` when it could not
+    /// run or its record was lost.
+    pub report: Option<RunReport>,
+    /// Why it could not run, or could not be recorded.
+    pub error: Option<String>,
+    /// Recording turned off or on again with this round.
+    pub recording: Option<RecordingChange>,
+    /// Rounds retention deleted after it.
+    pub deleted: Vec<RunId>,
+    /// How long it took.
+    pub took: Duration,
+}
+
+/// What a watch tells its front end.
+#[derive(Debug, Clone)]
+pub enum WatchEvent {
+    /// `/metrics` is served on this address.
+    Serving(SocketAddr),
+    /// A round ended.
+    Round(Box<RoundReport>),
+}
+
+/// A watch that could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// The settings, the config, a key or the scenario cannot work.
+    #[error(transparent)]
+    Setup(#[from] SessionError),
+    /// `/metrics` could not be served.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+}
+
+/// Runs rounds on the plan's schedule until `cancel`, counting into
+/// `metrics`; `on_event` sees where metrics are served and each round.
+/// Returns how many rounds ran. `env` is the process environment (the
+/// tunable layer between the config file and the overrides, and where
+/// key variables are looked up).
+pub async fn watch(
+    plan: &WatchPlan,
+    env: &[(String, String)],
+    metrics: Arc<Metrics>,
+    cancel: &CancellationToken,
+    mut on_event: impl FnMut(WatchEvent),
+) -> Result<u64, WatchError> {
+    // A bad tunable or config file ends the watch before anything is served.
+    settings_for(&plan.round.source(), &plan.calls.overrides, &[], env)?;
+    let server = match plan.metrics_addr {
+        Some(addr) => {
+            let server = MetricsServer::start(addr, Arc::clone(&metrics)).await?;
+            on_event(WatchEvent::Serving(server.addr()));
+            Some(server)
+        }
+        None => None,
+    };
+    let mut watcher = Watcher { plan, env, metrics, recording: true };
+    let mut schedule = Schedule::new(plan.every);
+    let mut rounds = 0;
+    while let Some(slot) = schedule.next(cancel).await {
+        if slot.skipped > 0 {
+            watcher.metrics.rounds_skipped(&plan.site, slot.skipped);
+        }
+        let (report, failure) = watcher.round(slot, cancel).await;
+        if let (0, Some(error)) = (rounds, failure) {
+            return Err(error.into());
+        }
+        rounds += 1;
+        on_event(WatchEvent::Round(Box::new(report)));
+        if cancel.is_cancelled() {
+            break;
+        }
+    }
+    if let Some(server) = server {
+        server.shutdown().await;
+    }
+    Ok(rounds)
+}
+
+/// A watch's state between rounds.
+struct Watcher<'a> {
+    plan: &'a WatchPlan,
+    env: &'a [(String, String)],
+    metrics: Arc<Metrics>,
+    /// Whether the last round that ran was recorded (true before any).
+    recording: bool,
+}
+
+impl Watcher<'_> {
+    /// Runs one round; the error when it could not run at all.
+    async fn round(&mut self, slot: Slot, cancel: &CancellationToken) -> (RoundReport, Option<SessionError>) {
+        let (plan, started) = (self.plan, Instant::now());
+        let label = round_label(&plan.site);
+        let sink = Arc::new(self.metrics.calls(&plan.site));
+        let recording = plan.db.clone().map(|db| Recording { db, label: Some(label.clone()), batch: None });
+        let mut ran = plan.round.run(&plan.calls, recording, &sink, self.env, cancel).await;
+        let mut store_error = None;
+        if let Err(SessionError::Store(error)) = &ran.result {
+            store_error = Some(error.to_string());
+            // The recorder could not start, so no call ran: run them unrecorded.
+            if ran.calls_ended == 0 && !cancel.is_cancelled() {
+                ran = plan.round.run(&plan.calls, None, &sink, self.env, cancel).await;
+            }
+        }
+        let (result, report, error, failure) = match ran.result {
+            Ok(outcome) => {
+                self.metrics.recorder_dropped(&plan.site, outcome.dropped_events);
+                let result =
+                    if outcome.report.run_id.is_some() { RoundResult::Recorded } else { RoundResult::Unrecorded };
+                (result, Some(outcome.report), store_error, None)
+            }
+            // The calls ran (and were counted); their record was lost.
+            Err(SessionError::Store(error)) => (RoundResult::Unrecorded, None, Some(error.to_string()), None),
+            Err(error) => (RoundResult::Failed, None, Some(error.to_string()), Some(error)),
+        };
+        let mut change = None;
+        if plan.db.is_some() && result != RoundResult::Failed {
+            let recorded = result == RoundResult::Recorded;
+            change = match (self.recording, recorded) {
+                (true, false) => Some(RecordingChange::Stopped(error.clone().unwrap_or_default())),
+                (false, true) => Some(RecordingChange::Resumed),
+                _ => None,
+            };
+            self.recording = recorded;
+        }
+        let (mut deleted, mut error) = (Vec::new(), error);
+        if let (RoundResult::Recorded, Some(db)) = (result, plan.db.clone()) {
+            let (retention, now) = (plan.retention, crate::store::runs::now_ms());
+            match tokio::task::spawn_blocking(move || retention.prune(&db, &label, now)).await {
+                Ok(Ok(ids)) => deleted = ids,
+                Ok(Err(e)) => error = Some(format!("retention: {e}")),
+                // Pruning panicked: let the panic continue rather than invent an error.
+                Err(join) => std::panic::resume_unwind(join.into_panic()),
+            }
+        }
+        let took = started.elapsed();
+        let ended_unix_s = crate::store::runs::now_ms() as f64 / 1e3;
+        self.metrics.round_finished(&plan.site, result, took, ended_unix_s);
+        (RoundReport { slot, result, report, error, recording: change, deleted, took }, failure)
+    }
+}
