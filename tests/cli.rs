@@ -769,14 +769,14 @@ fn tune_prints_set_lines_an_env_block_and_a_fixed_json_shape() {
     );
     assert_eq!(
         keys(&report["timers"][0]),
-        "current_s,evidence,next_tighter,probes,suggested_s,tightest_s,timer,tunable,verdict"
+        "current_s,evidence,next_tighter,probes,suggested_s,tightest_s,timer,tunable,unit,verdict"
     );
     assert_eq!(
         keys(&report["combined"]),
         "assumed,assumptions,caught,false_positives,healthy_retries,healthy_streams,lost,saved,settings,sooner_s,unknown"
     );
     let timers: Vec<&str> = report["timers"].as_array().unwrap().iter().map(|t| t["timer"].as_str().unwrap()).collect();
-    assert_eq!(timers, ["ttfb", "idle", "data_stall", "total"]);
+    assert_eq!(timers, ["ttfb", "idle", "data_stall", "min_rate", "total"]);
     assert_eq!(report["combined"]["false_positives"], serde_json::json!([]));
 
     let cases: [(&[&str], &str); 3] = [
