@@ -1,5 +1,5 @@
-//! Recorded runs' traces sent to a real OTLP receiver, from the CLI and
-//! from the app's History: Arize Phoenix (`phoenix serve`, from PyPI),
+//! Recorded runs' traces sent to a real OTLP receiver, from the CLI, the
+//! app's History and the canary (`watch --otlp`): Arize Phoenix (`phoenix serve`, from PyPI),
 //! which takes OTLP/HTTP at `/v1/traces` and lists what it kept at
 //! `/v1/projects/default/spans`.
 //!
@@ -162,5 +162,26 @@ async fn a_recorded_run_reaches_phoenix_as_a_trace_per_call() {
     let spans = listed(&base, count + more).await;
     let hop = spans.iter().find(|s| event_names(s).contains(&"failover")).expect("the failover hop");
     assert_eq!(hop["name"], "chat sim-model-a");
+    let total = count + more;
+
+    // The canary sends each round it records.
+    let round_db = scratch.path().join("rounds.db");
+    let mut watch = Running(
+        Command::new(env!("CARGO_BIN_EXE_stallscope"))
+            .args(["watch", "--scenario", "healthy", "--every", "1s", "--metrics-addr", "127.0.0.1:0", "--otlp", &base])
+            .arg("--db")
+            .arg(&round_db)
+            .env_clear()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = watch.0.stdout.take().unwrap();
+    let first = std::io::BufRead::lines(std::io::BufReader::new(stdout)).next().unwrap().unwrap();
+    drop(watch);
+    assert!(first.starts_with("round 0: recorded") && first.ends_with(" spans sent"), "{first}");
+    let sent: usize = first.rsplit(", ").next().and_then(|s| s.split(' ').next()).unwrap().parse().unwrap();
+    assert_eq!(listed(&base, total + sent).await.len(), total + sent);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -30,6 +30,7 @@ fn plan(scenario: &str, db: Option<PathBuf>, retention: Retention) -> WatchPlan 
         db,
         retention,
         metrics_addr: None,
+        otlp: None,
     }
 }
 

@@ -60,6 +60,11 @@ pub struct Args {
     /// Record no round.
     #[arg(long)]
     no_record: bool,
+    /// Also send each recorded round as OpenTelemetry traces (a trace per
+    /// call) to this OTLP/HTTP receiver: its base URL (…/v1/traces is
+    /// appended) or its traces URL. Phoenix: http://127.0.0.1:6006
+    #[arg(long, value_name = "URL", conflicts_with = "no_record")]
+    otlp: Option<String>,
 }
 
 fn positive_days(text: &str) -> Result<f64, String> {
@@ -109,6 +114,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         db,
         retention: args.keep_days.map_or(Retention::Rounds(args.keep.unwrap_or(1000) as usize), Retention::Days),
         metrics_addr: Some(args.metrics_addr),
+        otlp: args.otlp.clone(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut failed_write = None;
@@ -163,6 +169,11 @@ fn print_event(event: &WatchEvent, out: &mut dyn Write) -> Result<()> {
     }
     if !round.deleted.is_empty() {
         line.push_str(&format!(", {} old rounds deleted", round.deleted.len()));
+    }
+    match &round.traces {
+        Some(Ok(sent)) => line.push_str(&format!(", {} spans sent", sent.spans)),
+        Some(Err(why)) => eprintln!("stallscope: round {}: traces not sent: {why}", round.slot.index),
+        None => {}
     }
     writeln!(out, "{line}")?;
     out.flush()?;

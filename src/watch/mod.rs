@@ -19,7 +19,10 @@
 //! an error: a config, key or scenario that cannot work at all.
 //!
 //! Rounds are runs labelled [`round_label`] (`watch@SITE`), so the history
-//! lists them, and retention deletes only them.
+//! lists them, and retention deletes only them. With an OTLP endpoint,
+//! each recorded round is also sent as OpenTelemetry traces
+//! ([`crate::export::otlp`]); a receiver that is down costs that round's
+//! traces, never the watch.
 
 mod retention;
 mod round;
@@ -33,10 +36,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::export::otlp::{self, Sent};
 use crate::metrics::{Metrics, MetricsServer, RoundResult, ServeError};
 use crate::report::RunReport;
 use crate::session::{Recording, SessionError, settings_for};
-use crate::store::RunId;
+use crate::store::{RunId, Store};
 
 pub use retention::Retention;
 pub use round::{CallPlan, Round};
@@ -60,6 +64,8 @@ pub struct WatchPlan {
     pub retention: Retention,
     /// Where `/metrics` is served; `None` serves nothing.
     pub metrics_addr: Option<SocketAddr>,
+    /// The OTLP/HTTP receiver recorded rounds are sent to as traces.
+    pub otlp: Option<String>,
 }
 
 /// The label of a site's rounds in the run history.
@@ -92,6 +98,9 @@ pub struct RoundReport {
     pub recording: Option<RecordingChange>,
     /// Rounds retention deleted after it.
     pub deleted: Vec<RunId>,
+    /// Its traces sent to the OTLP endpoint, or why they were not; `None`
+    /// without an endpoint or a record to send.
+    pub traces: Option<Result<Sent, String>>,
     /// How long it took.
     pub took: Duration,
 }
@@ -114,6 +123,9 @@ pub enum WatchError {
     /// `/metrics` could not be served.
     #[error(transparent)]
     Serve(#[from] ServeError),
+    /// The OTLP endpoint is not one traces can be sent to.
+    #[error("{0}")]
+    Otlp(String),
 }
 
 /// Runs rounds on the plan's schedule until `cancel`, counting into
@@ -138,7 +150,11 @@ pub async fn watch(
         }
         None => None,
     };
-    let mut watcher = Watcher { plan, env, metrics, recording: true };
+    if let Some(endpoint) = &plan.otlp {
+        // A bad endpoint would fail every round the same way.
+        otlp::traces_url(endpoint).map_err(|e| WatchError::Otlp(e.to_string()))?;
+    }
+    let mut watcher = Watcher { plan, env, metrics, recording: true, client: reqwest::Client::new() };
     let mut schedule = Schedule::new(plan.every);
     let mut rounds = 0;
     while let Some(slot) = schedule.next(cancel).await {
@@ -168,6 +184,8 @@ struct Watcher<'a> {
     metrics: Arc<Metrics>,
     /// Whether the last round that ran was recorded (true before any).
     recording: bool,
+    /// Sends traces to the OTLP endpoint.
+    client: reqwest::Client,
 }
 
 impl Watcher<'_> {
@@ -217,9 +235,26 @@ impl Watcher<'_> {
                 Err(join) => std::panic::resume_unwind(join.into_panic()),
             }
         }
+        let traces = match (&plan.otlp, plan.db.clone(), report.as_ref().and_then(|r| r.run_id)) {
+            (Some(endpoint), Some(db), Some(id)) => Some(self.send_traces(db, id, endpoint).await),
+            _ => None,
+        };
         let took = started.elapsed();
         let ended_unix_s = crate::store::runs::now_ms() as f64 / 1e3;
         self.metrics.round_finished(&plan.site, result, took, ended_unix_s);
-        (RoundReport { slot, result, report, error, recording: change, deleted, took }, failure)
+        (RoundReport { slot, result, report, error, recording: change, deleted, traces, took }, failure)
+    }
+
+    /// Sends recorded round `id`'s traces to `endpoint`.
+    async fn send_traces(&self, db: PathBuf, id: RunId, endpoint: &str) -> Result<Sent, String> {
+        let read = tokio::task::spawn_blocking(move || otlp::run_traces(&Store::open(&db)?, id));
+        let traces = match read.await {
+            Ok(read) => read.map_err(|e| e.to_string())?,
+            // Reading panicked: let the panic continue rather than invent an error.
+            Err(join) => std::panic::resume_unwind(join.into_panic()),
+        };
+        traces.send(&self.client, endpoint).await.map_err(|e| e.to_string())?;
+        let url = otlp::traces_url(endpoint).map_err(|e| e.to_string())?;
+        Ok(Sent { url, calls: traces.calls, spans: traces.spans })
     }
 }
