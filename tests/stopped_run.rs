@@ -2,15 +2,11 @@
 //! stops its calls, prints and records the run as stopped with its queued
 //! calls not started, and exits with 130.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod programs;
 
-/// Streams the recorder has written so far (it commits every 200 ms).
-fn in_flight(db: &Path) -> i64 {
-    let Ok(conn) = rusqlite::Connection::open(db) else { return 0 };
-    conn.query_row("SELECT count(*) FROM streams WHERE started_ns IS NOT NULL", [], |r| r.get(0)).unwrap_or(0)
-}
+use std::process::{Command, Stdio};
+
+use programs::interrupt_once_started;
 
 #[test]
 fn ctrl_c_stops_the_calls_and_records_the_run_as_stopped() {
@@ -29,14 +25,7 @@ fn ctrl_c_stops_the_calls_and_records_the_run_as_stopped() {
         .spawn()
         .unwrap();
     // Ctrl-C once both first calls are in flight (their streams recorded).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while in_flight(&db) < 2 {
-        assert!(Instant::now() < deadline, "the first two calls never started");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
-    let output = child.wait_with_output().unwrap();
+    let output = interrupt_once_started(child, &db, 2);
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(130), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stdout.contains("stopped: 0 ok, 0 partial, 0 failed, 2 cancelled, 8 not started"), "{stdout}");

@@ -2,10 +2,12 @@
 //! like runs and counted into metrics, retention, a database that cannot
 //! be written, and Ctrl-C on the real binary.
 
-use std::path::{Path, PathBuf};
+mod programs;
+
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use stallscope::metrics::{Metrics, RoundResult};
 use stallscope::providers::Dialect;
@@ -14,12 +16,7 @@ use stallscope::store::runs::RunStatus;
 use stallscope::watch::{CallPlan, RecordingChange, Retention, Round, RoundReport, Slot, WatchEvent, WatchPlan, watch};
 use tokio_util::sync::CancellationToken;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stallscope-watch-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use programs::{interrupt_once_started, temp_dir};
 
 fn plan(scenario: &str, db: Option<PathBuf>, retention: Retention) -> WatchPlan {
     WatchPlan {
@@ -70,7 +67,7 @@ fn series(text: &str, prefix: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rounds_are_recorded_as_labelled_runs_and_retention_keeps_the_newest() {
-    let dir = temp_dir("keep");
+    let dir = temp_dir("watch-keep");
     let db = dir.join("w.db");
     let (rounds, metrics) = watch_rounds(&plan("healthy", Some(db.clone()), Retention::Rounds(2)), 4, |_| {}).await;
     let ids: Vec<i64> = rounds.iter().map(|r| r.report.as_ref().unwrap().run_id.unwrap()).collect();
@@ -96,7 +93,7 @@ async fn rounds_are_recorded_as_labelled_runs_and_retention_keeps_the_newest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_cannot_be_written_turns_recording_off_once_and_the_watch_goes_on() {
-    let dir = temp_dir("readonly");
+    let dir = temp_dir("watch-readonly");
     // A directory that cannot be created (a file is in its place), even by
     // root, which ignores read-only permissions; after round 1 it can.
     let parent = dir.join("not-a-dir");
@@ -140,7 +137,7 @@ async fn a_database_that_cannot_be_written_turns_recording_off_once_and_the_watc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_outage_is_recorded_and_counted_and_the_watch_goes_on() {
-    let dir = temp_dir("outage");
+    let dir = temp_dir("watch-outage");
     // A configured provider nobody listens for: every connection is refused.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let config = dir.join("config.toml");
@@ -175,15 +172,9 @@ async fn a_round_that_cannot_run_at_first_ends_the_watch_with_its_reason() {
     assert!(error.to_string().contains("no-such-scenario"), "{error}");
 }
 
-/// Streams the recorder has written so far.
-fn in_flight(db: &Path) -> i64 {
-    let Ok(conn) = rusqlite::Connection::open(db) else { return 0 };
-    conn.query_row("SELECT count(*) FROM streams WHERE started_ns IS NOT NULL", [], |r| r.get(0)).unwrap_or(0)
-}
-
 #[test]
 fn ctrl_c_ends_the_round_its_record_and_the_watch_with_exit_0() {
-    let dir = temp_dir("ctrl-c");
+    let dir = temp_dir("watch-ctrl-c");
     let db = dir.join("w.db");
     // Each call stalls for a minute: the round is in flight when Ctrl-C comes.
     let child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
@@ -195,14 +186,7 @@ fn ctrl_c_ends_the_round_its_record_and_the_watch_with_exit_0() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while in_flight(&db) < 2 {
-        assert!(Instant::now() < deadline, "the round's calls never started");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
-    let output = child.wait_with_output().unwrap();
+    let output = interrupt_once_started(child, &db, 2);
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stderr.contains("serving metrics on http://127.0.0.1:"), "{stderr}");

@@ -62,3 +62,21 @@ pub fn temp_dir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Sends SIGINT (Ctrl-C) to `child`, a stallscope recording into `db`,
+/// once `streams` of its streams have started, and waits for it to end.
+pub fn interrupt_once_started(child: Child, db: &Path, streams: i64) -> std::process::Output {
+    // The recorder writes a stream when it starts (it commits every 200 ms).
+    let started = || {
+        let Ok(conn) = rusqlite::Connection::open(db) else { return 0 };
+        conn.query_row("SELECT count(*) FROM streams WHERE started_ns IS NOT NULL", [], |r| r.get(0)).unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while started() < streams {
+        assert!(Instant::now() < deadline, "{streams} streams never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    child.wait_with_output().unwrap()
+}
