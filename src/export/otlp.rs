@@ -104,7 +104,7 @@ pub fn send_runs(store: &Store, ids: &[RunId], endpoint: &str) -> Result<Sent, O
     let mut sent = Sent { url, calls: 0, spans: 0 };
     for &id in ids {
         let traces = run_traces(store, id)?;
-        runtime.block_on(traces.send(&client, endpoint))?;
+        runtime.block_on(traces.send(&client, &sent.url))?;
         (sent.calls, sent.spans) = (sent.calls + traces.calls, sent.spans + traces.spans);
     }
     Ok(sent)
@@ -155,11 +155,10 @@ impl RunTraces {
         RunTraces { requests, calls: calls.len(), spans }
     }
 
-    /// Posts every request to `endpoint` (see [`traces_url`]).
-    pub async fn send(&self, client: &reqwest::Client, endpoint: &str) -> Result<(), OtlpError> {
-        let url = traces_url(endpoint)?;
+    /// Posts every request to `url`, a receiver's traces URL ([`traces_url`]).
+    pub async fn send(&self, client: &reqwest::Client, url: &reqwest::Url) -> Result<(), OtlpError> {
         for request in &self.requests {
-            post(client, &url, request).await?;
+            post(client, url, request).await?;
         }
         Ok(())
     }

@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::export::otlp::{self, Sent};
+use crate::export::otlp::{self, OtlpError, Sent};
 use crate::metrics::{Metrics, MetricsServer, RoundResult, ServeError};
 use crate::report::RunReport;
 use crate::session::{Recording, SessionError, settings_for};
@@ -124,8 +124,8 @@ pub enum WatchError {
     #[error(transparent)]
     Serve(#[from] ServeError),
     /// The OTLP endpoint is not one traces can be sent to.
-    #[error("{0}")]
-    Otlp(String),
+    #[error(transparent)]
+    Otlp(#[from] OtlpError),
 }
 
 /// Runs rounds on the plan's schedule until `cancel`, counting into
@@ -150,11 +150,9 @@ pub async fn watch(
         }
         None => None,
     };
-    if let Some(endpoint) = &plan.otlp {
-        // A bad endpoint would fail every round the same way.
-        otlp::traces_url(endpoint).map_err(|e| WatchError::Otlp(e.to_string()))?;
-    }
-    let mut watcher = Watcher { plan, env, metrics, recording: true, client: reqwest::Client::new() };
+    // A bad endpoint would fail every round the same way.
+    let traces_url = plan.otlp.as_deref().map(otlp::traces_url).transpose()?;
+    let mut watcher = Watcher { plan, env, metrics, recording: true, traces_url, client: reqwest::Client::new() };
     let mut schedule = Schedule::new(plan.every);
     let mut rounds = 0;
     while let Some(slot) = schedule.next(cancel).await {
@@ -184,7 +182,9 @@ struct Watcher<'a> {
     metrics: Arc<Metrics>,
     /// Whether the last round that ran was recorded (true before any).
     recording: bool,
-    /// Sends traces to the OTLP endpoint.
+    /// Where recorded rounds' traces go: the OTLP endpoint's traces URL.
+    traces_url: Option<reqwest::Url>,
+    /// Sends them.
     client: reqwest::Client,
 }
 
@@ -235,8 +235,8 @@ impl Watcher<'_> {
                 Err(join) => std::panic::resume_unwind(join.into_panic()),
             }
         }
-        let traces = match (&plan.otlp, plan.db.clone(), report.as_ref().and_then(|r| r.run_id)) {
-            (Some(endpoint), Some(db), Some(id)) => Some(self.send_traces(db, id, endpoint).await),
+        let traces = match (&self.traces_url, plan.db.clone(), report.as_ref().and_then(|r| r.run_id)) {
+            (Some(url), Some(db), Some(id)) => Some(self.send_traces(db, id, url).await),
             _ => None,
         };
         let took = started.elapsed();
@@ -245,16 +245,15 @@ impl Watcher<'_> {
         (RoundReport { slot, result, report, error, recording: change, deleted, traces, took }, failure)
     }
 
-    /// Sends recorded round `id`'s traces to `endpoint`.
-    async fn send_traces(&self, db: PathBuf, id: RunId, endpoint: &str) -> Result<Sent, String> {
+    /// Sends recorded round `id`'s traces to `url`.
+    async fn send_traces(&self, db: PathBuf, id: RunId, url: &reqwest::Url) -> Result<Sent, String> {
         let read = tokio::task::spawn_blocking(move || otlp::run_traces(&Store::open(&db)?, id));
         let traces = match read.await {
             Ok(read) => read.map_err(|e| e.to_string())?,
             // Reading panicked: let the panic continue rather than invent an error.
             Err(join) => std::panic::resume_unwind(join.into_panic()),
         };
-        traces.send(&self.client, endpoint).await.map_err(|e| e.to_string())?;
-        let url = otlp::traces_url(endpoint).map_err(|e| e.to_string())?;
-        Ok(Sent { url, calls: traces.calls, spans: traces.spans })
+        traces.send(&self.client, url).await.map_err(|e| e.to_string())?;
+        Ok(Sent { url: url.clone(), calls: traces.calls, spans: traces.spans })
     }
 }
