@@ -4,7 +4,7 @@
 
 mod programs;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use programs::interrupt_once_started;
 
@@ -15,17 +15,10 @@ fn ctrl_c_stops_the_calls_and_records_the_run_as_stopped() {
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("s.db");
     // Two calls at a time, each stalled for a minute: eight stay queued.
-    let child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["run", "--scenario", "silent-stall", "--requests", "10", "--concurrency", "2"])
-        .args(["--set", "SSE_IDLE_TIMEOUT_S=60", "--db"])
-        .arg(&db)
-        .env_clear()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = ["run", "--scenario", "silent-stall", "--requests", "10", "--concurrency", "2"];
+    let args = [&run[..], &["--set", "SSE_IDLE_TIMEOUT_S=60"]].concat();
     // Ctrl-C once both first calls are in flight (their streams recorded).
-    let output = interrupt_once_started(child, &db, 2);
+    let output = interrupt_once_started(&args, &db, 2);
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(130), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stdout.contains("stopped: 0 ok, 0 partial, 0 failed, 2 cancelled, 8 not started"), "{stdout}");

@@ -5,7 +5,6 @@
 mod programs;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -177,16 +176,9 @@ fn ctrl_c_ends_the_round_its_record_and_the_watch_with_exit_0() {
     let dir = temp_dir("watch-ctrl-c");
     let db = dir.join("w.db");
     // Each call stalls for a minute: the round is in flight when Ctrl-C comes.
-    let child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["watch", "--scenario", "silent-stall", "--every", "1h", "--site", "lab", "--requests", "2"])
-        .args(["--metrics-addr", "127.0.0.1:0", "--set", "SSE_IDLE_TIMEOUT_S=60", "--db"])
-        .arg(&db)
-        .env_clear()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let output = interrupt_once_started(child, &db, 2);
+    let watch = ["watch", "--scenario", "silent-stall", "--every", "1h", "--site", "lab", "--requests", "2"];
+    let args = [&watch[..], &["--metrics-addr", "127.0.0.1:0", "--set", "SSE_IDLE_TIMEOUT_S=60"]].concat();
+    let output = interrupt_once_started(&args, &db, 2);
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stderr.contains("serving metrics on http://127.0.0.1:"), "{stderr}");

@@ -63,9 +63,19 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// Sends SIGINT (Ctrl-C) to `child`, a stallscope recording into `db`,
-/// once `streams` of its streams have started, and waits for it to end.
-pub fn interrupt_once_started(child: Child, db: &Path, streams: i64) -> std::process::Output {
+/// Runs `stallscope ARGS --db DB` (no environment), sends it SIGINT
+/// (Ctrl-C) once `streams` of its streams have started, and waits for it
+/// to end.
+pub fn interrupt_once_started(args: &[&str], db: &Path, streams: i64) -> std::process::Output {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .env_clear()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     // The recorder writes a stream when it starts (it commits every 200 ms).
     let started = || {
         let Ok(conn) = rusqlite::Connection::open(db) else { return 0 };
