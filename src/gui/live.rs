@@ -325,26 +325,23 @@ impl Live {
 
     /// Shows stored run `id`, paused at its end.
     pub fn show_stored(&mut self, title: String, id: RunId, replay: Replay) {
-        self.stop();
-        self.timeline = Timeline::new();
-        self.results.clear();
-        self.replayable = Some(id);
-        self.whatif.clear();
-        self.checks.clear();
         let playback = Playback::new(replay.duration_s());
-        self.showing = Showing::Stored { title, replay: Box::new(replay), playback };
-        self.fold_about = true;
+        self.show(Timeline::new(), Some(id), Showing::Stored { title, replay: Box::new(replay), playback });
     }
 
     /// Shows two stored runs' lanes (`timeline`, from History's Compare).
     pub fn show_compared(&mut self, title: String, timeline: Timeline) {
+        self.show(timeline, None, Showing::Compared { title });
+    }
+
+    /// Replaces what is shown (stopping a run going on, and forgetting its
+    /// results, what-if and checks) with stored lanes.
+    fn show(&mut self, timeline: Timeline, replayable: Option<RunId>, showing: Showing) {
         self.stop();
-        self.timeline = timeline;
+        (self.timeline, self.replayable, self.showing) = (timeline, replayable, showing);
         self.results.clear();
-        self.replayable = None;
         self.whatif.clear();
         self.checks.clear();
-        self.showing = Showing::Compared { title };
         self.fold_about = true;
     }
 
