@@ -713,8 +713,12 @@ async fn one_task_stream(addr: SocketAddr, decode: bool, expect: u64) -> Result<
 
 /// The whole core: one call through the executor.
 async fn core_stream(executor: Executor, target: Target, sink: Arc<CountingSink>, expect: u64) -> Run {
-    let call =
-        Call { stream: 1, target, input: CallInput { prompt: "Say hello.".to_owned(), context_tokens: Some(3) } };
+    let call = Call {
+        stream: 1,
+        target,
+        input: CallInput { prompt: "Say hello.".to_owned(), context_tokens: Some(3) },
+        not_before: None,
+    };
     let chunks = sink.chunks.load(Ordering::Relaxed);
     let start = Instant::now();
     let report = executor.run(&call, &CancellationToken::new()).await;

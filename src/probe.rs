@@ -286,6 +286,7 @@ pub async fn probe(
                 stream: stream_of(n, kind),
                 target: routes[route].clone(),
                 input: CallInput { prompt: prompt.to_owned(), context_tokens: Some(estimated_tokens(prompt)) },
+                not_before: None,
             });
         }
     }

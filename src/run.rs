@@ -41,6 +41,7 @@ impl RunPlan {
             stream: index as u64,
             target: self.target.clone(),
             input: CallInput { prompt: self.prompt.clone(), context_tokens },
+            not_before: None,
         })
     }
 }
@@ -91,6 +92,13 @@ pub async fn run_call_list(
             };
             if cancel.is_cancelled() {
                 return None;
+            }
+            if let Some(at) = call.not_before {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return None,
+                    () = tokio::time::sleep_until(at) => {}
+                }
             }
             let report = executor.run(&call, &cancel).await;
             on_finish(&report);

@@ -61,7 +61,12 @@ async fn call(rows: &[ProviderConfig], target: Target, prompt: &str, sets: &[&st
     let settings = Settings::load(layers, Vec::<(String, String)>::new()).unwrap();
     let sink = Arc::new(VecSink::new());
     let executor = executor(&settings, rows, &ClientCache::new(), sink.clone(), Origin::now(0), |_| None).unwrap();
-    let call = Call { stream: 1, target, input: CallInput { prompt: prompt.into(), context_tokens: Some(2) } };
+    let call = Call {
+        stream: 1,
+        target,
+        input: CallInput { prompt: prompt.into(), context_tokens: Some(2) },
+        not_before: None,
+    };
     (executor.run(&call, &CancellationToken::new()).await, sink)
 }
 

@@ -37,6 +37,7 @@ async fn play(name: &str, dialect: Dialect, sets: &[&str]) -> Played {
         stream: 7,
         target: rig.target.clone(),
         input: CallInput { prompt: "Say hello.".into(), context_tokens: Some(3) },
+        not_before: None,
     };
     let report = executor.run(&call, &CancellationToken::new()).await;
     rig.server.shutdown().await;

@@ -50,6 +50,7 @@ async fn replay_live(
             stream: stream.id,
             target: stream.target.clone(),
             input: CallInput { prompt: "Say hello.".into(), context_tokens: Some(3) },
+            not_before: None,
         };
         let executor = executor.clone();
         async move { executor.run(&call, &CancellationToken::new()).await }

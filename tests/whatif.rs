@@ -6,13 +6,17 @@
 
 mod recorded;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use recorded::record;
 use stallscope::core::category::TimerKind;
+use stallscope::core::event::{EventKind, VecSink};
 use stallscope::diagnosis::VerdictKind;
 use stallscope::providers::Dialect;
 use stallscope::replay::recording::Recording;
 use stallscope::replay::upstream::{Assumptions, StallAssumption};
-use stallscope::replay::whatif::{WhatIf, WhatIfReport, fidelity, what_if};
+use stallscope::replay::whatif::{Fidelity, WhatIf, WhatIfReport, fidelity, what_if, what_if_watched};
 use stallscope::sim::builtin_names;
 
 fn whatif(recording: &Recording, sets: &[&str], assumptions: Assumptions) -> WhatIfReport {
@@ -65,6 +69,40 @@ async fn unchanged_tunables_reproduce_every_recorded_scenario() {
         }
     }
     assert!(failures.is_empty(), "{} recordings not reproduced:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The live runtime may be late to a call, or from a call to its first
+/// attempt (a loaded machine, another task on the worker): that lateness
+/// is its own, not a decision. The replay starts the call where its
+/// recording did, and judges each timer from its attempt's start.
+#[tokio::test]
+async fn lateness_of_the_live_runtime_before_an_attempt_is_not_a_replay_difference() {
+    let mut recording = record("silent-stall", Dialect::OpenAiChat, &[]).await;
+    let (late_call, late_attempt) = (Duration::from_millis(40), Duration::from_millis(9));
+    let stream = recording.streams.iter_mut().max_by_key(|s| s.started).unwrap();
+    let late_id = stream.id;
+    stream.started += late_call;
+    stream.last_at += late_call + late_attempt;
+    for attempt in &mut stream.attempts {
+        attempt.started += late_call + late_attempt;
+        attempt.response.iter_mut().for_each(|r| r.at += late_call + late_attempt);
+        attempt.chunks.iter_mut().for_each(|c| c.at += late_call + late_attempt);
+        attempt.ended.iter_mut().for_each(|(at, _)| *at += late_call + late_attempt);
+    }
+    stream.course.fired.iter_mut().for_each(|f| f.at_s += late_attempt.as_secs_f64());
+    let recorded_start = stream.started;
+
+    let sink = Arc::new(VecSink::new());
+    let report = what_if_watched(&recording, &WhatIf::default(), Some(sink.clone())).unwrap();
+    let fidelity = Fidelity::of(&report);
+    assert!(fidelity.is_exact(), "{fidelity:?}");
+    let replayed_start = sink
+        .events()
+        .into_iter()
+        .find(|e| e.stream == late_id && matches!(e.kind, EventKind::CallStarted { .. }))
+        .unwrap()
+        .at;
+    assert!(replayed_start.abs_diff(recorded_start) < Duration::from_millis(1), "{replayed_start:?}");
 }
 
 /// A lower idle timeout notices the silent stall sooner, by the difference.

@@ -40,6 +40,11 @@ pub struct Call {
     pub target: Target,
     /// What to ask.
     pub input: CallInput,
+    /// The call starts no sooner than this once its turn comes: a replay
+    /// holds a call to where its recording started it when that was
+    /// the live runtime's lateness rather than a decision, as every later
+    /// moment of the call hangs on it.
+    pub not_before: Option<Instant>,
 }
 
 /// A category's retries: used so far and allowed.

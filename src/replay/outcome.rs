@@ -39,6 +39,9 @@ pub struct FiredTimer {
     pub attempt: u32,
     /// When, in seconds since the call started.
     pub at_s: f64,
+    /// When, in seconds since its attempt started (the moment every clock
+    /// but the call's deadline runs from).
+    pub in_attempt_s: f64,
     /// How long the stall it ended went unnoticed: since the attempt's
     /// last byte (idle, TTFB, total, deadline) or last progress event
     /// (data stall), or its start when nothing came.
@@ -77,7 +80,9 @@ impl StreamCourse {
 pub struct CourseBuilder {
     course: StreamCourse,
     start: Option<Duration>,
-    /// The attempt's last byte and last progress event (or its start).
+    /// The attempt's start, last byte and last progress event (or its
+    /// start).
+    attempt_start: Duration,
     last_byte: Duration,
     last_progress: Duration,
 }
@@ -95,6 +100,7 @@ impl Default for CourseBuilder {
                 elapsed_s: None,
             },
             start: None,
+            attempt_start: Duration::ZERO,
             last_byte: Duration::ZERO,
             last_progress: Duration::ZERO,
         }
@@ -112,7 +118,7 @@ impl CourseBuilder {
             EventKind::SseReceived { progress: true, .. } => self.last_progress = event.at,
             EventKind::AttemptStarted { .. } => {
                 course.attempts += 1;
-                (self.last_byte, self.last_progress) = (event.at, event.at);
+                (self.attempt_start, self.last_byte, self.last_progress) = (event.at, event.at, event.at);
             }
             EventKind::TimerFired { timer, lag, .. } => {
                 // The progress clocks are late from the last progress event.
@@ -122,6 +128,7 @@ impl CourseBuilder {
                     timer: *timer,
                     attempt: event.attempt,
                     at_s: secs(event.at),
+                    in_attempt_s: event.at.saturating_sub(self.attempt_start).as_secs_f64(),
                     detected_after_s: event.at.saturating_sub(since).as_secs_f64(),
                     lag_s: lag.map(|lag| lag.as_secs_f64()),
                 });
@@ -165,7 +172,7 @@ mod tests {
         let t = Target::new("p", "m");
         let events = vec![
             at(1000, 0, EventKind::CallStarted { target: t.clone(), context_tokens: None }),
-            at(1000, 1, EventKind::AttemptStarted { target: t.clone(), credential: None }),
+            at(1020, 1, EventKind::AttemptStarted { target: t.clone(), credential: None }),
             at(1100, 1, EventKind::ChunkReceived { bytes: 10 }),
             at(1100, 1, EventKind::SseReceived { class: EventClass::Content, chars: 2, progress: true }),
             at(1300, 1, EventKind::ChunkReceived { bytes: 10 }),
@@ -208,6 +215,7 @@ mod tests {
         let fired = &course.fired[0];
         assert_eq!((fired.timer, fired.attempt), (TimerKind::DataStall, 1));
         assert!((fired.at_s - 1.1).abs() < 1e-9 && (fired.detected_after_s - 1.0).abs() < 1e-9);
+        assert!((fired.in_attempt_s - 1.08).abs() < 1e-9, "the attempt began 20 ms into the call");
 
         let mut later = course.clone();
         later.fired[0].at_s += 0.5;

@@ -86,6 +86,8 @@ pub struct RecordedStream {
     pub course: StreamCourse,
     /// Its verdict, as recorded (what a what-if's verdicts compare with).
     pub verdict: Diagnosis,
+    /// When it started.
+    pub started: Duration,
     /// Its last event's time.
     pub last_at: Duration,
     /// Its attempts, in order.
@@ -230,6 +232,7 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
         context_tokens: None,
         course: StreamCourse::of(&[]),
         verdict: run.diagnose(id, events),
+        started: events.first().map_or(Duration::ZERO, |e| e.at),
         last_at: events.last().map_or(Duration::ZERO, |e| e.at),
         attempts: Vec::new(),
     };

@@ -682,6 +682,7 @@ mod tests {
             context_tokens: None,
             course: StreamCourse::of(&[]),
             verdict: crate::diagnosis::diagnose(&[]),
+            started: Duration::ZERO,
             last_at: Duration::ZERO,
             attempts: vec![attempt],
         };

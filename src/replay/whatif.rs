@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::{CourseBuilder, FiredTimer, StreamCourse};
-use super::recording::Recording;
+use super::recording::{RecordedStream, Recording};
 use super::upstream::{Assumptions, AttemptAssumption, Playback, Played, RecordedUpstream, StallAssumption};
 use crate::core::category::TimerKind;
 use crate::core::classify::{Classifier, RuleError};
@@ -207,9 +207,9 @@ async fn replay(
     // The replay starts where the recording's first call started, so both
     // share one clock: replayed events line up with recorded ones, and
     // "now" in the run means the same in both.
-    let first_call = recording.streams.iter().filter_map(|s| s.attempts.first()).map(|a| a.started).min();
+    let first_call = recording.streams.iter().map(|s| s.started).min().unwrap_or_default();
     let now = Instant::now();
-    let epoch = now.checked_sub(first_call.unwrap_or_default()).unwrap_or(now);
+    let epoch = now.checked_sub(first_call).unwrap_or(now);
     let playback = Arc::new(Playback {
         recording: Arc::new(recording.clone()),
         assumptions,
@@ -247,6 +247,14 @@ async fn replay(
         // Virtual time: our own lateness is not measured.
         lag: None,
     };
+    // A call that started before any call ended (or with a turn for every
+    // call) had its turn from the beginning: how late the live runtime got
+    // to it was its own lateness, not a decision, so the replay starts it
+    // where it started, and the calls meet the fleet's budget, keys and
+    // outages in the order they did.
+    let concurrency = usize::try_from(recording.meta.concurrency).unwrap_or(usize::MAX);
+    let first_end = recording.streams.iter().map(|s| s.last_at).min().unwrap_or_default();
+    let turn_from_start = |s: &RecordedStream| s.started < first_end || recording.streams.len() <= concurrency;
     let calls: Vec<Call> = recording
         .streams
         .iter()
@@ -254,6 +262,7 @@ async fn replay(
             stream: s.id,
             target: s.target.clone(),
             input: CallInput { prompt: String::new(), context_tokens: s.context_tokens },
+            not_before: turn_from_start(s).then(|| epoch + s.started),
         })
         .collect();
     let recorded_end = recording.streams.iter().map(|s| s.last_at).max().unwrap_or_default();
@@ -263,7 +272,6 @@ async fn replay(
         tokio::time::sleep(recorded_end + HORIZON_PAST_END).await;
         horizon.cancel();
     });
-    let concurrency = usize::try_from(recording.meta.concurrency).unwrap_or(usize::MAX);
     run_call_list(&executor, calls, concurrency, &cancel, |_| {}).await;
     watchdog.abort();
     (sink.take(), playback.log.take())
@@ -351,7 +359,8 @@ pub struct Fidelity {
     /// Streams whose replay matches the recording: the same outcome,
     /// attempts, hops and categories, every timer within
     /// [`FIDELITY_TOLERANCE`] of when it fired live (beyond the lag our own
-    /// runtime had when it fired live), and no assumption.
+    /// runtime had when it fired live; measured from its attempt's start,
+    /// or the call's for the deadline), and no assumption.
     pub reproduced: usize,
     /// Streams in the run.
     pub streams: usize,
@@ -392,8 +401,11 @@ impl Fidelity {
             let same_timers = before.fired.len() == after.fired.len()
                 && before.fired.iter().zip(&after.fired).all(|(b, a)| b.timer == a.timer && b.attempt == a.attempt);
             let drift = if same_timers {
+                // Each clock is compared from where it runs: how late the
+                // live runtime started an attempt was its own lateness.
+                let when = |f: &FiredTimer| if f.timer == TimerKind::Deadline { f.at_s } else { f.in_attempt_s };
                 let beyond_lag =
-                    |(b, a): (&FiredTimer, &FiredTimer)| ((b.at_s - a.at_s).abs() - b.lag_s.unwrap_or(0.0)).max(0.0);
+                    |(b, a): (&FiredTimer, &FiredTimer)| ((when(b) - when(a)).abs() - b.lag_s.unwrap_or(0.0)).max(0.0);
                 before.fired.iter().zip(&after.fired).map(beyond_lag).fold(0.0, f64::max)
             } else {
                 f64::INFINITY

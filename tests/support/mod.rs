@@ -206,6 +206,6 @@ impl Harness {
     }
 
     pub fn call(&self, model: &str) -> Call {
-        Call { stream: 1, target: Target::new("p", model), input: CallInput::default() }
+        Call { stream: 1, target: Target::new("p", model), input: CallInput::default(), not_before: None }
     }
 }
