@@ -61,8 +61,19 @@ impl RateWindow {
         if at >= self.slot_end {
             self.advance(nanos(at) / self.slot_ns);
         }
+        self.count_in_slot();
+    }
+
+    /// Counts one progress event into the current slot: for a caller that
+    /// knows the event comes before [`RateWindow::slot_end`].
+    pub fn count_in_slot(&mut self) {
         self.counts[self.current] += 1;
         self.held += 1;
+    }
+
+    /// Where the current slot ends, from the start.
+    pub fn slot_end(&self) -> Duration {
+        self.slot_end
     }
 
     /// Moves the current slot on to `slot`, emptying the slots passed.
