@@ -26,10 +26,10 @@
 //!
 //! # Recorded
 //!
-//! A probe is one recorded run, labelled `probe` (or `probe: LABEL`):
-//! route `i` of the probed routes, in config order, is streams `2i` (tiny)
-//! and `2i + 1` (realistic), so History, `runs show`, export and what-if
-//! read it like any run. When no route can be set up nothing is called,
+//! A probe is one recorded run, labelled `probe` (or `probe: LABEL`,
+//! [`run_label`]): route `i` of the probed routes, in config order, is
+//! streams `2i` (tiny) and `2i + 1` (realistic), so History, `runs show`,
+//! export and what-if read it like any run. When no route can be set up nothing is called,
 //! and nothing is recorded.
 //!
 //! # JSON
@@ -60,16 +60,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ConfigError;
 use crate::core::event::EventSink;
-use crate::core::executor::Call;
+use crate::core::executor::{Call, CallReport};
 use crate::core::failover::Target;
 use crate::core::policy::CorePolicy;
 use crate::core::transport::ClientCache;
 use crate::core::upstream::CallInput;
-use crate::diagnosis::{Severity, VerdictKind};
+use crate::diagnosis::{Diagnosis, Severity, VerdictKind};
 use crate::providers::setup::{ProviderConfig, connect};
 use crate::report::{RunReport, StreamReport};
 use crate::run::estimated_tokens;
-use crate::session::{CallList, Recording, RunSource, SessionError, run_call_list_recorded, settings_for};
+use crate::session::{
+    CallList, Recording, RunSource, SessionError, SessionOutcome, run_call_list_recorded, settings_for,
+};
 
 /// The realistic payload's size when neither `--context-tokens` nor the
 /// config's `[probe] context_tokens` says: about the diff and context of a
@@ -94,6 +96,18 @@ pub fn is_probe_label(label: &str) -> bool {
     label == LABEL || label.strip_prefix(LABEL).is_some_and(|rest| rest.starts_with(": "))
 }
 
+/// The label a probe given `label` is recorded with: `probe`, `probe:
+/// LABEL`, or `label` itself when it already says it is a probe (so a
+/// caller that prunes by label, as a watch does, can make the label it
+/// finds its probes by).
+pub fn run_label(label: Option<&str>) -> String {
+    match label.map(str::trim) {
+        Some(label) if is_probe_label(label) => label.to_owned(),
+        Some(label) if !label.is_empty() => format!("{LABEL}: {label}"),
+        _ => LABEL.to_owned(),
+    }
+}
+
 /// The setting that probes each route alone.
 const FAILOVER_OFF: &str = "STALLSCOPE_FALLBACK_MODELS=off";
 
@@ -111,7 +125,7 @@ pub struct ProbePlan {
     pub context_tokens: Option<u64>,
     /// Probes at once.
     pub concurrency: usize,
-    /// Record the probe (its label is put after `probe: `), or not.
+    /// Record the probe (labelled [`run_label`] of its label), or not.
     pub recording: Option<Recording>,
     /// The seed of the calls' random draws; `None` draws one.
     pub seed: Option<u64>,
@@ -247,6 +261,16 @@ pub fn realistic_prompt(tokens: u64) -> String {
     text
 }
 
+/// A probe that ran: its matrix, and the run its calls were.
+#[derive(Debug, Clone)]
+pub struct Probed {
+    /// The readiness matrix.
+    pub readiness: Readiness,
+    /// The run; `None` when no route could be set up, so nothing was
+    /// called.
+    pub outcome: Option<SessionOutcome>,
+}
+
 /// Probes every route of the config, recording the probe as one run when
 /// the plan says so. Events also go to `watcher`; `cancel` stops the
 /// probe (routes not probed by then are not ready).
@@ -256,6 +280,20 @@ pub async fn probe(
     watcher: Option<Arc<dyn EventSink>>,
     cancel: &CancellationToken,
 ) -> Result<Readiness, ProbeError> {
+    Ok(probe_run(plan, env, watcher, cancel, |_, _| {}).await?.readiness)
+}
+
+/// [`probe`], also returning the run, with `on_finish` seeing each call as
+/// it ends with its verdict (as [`crate::session::run_session`]'s does):
+/// what a watch round that is a probe needs to count and report it like
+/// any round.
+pub async fn probe_run(
+    plan: &ProbePlan,
+    env: &[(String, String)],
+    watcher: Option<Arc<dyn EventSink>>,
+    cancel: &CancellationToken,
+    on_finish: impl Fn(&CallReport, &Diagnosis) + Send + Sync + 'static,
+) -> Result<Probed, ProbeError> {
     let source = RunSource::Config { path: plan.config.clone(), target: None };
     let mut settings = settings_for(&source, &plan.overrides, &plan.edits, env)?;
     settings.tunables.apply_override(FAILOVER_OFF).map_err(ConfigError::from)?;
@@ -276,7 +314,7 @@ pub async fn probe(
     let problems = setup_problems(&rows, &settings.policy, env);
     let probed: Vec<usize> = (0..routes.len()).filter(|i| !problems.contains_key(&routes[*i].provider)).collect();
     if probed.is_empty() {
-        return Ok(matrix(&routes, &problems, &probed, None, context_tokens));
+        return Ok(Probed { readiness: matrix(&routes, &problems, &probed, None, context_tokens), outcome: None });
     }
     let realistic = realistic_prompt(context_tokens);
     let mut calls = Vec::with_capacity(2 * probed.len());
@@ -290,13 +328,7 @@ pub async fn probe(
             });
         }
     }
-    let recording = plan.recording.clone().map(|r| {
-        let label = match r.label.as_deref().map(str::trim) {
-            Some(label) if !label.is_empty() => format!("{LABEL}: {label}"),
-            _ => LABEL.to_owned(),
-        };
-        Recording { label: Some(label), ..r }
-    });
+    let recording = plan.recording.clone().map(|r| Recording { label: Some(run_label(r.label.as_deref())), ..r });
     let providers = rows.into_iter().filter(|r| !problems.contains_key(&r.name)).collect();
     let list = CallList {
         settings,
@@ -307,8 +339,9 @@ pub async fn probe(
         recording,
         seed: plan.seed,
     };
-    let outcome = run_call_list_recorded(list, env, watcher, cancel, |_, _| {}).await?;
-    Ok(matrix(&routes, &problems, &probed, Some(&outcome.report), context_tokens))
+    let outcome = run_call_list_recorded(list, env, watcher, cancel, on_finish).await?;
+    let readiness = matrix(&routes, &problems, &probed, Some(&outcome.report), context_tokens);
+    Ok(Probed { readiness, outcome: Some(outcome) })
 }
 
 fn checked_tokens(value: u64, origin: impl FnOnce() -> String) -> Result<u64, ProbeError> {
@@ -464,6 +497,21 @@ mod tests {
         assert_eq!(row.summary.as_deref(), Some("healthy: stream 1"));
         let row = route_row(&route, Some("no key".to_owned()), Some(ok(0)), Some(ok(1)));
         assert!(!row.ready, "a route with a problem is never ready");
+    }
+
+    #[test]
+    fn a_probe_is_labelled_once_whatever_label_it_is_given() {
+        assert_eq!(run_label(None), "probe");
+        assert_eq!(run_label(Some("  ")), "probe");
+        assert_eq!(run_label(Some(" nightly ")), "probe: nightly");
+        // A label that already says "probe" is kept, not wrapped again.
+        assert_eq!(run_label(Some("probe: watch@lab")), "probe: watch@lab");
+        assert_eq!(run_label(Some("probe")), "probe");
+        assert_eq!(run_label(Some("probes")), "probe: probes");
+        for label in [None, Some("nightly"), Some("probe: x"), Some("watch@lab")] {
+            assert!(is_probe_label(&run_label(label)), "{label:?}");
+        }
+        assert!(!is_probe_label("watch@lab") && !is_probe_label("probes"));
     }
 
     #[test]

@@ -1,21 +1,25 @@
 //! `stallscope watch` against the simulator on loopback: rounds recorded
 //! like runs and counted into metrics, retention, a database that cannot
-//! be written, and Ctrl-C on the real binary.
+//! be written, rounds that are route probes, and Ctrl-C on the real binary.
 
 mod programs;
 
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use stallscope::metrics::{Metrics, RoundResult};
+use stallscope::probe::is_probe_label;
 use stallscope::providers::Dialect;
+use stallscope::sim::{Scenario, SimServer};
 use stallscope::store::Store;
 use stallscope::store::runs::RunStatus;
 use stallscope::watch::{CallPlan, RecordingChange, Retention, Round, RoundReport, Slot, WatchEvent, WatchPlan, watch};
 use tokio_util::sync::CancellationToken;
 
-use programs::{interrupt_once_started, temp_dir};
+use programs::{Running, free_port, interrupt_once_started, temp_dir, wait_for_port};
 
 fn plan(scenario: &str, db: Option<PathBuf>, retention: Retention) -> WatchPlan {
     WatchPlan {
@@ -187,5 +191,140 @@ fn ctrl_c_ends_the_round_its_record_and_the_watch_with_exit_0() {
     assert_eq!(runs.len(), 1);
     assert_eq!((runs[0].status, runs[0].label.as_deref()), (RunStatus::Stopped, Some("watch@lab")));
     assert_eq!(runs[0].outcomes.cancelled, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two routes for a probe: `healthy` answers anything; `bigstall` answers a
+/// short prompt, but a request of 4000 bytes or more gets its headers and
+/// opening event, then silence. Timers and retries are scaled down so the
+/// stall costs well under a second, and the realistic payload (1500
+/// tokens, about 6000 bytes) is over the threshold.
+struct ProbeRig {
+    _sims: [SimServer; 2],
+    config: PathBuf,
+}
+
+async fn probe_rig(dir: &Path) -> ProbeRig {
+    let serve = |text: &'static str| async move {
+        SimServer::start(Scenario::from_toml(text, "test.toml").unwrap(), 0).await.unwrap()
+    };
+    let healthy = serve("[[attempts]]\nsteps = [{ content = \"ok\" }]\n").await;
+    let stall = serve(
+        "[[attempts]]\nsteps = [{ content = \"ok\" }]\n\n[large_requests]\nfrom_bytes = 4000\n\n\
+         [[large_requests.attempts]]\nsteps = [{ preamble = true }, { stall_ms = \"forever\" }]\n",
+    )
+    .await;
+    let row = |name: &str, sim: &SimServer| {
+        format!(
+            "[[provider]]\nname = \"{name}\"\nkind = \"openai-chat\"\nbase_url = \"{}/v1\"\nmodel = \"m\"\n\n",
+            sim.base_url()
+        )
+    };
+    let config = dir.join("config.toml");
+    let text = [
+        row("healthy", &healthy),
+        row("bigstall", &stall),
+        "[tunables]\nSSE_IDLE_TIMEOUT_S = 0.3\nSSE_DATA_STALL_TIMEOUT_S = 0.3\n\
+         PROVIDER_STREAM_RETRIES = 1\nPROVIDER_STREAM_BACKOFF_S = 0.02\n\n[probe]\ncontext_tokens = 1500\n"
+            .to_owned(),
+    ]
+    .concat();
+    std::fs::write(&config, text).unwrap();
+    ProbeRig { _sims: [healthy, stall], config }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_rounds_are_recorded_as_probes_of_the_site_counted_and_pruned() {
+    let dir = temp_dir("watch-probe");
+    let rig = probe_rig(&dir).await;
+    let db = dir.join("w.db");
+    let mut plan = plan("healthy", Some(db.clone()), Retention::Rounds(1));
+    plan.round = Round::Probe { config: Some(rig.config.clone()), context_tokens: None };
+    let (rounds, metrics) = watch_rounds(&plan, 2, |_| {}).await;
+    let mut ids = Vec::new();
+    for round in &rounds {
+        assert_eq!((round.result, &round.error), (RoundResult::Recorded, &None));
+        let readiness = round.readiness.as_ref().expect("a probe round has a matrix");
+        let ready: Vec<(&str, bool)> = readiness.routes.iter().map(|r| (r.route.as_str(), r.ready)).collect();
+        assert_eq!(ready, [("healthy/m", true), ("bigstall/m", false)]);
+        assert_eq!((readiness.ready, readiness.routes_total, readiness.context_tokens), (1, 2, 1500));
+        // The matrix and the report are the same run: two calls per route.
+        let report = round.report.as_ref().unwrap();
+        assert_eq!((readiness.run_id, report.summary.ok, report.summary.failed), (report.run_id, 3, 1));
+        ids.push(report.run_id.unwrap());
+    }
+    // `--keep 1`: the second round pushes the first out.
+    assert_eq!((rounds[0].deleted.clone(), rounds[1].deleted.clone()), (vec![], vec![ids[0]]));
+    let runs = Store::open(&db).unwrap().list_runs().unwrap();
+    let kept: Vec<(i64, Option<&str>)> = runs.iter().map(|r| (r.id, r.label.as_deref())).collect();
+    assert_eq!(kept, [(ids[1], Some("probe: watch@lab"))]);
+    // So History refuses to run it again as one list of calls.
+    assert!(is_probe_label(runs[0].label.as_deref().unwrap()));
+    let text = metrics.encode();
+    let calls = |route: &str, outcome: &str| {
+        series(
+            &text,
+            &format!(r#"stallscope_calls_total{{site="lab",provider="{route}",model="m",outcome="{outcome}","#),
+        )
+    };
+    assert_eq!((calls("healthy", "ok"), calls("bigstall", "ok"), calls("bigstall", "failed")), (4.0, 2.0, 2.0));
+    // The stalled realistic probe's two attempts, each round.
+    assert_eq!(
+        series(&text, r#"stallscope_timer_fires_total{site="lab",provider="bigstall",model="m",timer="data_stall"}"#),
+        4.0
+    );
+    assert_eq!(series(&text, r#"stallscope_route_ready{site="lab",provider="healthy",model="m"}"#), 1.0);
+    assert_eq!(series(&text, r#"stallscope_route_ready{site="lab",provider="bigstall",model="m"}"#), 0.0);
+    assert_eq!(series(&text, r#"stallscope_watch_rounds_total{site="lab",result="recorded"}"#), 2.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_round_with_no_route_it_can_set_up_ends_the_watch_with_why() {
+    let dir = temp_dir("watch-probe-nokey");
+    let config = dir.join("config.toml");
+    let row = "[[provider]]\nname = \"nokey\"\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+               model = \"m\"\napi_key_env = \"WATCH_PROBE_TEST_UNSET_KEY\"\n";
+    std::fs::write(&config, row).unwrap();
+    let mut plan = plan("healthy", None, Retention::Rounds(5));
+    plan.round = Round::Probe { config: Some(config), context_tokens: None };
+    let error = watch(&plan, &[], Arc::new(Metrics::new()), &CancellationToken::new(), |_| {}).await.unwrap_err();
+    let text = error.to_string();
+    assert!(text.starts_with("no route could be probed: ") && text.contains("WATCH_PROBE_TEST_UNSET_KEY"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_probe_prints_each_rounds_readiness_and_serves_it_on_metrics() {
+    let dir = temp_dir("watch-probe-cli");
+    let rig = probe_rig(&dir).await;
+    let port = free_port();
+    let mut child = Running(
+        Command::new(env!("CARGO_BIN_EXE_stallscope"))
+            .arg("--config")
+            .arg(&rig.config)
+            .args(["watch", "--probe", "--context-tokens", "1200", "--every", "1h", "--site", "lab", "--keep", "1"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}"), "--db"])
+            .arg(dir.join("w.db"))
+            .env_clear()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port, &mut child.0, Duration::from_secs(20));
+    let stdout = child.0.stdout.take().unwrap();
+    let line =
+        tokio::task::spawn_blocking(move || BufReader::new(stdout).lines().next().unwrap().unwrap()).await.unwrap();
+    assert!(line.starts_with("round 0: recorded, 1/2 routes ready, 3 ok, 0 partial, 1 failed"), "{line}");
+    let body = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await.unwrap().text().await.unwrap();
+    assert!(body.contains(r#"stallscope_route_ready{site="lab",provider="bigstall",model="m"} 0"#), "{body}");
+    assert!(body.contains(r#"stallscope_route_ready{site="lab",provider="healthy",model="m"} 1"#), "{body}");
+    let kill = Command::new("kill").args(["-INT", &child.0.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let status = tokio::task::spawn_blocking(move || child.0.wait().unwrap()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    let runs = Store::open(dir.join("w.db")).unwrap().list_runs().unwrap();
+    assert_eq!(runs.iter().map(|r| r.label.as_deref()).collect::<Vec<_>>(), [Some("probe: watch@lab")]);
     let _ = std::fs::remove_dir_all(&dir);
 }

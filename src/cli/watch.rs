@@ -41,6 +41,16 @@ pub struct Args {
     /// Each round runs this built-in scenario, served in-process.
     #[arg(long, value_name = "NAME")]
     scenario: Option<String>,
+    /// Each round is a route probe (as `stallscope probe`): every
+    /// [[provider]] row alone, with a tiny prompt and a realistic payload;
+    /// the round's line says how many routes are ready. Not the default: it
+    /// sends two calls per route each round, one of them large.
+    #[arg(long, conflicts_with_all = ["scenario", "target", "requests", "prompt"])]
+    probe: bool,
+    /// Tokens of context in a probe round's realistic payload (default: the
+    /// config's [probe] context_tokens, else 20000).
+    #[arg(long, value_name = "N", requires = "probe")]
+    context_tokens: Option<u64>,
     /// The primary target of configured calls, provider/model (default: the first [[provider]] row).
     #[arg(long, value_name = "PROVIDER/MODEL", conflicts_with = "scenario")]
     target: Option<String>,
@@ -91,6 +101,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
             name: name.clone(),
             dialect: args.dialect.parse::<Dialect>().map_err(anyhow::Error::msg)?,
         },
+        None if args.probe => Round::Probe { config: cli.config_path(), context_tokens: args.context_tokens },
         None => Round::Calls { config: cli.config_path(), target: args.target.clone() },
     };
     let db = match args.no_record {
@@ -158,6 +169,9 @@ fn print_event(event: &WatchEvent, out: &mut dyn Write) -> Result<()> {
         None => {}
     }
     let mut line = format!("round {}: {}", round.slot.index, round.result.name());
+    if let Some(readiness) = &round.readiness {
+        line.push_str(&format!(", {}/{} routes ready", readiness.ready, readiness.routes_total));
+    }
     if let Some(report) = &round.report {
         line.push_str(&format!(", {}", report.summary_line()));
         if let Some(id) = report.run_id {

@@ -26,6 +26,7 @@
 //! | `stallscope_watch_round_duration_seconds` | histogram | site |
 //! | `stallscope_watch_last_round_timestamp_seconds` | gauge | site |
 //! | `stallscope_watch_recording` | gauge | site |
+//! | `stallscope_route_ready` | gauge | site, provider, model |
 //!
 //! A call counts under the route it was made for (`provider`/`model` of its
 //! first target), with its outcome and its verdict's kind; its attempts,
@@ -33,13 +34,17 @@
 //! attempt went to. Every label value comes from a closed list (outcomes,
 //! verdict kinds, categories, timers, how an attempt ended) or from the
 //! configuration (sites, providers, models), so the number of series is
-//! bounded: no stream ids, no error messages, no keys.
+//! bounded: no stream ids, no error messages, no keys. A route that
+//! leaves the configuration leaves `stallscope_route_ready` with the next
+//! probe, so a removed route does not stay "not ready" for ever.
 
 mod labels;
 mod server;
 mod sink;
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::prometheus_text;
@@ -51,6 +56,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use labels::{AttemptLabels, CallLabels, CategoryLabels, HopLabels, OutcomeLabels, RoundLabels, Route, SiteLabels};
 use labels::{SleepLabels, TimerLabels};
+
+use crate::core::failover::Target;
 
 pub use server::{MetricsServer, ServeError};
 pub use sink::CallMetrics;
@@ -109,6 +116,9 @@ pub struct Metrics {
     round_duration: Histograms<SiteLabels>,
     last_round: Family<SiteLabels, Gauge<f64, AtomicU64>>,
     recording: Family<SiteLabels, Gauge>,
+    route_ready: Family<Route, Gauge>,
+    /// The routes each site's last probe set `route_ready` for.
+    probed_routes: Mutex<HashMap<String, Vec<Route>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -159,6 +169,8 @@ impl Metrics {
             round_duration: Family::new_with_constructor(call_buckets),
             last_round: Family::default(),
             recording: Family::default(),
+            route_ready: Family::default(),
+            probed_routes: Mutex::default(),
             registry: Registry::default(),
         };
         let m = &metrics;
@@ -232,6 +244,11 @@ impl Metrics {
             "1 while watch rounds are recorded, 0 while the database cannot be written",
             m.recording.clone(),
         );
+        registry.register(
+            "route_ready",
+            "1 when the route's last probe found it ready (tiny and realistic payload ok, no failure), else 0",
+            m.route_ready.clone(),
+        );
         Metrics { registry, ..metrics }
     }
 
@@ -255,6 +272,21 @@ impl Metrics {
         if result != RoundResult::Failed {
             self.recording.get_or_create(&labels).set(i64::from(result == RoundResult::Recorded));
         }
+    }
+
+    /// Sets each route's readiness at `site` from a probe of every route
+    /// the configuration has; routes of the site's last probe that are not
+    /// among them are removed.
+    pub fn routes_ready(&self, site: &str, routes: &[(Target, bool)]) {
+        let now: Vec<Route> = routes.iter().map(|(target, _)| Route::new(site, target)).collect();
+        let mut probed = self.probed_routes.lock().unwrap_or_else(PoisonError::into_inner);
+        for gone in probed.get(site).into_iter().flatten().filter(|route| !now.contains(route)) {
+            self.route_ready.remove(gone);
+        }
+        for (route, (_, ready)) in now.iter().zip(routes) {
+            self.route_ready.get_or_create(route).set(i64::from(*ready));
+        }
+        probed.insert(site.to_owned(), now);
     }
 
     /// Counts scheduled rounds at `site` that were skipped.

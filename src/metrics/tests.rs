@@ -204,6 +204,27 @@ fn rounds_drops_and_the_runtime_lag_are_counted_per_site() {
     );
 }
 
+#[test]
+fn route_readiness_follows_each_sites_last_probe_and_forgets_removed_routes() {
+    let metrics = Metrics::new();
+    let (a, b, c) = (Target::new("a", "m"), Target::new("b", "org/m"), Target::new("c", "m"));
+    metrics.routes_ready("office", &[(a.clone(), true), (b.clone(), false)]);
+    metrics.routes_ready("home", &[(a.clone(), false)]);
+    // The office's config lost route b and gained c; a is ready no longer.
+    metrics.routes_ready("office", &[(a, false), (c, true)]);
+    let text = metrics.encode();
+    assert_lines(
+        &text,
+        &[
+            "# TYPE stallscope_route_ready gauge",
+            r#"stallscope_route_ready{site="office",provider="a",model="m"} 0"#,
+            r#"stallscope_route_ready{site="office",provider="c",model="m"} 1"#,
+            r#"stallscope_route_ready{site="home",provider="a",model="m"} 0"#,
+        ],
+    );
+    assert!(!text.contains(r#"provider="b""#), "a removed route stays:\n{text}");
+}
+
 #[tokio::test]
 async fn the_server_answers_metrics_and_nothing_else() {
     let metrics = Arc::new(Metrics::new());

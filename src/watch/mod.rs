@@ -18,8 +18,10 @@
 //! stopped and the watch returns. Only the first round ends the watch on
 //! an error: a config, key or scenario that cannot work at all.
 //!
-//! Rounds are runs labelled [`round_label`] (`watch@SITE`), so the history
-//! lists them, and retention deletes only them. With an OTLP endpoint,
+//! Rounds are runs labelled [`round_label`] (`watch@SITE`, and `probe:
+//! watch@SITE` when the round is a probe, so the history knows it for a
+//! probe too), so the history lists them, and retention deletes only them.
+//! A probe round's matrix also sets each route's readiness gauge. With an OTLP endpoint,
 //! each recorded round is also sent as OpenTelemetry traces
 //! ([`crate::export::otlp`]); a receiver that is down costs that round's
 //! traces, never the watch.
@@ -36,14 +38,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::core::failover::Target;
 use crate::export::otlp::{self, OtlpError, Sent};
 use crate::metrics::{Metrics, MetricsServer, RoundResult, ServeError};
+use crate::probe::{self, Readiness};
 use crate::report::RunReport;
 use crate::session::{Recording, SessionError, settings_for};
 use crate::store::{RunId, Store};
 
 pub use retention::Retention;
-pub use round::{CallPlan, Round};
+pub use round::{CallPlan, Round, RoundError};
 pub use schedule::{Schedule, Slot, parse_every};
 
 /// Everything a watch needs.
@@ -68,9 +72,15 @@ pub struct WatchPlan {
     pub otlp: Option<String>,
 }
 
-/// The label of a site's rounds in the run history.
-pub fn round_label(site: &str) -> String {
-    format!("watch@{site}")
+/// The label of a site's rounds of this kind in the run history: a probe
+/// round is also labelled a probe ([`probe::is_probe_label`]), as the
+/// history must not run it again as one list of calls.
+pub fn round_label(round: &Round, site: &str) -> String {
+    let label = format!("watch@{site}");
+    match round {
+        Round::Probe { .. } => probe::run_label(Some(&label)),
+        Round::Scenario { .. } | Round::Calls { .. } => label,
+    }
 }
 
 /// Recording turned off or on again, said once when it happens.
@@ -92,6 +102,9 @@ pub struct RoundReport {
     /// Its report (`run_id` set when recorded); `None` when it could not
     /// run or its record was lost.
     pub report: Option<RunReport>,
+    /// A probe round's readiness matrix; `None` for other kinds, or when
+    /// the probe could not run or its record was lost.
+    pub readiness: Option<Readiness>,
     /// Why it could not run, or could not be recorded.
     pub error: Option<String>,
     /// Recording turned off or on again with this round.
@@ -117,9 +130,10 @@ pub enum WatchEvent {
 /// A watch that could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
-    /// The settings, the config, a key or the scenario cannot work.
+    /// The settings, the config, a key, the scenario or the probe cannot
+    /// work.
     #[error(transparent)]
-    Setup(#[from] SessionError),
+    Setup(#[from] RoundError),
     /// `/metrics` could not be served.
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -141,7 +155,7 @@ pub async fn watch(
     mut on_event: impl FnMut(WatchEvent),
 ) -> Result<u64, WatchError> {
     // A bad tunable or config file ends the watch before anything is served.
-    settings_for(&plan.round.source(), &plan.calls.overrides, &[], env)?;
+    settings_for(&plan.round.source(), &plan.calls.overrides, &[], env).map_err(RoundError::from)?;
     let server = match plan.metrics_addr {
         Some(addr) => {
             let server = MetricsServer::start(addr, Arc::clone(&metrics)).await?;
@@ -175,6 +189,12 @@ pub async fn watch(
     Ok(rounds)
 }
 
+/// Each route of a probe's matrix, and whether it is ready.
+fn route_readiness(readiness: &Readiness) -> Vec<(Target, bool)> {
+    // A row names its route `provider/model`, which is how a target reads back.
+    readiness.routes.iter().filter_map(|row| Some((Target::parse(&row.route).ok()?, row.ready))).collect()
+}
+
 /// A watch's state between rounds.
 struct Watcher<'a> {
     plan: &'a WatchPlan,
@@ -190,19 +210,23 @@ struct Watcher<'a> {
 
 impl Watcher<'_> {
     /// Runs one round; the error when it could not run at all.
-    async fn round(&mut self, slot: Slot, cancel: &CancellationToken) -> (RoundReport, Option<SessionError>) {
+    async fn round(&mut self, slot: Slot, cancel: &CancellationToken) -> (RoundReport, Option<RoundError>) {
         let (plan, started) = (self.plan, Instant::now());
-        let label = round_label(&plan.site);
+        let label = round_label(&plan.round, &plan.site);
         let sink = Arc::new(self.metrics.calls(&plan.site));
         let recording = plan.db.clone().map(|db| Recording { db, label: Some(label.clone()), batch: None });
         let mut ran = plan.round.run(&plan.calls, recording, &sink, self.env, cancel).await;
         let mut store_error = None;
-        if let Err(SessionError::Store(error)) = &ran.result {
+        if let Err(RoundError::Session(SessionError::Store(error))) = &ran.result {
             store_error = Some(error.to_string());
             // The recorder could not start, so no call ran: run them unrecorded.
             if ran.calls_ended == 0 && !cancel.is_cancelled() {
                 ran = plan.round.run(&plan.calls, None, &sink, self.env, cancel).await;
             }
+        }
+        // A stopped probe says nothing of the routes it did not reach.
+        if let Some(readiness) = ran.readiness.as_ref().filter(|r| !r.stopped) {
+            self.metrics.routes_ready(&plan.site, &route_readiness(readiness));
         }
         let (result, report, error, failure) = match ran.result {
             Ok(outcome) => {
@@ -212,7 +236,9 @@ impl Watcher<'_> {
                 (result, Some(outcome.report), store_error, None)
             }
             // The calls ran (and were counted); their record was lost.
-            Err(SessionError::Store(error)) => (RoundResult::Unrecorded, None, Some(error.to_string()), None),
+            Err(RoundError::Session(SessionError::Store(error))) => {
+                (RoundResult::Unrecorded, None, Some(error.to_string()), None)
+            }
             Err(error) => (RoundResult::Failed, None, Some(error.to_string()), Some(error)),
         };
         let mut change = None;
@@ -242,7 +268,20 @@ impl Watcher<'_> {
         let took = started.elapsed();
         let ended_unix_s = crate::store::runs::now_ms() as f64 / 1e3;
         self.metrics.round_finished(&plan.site, result, took, ended_unix_s);
-        (RoundReport { slot, result, report, error, recording: change, deleted, traces, took }, failure)
+        (
+            RoundReport {
+                slot,
+                result,
+                report,
+                readiness: ran.readiness,
+                error,
+                recording: change,
+                deleted,
+                traces,
+                took,
+            },
+            failure,
+        )
     }
 
     /// Sends recorded round `id`'s traces to `url`.
@@ -255,5 +294,24 @@ impl Watcher<'_> {
         };
         traces.send(&self.client, url).await.map_err(|e| e.to_string())?;
         Ok(Sent { url: url.clone(), calls: traces.calls, spans: traces.spans })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_round_is_labelled_a_probe_of_its_site_and_other_rounds_are_not() {
+        let scenario = Round::Scenario { name: "healthy".into(), dialect: crate::providers::Dialect::OpenAiChat };
+        let calls = Round::Calls { config: None, target: None };
+        let probe = Round::Probe { config: None, context_tokens: Some(10) };
+        assert_eq!(round_label(&scenario, "lab"), "watch@lab");
+        assert_eq!(round_label(&calls, "lab"), "watch@lab");
+        assert_eq!(round_label(&probe, "lab"), "probe: watch@lab");
+        // The probe keeps the label it is given, so retention finds its rounds.
+        assert_eq!(probe::run_label(Some(&round_label(&probe, "lab"))), round_label(&probe, "lab"));
+        assert!(probe::is_probe_label(&round_label(&probe, "lab")));
+        assert!(!probe::is_probe_label(&round_label(&calls, "lab")));
     }
 }
