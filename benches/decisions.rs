@@ -7,55 +7,29 @@
 //!   events, decoding) against `decode_only` (the same chunks through the
 //!   same decoder with no governor). Their ratio is the governor's
 //!   overhead; `governed_floor` is `governed` with the throughput floor on
-//!   (its ratio to `governed` is the floor's cost).
+//!   (the `floor` bench measures the two in alternation, which shows the
+//!   floor's few percent where separate runs cannot).
 
+#[path = "common/governed.rs"]
+mod governed;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::hint::black_box;
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::StreamExt;
-use futures_util::future::BoxFuture;
-use futures_util::stream;
+use governed::{CHUNKS, body, floored, govern_all};
 use http::{HeaderMap, HeaderValue};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use stallscope::core::classify::Classifier;
-use stallscope::core::event::NullSink;
-use stallscope::core::failover::Target;
 use stallscope::core::failure::Failure;
-use stallscope::core::governor::{AttemptProgress, AttemptScope, run_attempt};
-use stallscope::core::policy::{AttemptTimers, CorePolicy, RateFloor};
-use stallscope::core::upstream::{AttemptRequest, CallInput, Decoder, Response, Upstream};
+use stallscope::core::policy::CorePolicy;
+use stallscope::core::upstream::Decoder;
 use support::LineDecoder;
 use tokio_util::sync::CancellationToken;
-
-const CHUNKS: usize = 10_000;
-const CHUNK: &[u8] = b"c:a token of content\n";
-
-/// An upstream whose body is `CHUNKS` ready chunks, then done.
-struct InMemory;
-
-impl Upstream for InMemory {
-    fn open<'a>(&'a self, _request: AttemptRequest<'a>) -> BoxFuture<'a, Result<Response, Failure>> {
-        Box::pin(async {
-            let mut headers = HeaderMap::new();
-            headers.insert("content-type", HeaderValue::from_static("text/event-stream"));
-            Ok(Response::new(200, headers, body().boxed()))
-        })
-    }
-
-    fn decoder(&self) -> Box<dyn Decoder> {
-        Box::new(LineDecoder::default())
-    }
-}
-
-fn body() -> impl futures_util::Stream<Item = Result<Bytes, Failure>> {
-    stream::iter((0..=CHUNKS).map(|i| Ok(Bytes::from_static(if i == CHUNKS { b"d\n" } else { CHUNK }))))
-}
 
 fn decisions(c: &mut Criterion) {
     let classifier = Classifier::default();
@@ -104,36 +78,9 @@ fn stream_costs(c: &mut Criterion) {
         })
     });
     group.bench_function("governed", |b| b.iter(|| runtime.block_on(govern_all(&timers, &cancel))));
-    // The same with the throughput floor on (a floor no stream of ready
-    // chunks goes below): its cost is counting each progress event.
-    let mut floored = timers.clone();
-    floored.min_rate = Some(RateFloor {
-        floor: 1.0,
-        window: Duration::from_secs(60),
-        after: stallscope::core::policy::RateStart::Content,
-    });
+    let floored = floored(&timers);
     group.bench_function("governed_floor", |b| b.iter(|| runtime.block_on(govern_all(&floored, &cancel))));
     group.finish();
-}
-
-/// Runs one attempt over the in-memory body under `timers`.
-async fn govern_all(timers: &AttemptTimers, cancel: &CancellationToken) -> u64 {
-    let scope = AttemptScope {
-        sink: &NullSink,
-        epoch: tokio::time::Instant::now(),
-        wall_epoch: std::time::SystemTime::now(),
-        bodies: stallscope::core::policy::BodySettings::default(),
-        lag: None,
-        stream: 1,
-        attempt: 1,
-        deadline: None,
-        cancel,
-    };
-    let mut progress = AttemptProgress::default();
-    let (target, input) = (Target::new("p", "m"), CallInput::default());
-    let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
-    run_attempt(&InMemory, request, timers, &scope, &mut progress).await.unwrap();
-    progress.events
 }
 
 /// One realistic chat completions chunk through the SSE parser and the
