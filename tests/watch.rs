@@ -1,6 +1,7 @@
 //! `stallscope watch` against the simulator on loopback: rounds recorded
 //! like runs and counted into metrics, retention, a database that cannot
-//! be written, rounds that are route probes, and Ctrl-C on the real binary.
+//! be written or whose disk fills up (a real full tmpfs, as root), rounds
+//! that are route probes, and Ctrl-C on the real binary.
 
 mod programs;
 
@@ -136,6 +137,94 @@ async fn a_database_that_cannot_be_written_turns_recording_off_once_and_the_watc
     assert_eq!(series(&text, r#"stallscope_watch_recording{site="lab"}"#), 1.0);
     assert_eq!(Store::open(&db).unwrap().list_runs().unwrap().len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A small tmpfs, unmounted when dropped (also when the test fails).
+struct SmallDisk {
+    path: PathBuf,
+}
+
+impl SmallDisk {
+    /// Mounts a tmpfs of `size` at a new directory, or says why it cannot
+    /// (mounting needs root; `.ci/run` runs as root and requires it).
+    fn mount(name: &str, size: &str) -> Option<SmallDisk> {
+        let path = temp_dir(name);
+        let mount =
+            Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(&path).output();
+        let why = match mount {
+            Ok(out) if out.status.success() => return Some(SmallDisk { path }),
+            Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            Err(e) => e.to_string(),
+        };
+        let required = std::env::var("STALLSCOPE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1");
+        assert!(!required, "cannot mount a tmpfs ({why}) and STALLSCOPE_REQUIRE_EXTERNAL=1 (.ci/run runs as root)");
+        eprintln!("skipped: cannot mount a tmpfs ({why}); a full disk needs root to make");
+        let _ = std::fs::remove_dir_all(&path);
+        None
+    }
+
+    /// Writes a file until the disk is full.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let filler = self.path.join("filler");
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 4096];
+        while file.write_all(&block).and_then(|()| file.sync_all()).is_ok() {}
+        filler
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.path).status();
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A disk that fills up between rounds: the canary says recording
+/// stopped, keeps probing, keeps what it had recorded, and records again
+/// once there is room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_stops_recording_keeps_what_was_recorded_and_the_watch_goes_on() {
+    let Some(disk) = SmallDisk::mount("watch-full-disk", "4m") else { return };
+    let db = disk.path.join("w.db");
+    let mut filler = None;
+    let mut ended = 0;
+    let fill_and_free = |_: &RoundReport| {
+        ended += 1;
+        match ended {
+            1 => filler = Some(disk.fill()),
+            3 => std::fs::remove_file(filler.take().unwrap()).unwrap(),
+            _ => {}
+        }
+    };
+    let (rounds, metrics) =
+        watch_rounds(&plan("ping-flood-stall", Some(db.clone()), Retention::Rounds(10)), 4, fill_and_free).await;
+    let results: Vec<RoundResult> = rounds.iter().map(|r| r.result).collect();
+    assert_eq!(results[0], RoundResult::Recorded);
+    match &rounds[1].recording {
+        Some(RecordingChange::Stopped(why)) => assert!(why.contains("the disk is full"), "{why}"),
+        other => panic!("recording should stop when the disk is full, not {other:?}"),
+    }
+    assert_eq!(results[1..3], [RoundResult::Unrecorded, RoundResult::Unrecorded]);
+    for round in &rounds[1..3] {
+        let report = round.report.as_ref().expect("the calls ran unrecorded");
+        assert_eq!((report.run_id, report.summary.ok), (None, 2));
+    }
+    assert_eq!(rounds[3].recording, Some(RecordingChange::Resumed));
+    assert_eq!(results[3], RoundResult::Recorded);
+    let text = metrics.encode();
+    assert_eq!(series(&text, r#"stallscope_watch_rounds_total{site="lab",result="unrecorded"}"#), 2.0);
+    assert_eq!(series(&text, r#"stallscope_watch_recording{site="lab"}"#), 1.0);
+    // The round recorded before the disk filled is whole, beside the one after.
+    let store = Store::open(&db).unwrap();
+    let kept: Vec<i64> = store.list_runs().unwrap().into_iter().map(|r| r.id).collect();
+    let recorded = [&rounds[0], &rounds[3]].map(|r| r.report.as_ref().unwrap().run_id.unwrap());
+    assert_eq!(kept, [recorded[1], recorded[0]]);
+    let first = store.run_events(recorded[0]).unwrap();
+    assert!(
+        first.iter().filter(|e| matches!(e.kind, stallscope::core::event::EventKind::Finished { .. })).count() == 2
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

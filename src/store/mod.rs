@@ -63,6 +63,17 @@ pub enum StoreError {
         /// What SQLite or the system said.
         reason: String,
     },
+    /// The disk holding the database has no room left.
+    #[error(
+        "cannot write the run database {}: the disk is full ({free} free); free some space, choose another location (--db PATH) or record nothing (--no-record)",
+        .path.display()
+    )]
+    DiskFull {
+        /// The database file.
+        path: PathBuf,
+        /// The room left on its disk, as said to a person.
+        free: String,
+    },
     /// The file is not a SQLite database, or is damaged.
     #[error(
         "{} is not a readable stallscope run database ({reason}); it was left untouched: move it aside or choose another file (--db PATH)",
@@ -169,9 +180,30 @@ impl StoreError {
                 StoreError::ReadOnly { path, reason }
             }
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy { path },
+            // SQLite says "disk full" for some writes and a plain I/O error
+            // for others (the WAL's shared memory on a full tmpfs): the
+            // disk's own free space tells them apart.
+            Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) if let Some(free) = room_left(&path) => {
+                if free < FULL_BELOW {
+                    return StoreError::DiskFull { path, free: format!("{} KiB", free / 1024) };
+                }
+                StoreError::Sqlite { path, source: e }
+            }
             _ => StoreError::Sqlite { path, source: e },
         }
     }
+}
+
+/// A disk with less room than this is full for a database: a page, its
+/// WAL frame and the shared-memory index do not fit.
+const FULL_BELOW: u64 = 1024 * 1024;
+
+/// The room an unprivileged writer has left on the disk holding `path`
+/// (`None` where that cannot be read).
+fn room_left(path: &Path) -> Option<u64> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let stats = rustix::fs::statvfs(dir).ok()?;
+    Some(stats.f_bavail.saturating_mul(stats.f_frsize))
 }
 
 /// What the recorder could not keep, counted since the run began.
