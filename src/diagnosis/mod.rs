@@ -36,7 +36,7 @@
 //!
 //! How a call that failed and then recovered is reported (the kind of the
 //! failure that cost it the most time, severity `recovered`), and the other
-//! outcomes, is described in [`call`].
+//! outcomes, is described in `call`.
 //!
 //! # Trust
 //!

@@ -72,7 +72,7 @@ pub enum OtlpError {
 }
 
 /// A run's traces, ready to send: its requests, each holding up to
-/// [`CALLS_PER_REQUEST`] calls.
+/// `CALLS_PER_REQUEST` calls.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunTraces {
     /// The requests.

@@ -1,7 +1,7 @@
 //! Drawing a [`Timeline`]: lane controls (follow live, fit, compact, sort,
 //! filter by outcome, verdict or text, the bytes scale), a summary strip
-//! and the verdict summary of the lanes shown, the [overview](super::overview)
-//! strip of every lane shown, and one lane per stream on a shared time
+//! and the verdict summary of the lanes shown, the overview strip of every
+//! lane shown ([`super::overview`]), and one lane per stream on a shared time
 //! axis; a lane clicked (or reached with ↑/↓ or from the overview) opens
 //! its [detail panel](super::detail) on the right. Only the lanes scrolled
 //! into view are drawn, and each series is reduced to the plot's pixel
@@ -248,7 +248,7 @@ const LANE_Y: (f64, f64) = (-0.25, 1.18);
 /// Label rows of a lane, top to bottom, in plot units.
 const LABEL_ROWS: [f64; 3] = [1.16, 0.8, 0.48];
 
-/// A row split into its header, [`HEADER_WIDTH`] wide, and its plot, which
+/// A row split into its header, `HEADER_WIDTH` wide, and its plot, which
 /// starts `gap` further right and takes the rest. The split depends on
 /// nothing the header holds (a long label is cut, never pushes the plot).
 pub fn lane_columns(row: Rect, gap: f32) -> (Rect, Rect) {

@@ -5,7 +5,7 @@
 //! a grid of round numbers ([`grid`]) at which the timer fires in none of
 //! the attempts the recording shows healthy, replaying the run under each
 //! value it tries ([`what_if`]). A value is suggested only when it would
-//! have caught stalls clearly sooner than the run's own timers ([`WORTH`]);
+//! have caught stalls clearly sooner than the run's own timers (`WORTH`);
 //! every suggestion is then checked together, since timers interact (a
 //! lower idle timer ends a stall before the data-stall timer sees it).
 //! [`check`] tells the same about any one setting, as a sentence a

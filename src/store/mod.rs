@@ -3,7 +3,7 @@
 //! One file holds every recorded run: its tunables and providers (secrets
 //! removed), what replay needs beyond them ([`RunMeta`]), its events in
 //! compact form ([`events`]) with any recorded bodies compressed beside
-//! them, the client's own scheduling lag while it ran ([`lag`]), what the
+//! them, the client's own scheduling lag while it ran (`lag`), what the
 //! recorder could not keep, and its report once it completes. The default file is in the platform data directory
 //! ([`Store::default_path`]).
 //!

@@ -47,7 +47,7 @@ impl RunStatus {
 }
 
 /// What a run starts with. Built by [`RunStart::new`], which keeps secrets
-/// out: tunables go through [`shown`] (URL credentials masked) and provider
+/// out: tunables go through `shown` (URL credentials masked) and provider
 /// rows keep key variable *names* only.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunStart {
