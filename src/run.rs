@@ -64,7 +64,8 @@ pub async fn run_calls(
 }
 
 /// Runs `calls` with at most `concurrency` at once, started in the order
-/// given; `on_finish` sees each call as it ends. Returns the report of
+/// given (and none before its `not_before`); `on_finish` sees each call as
+/// it ends. Returns the report of
 /// every call that started, in stream order: a call still waiting for its
 /// turn when `cancel` fires is never started, so it has neither events nor
 /// a report (a stopped run's queue is not a list of 0 ms cancellations).
