@@ -80,9 +80,9 @@ impl StreamCourse {
 pub struct CourseBuilder {
     course: StreamCourse,
     start: Option<Duration>,
-    /// The attempt's start, last byte and last progress event (or its
-    /// start).
+    /// The current attempt's start.
     attempt_start: Duration,
+    /// The attempt's last byte and last progress event (or its start).
     last_byte: Duration,
     last_progress: Duration,
 }

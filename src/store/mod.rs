@@ -183,12 +183,10 @@ impl StoreError {
             // SQLite says "disk full" for some writes and a plain I/O error
             // for others (the WAL's shared memory on a full tmpfs): the
             // disk's own free space tells them apart.
-            Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) if let Some(free) = room_left(&path) => {
-                if free < FULL_BELOW {
-                    return StoreError::DiskFull { path, free: format!("{} KiB", free / 1024) };
-                }
-                StoreError::Sqlite { path, source: e }
-            }
+            Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) => match room_left(&path) {
+                Some(free) if free < FULL_BELOW => StoreError::DiskFull { path, free: format!("{} KiB", free / 1024) },
+                _ => StoreError::Sqlite { path, source: e },
+            },
             _ => StoreError::Sqlite { path, source: e },
         }
     }
