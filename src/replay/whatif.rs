@@ -211,6 +211,7 @@ async fn replay(
     let now = Instant::now();
     let epoch = now.checked_sub(first_call.unwrap_or_default()).unwrap_or(now);
     let playback = Arc::new(Playback {
+        // The copy shares the attempts' chunks and events.
         recording: Arc::new(recording.clone()),
         assumptions,
         connect_timeout: policy.transport.connect_timeout,
