@@ -404,7 +404,11 @@ fn keepalive_rhythm(recorded: &RecordedAttempt) -> Option<(Duration, usize)> {
 /// Spaces the filler chunks and texts are cut from: a chunk's bytes only
 /// matter for their count when its events travel with the response's
 /// decoder, and a text the recording did not keep only for its length.
-static FILLER: [u8; 16 * 1024] = [b' '; 16 * 1024];
+/// Checked as text once, when compiled, not per event.
+static FILLER: &str = match std::str::from_utf8(&[b' '; 16 * 1024]) {
+    Ok(spaces) => spaces,
+    Err(_) => "",
+};
 
 /// One replayed body in progress: each recorded chunk at its offset, then
 /// the tail. The read backstop is emulated: a gap longer than it ends the
@@ -550,7 +554,7 @@ impl futures_util::Stream for Play {
 }
 
 fn filler(size: usize) -> Bytes {
-    match FILLER.get(..size) {
+    match FILLER.as_bytes().get(..size) {
         Some(bytes) => Bytes::from_static(bytes),
         None => Bytes::from(vec![b' '; size]),
     }
@@ -619,7 +623,7 @@ fn filler_text(class: EventClass, chars: u32) -> String {
         return String::new();
     }
     match FILLER.get(..chars as usize) {
-        Some(spaces) => String::from_utf8_lossy(spaces).into_owned(),
+        Some(spaces) => spaces.to_owned(),
         None => " ".repeat(chars as usize),
     }
 }
