@@ -3,7 +3,9 @@
 //!
 //! Run with `cargo bench --bench whatif`. Without `--bench` (as under
 //! `cargo test --benches`) the same code runs on a small recording as a
-//! smoke test.
+//! smoke test. `--chunks N` keeps the 1,000 streams but gives each N
+//! chunks: a size callgrind can count in minutes, whose counts, unlike
+//! times, do not depend on what else the machine runs.
 //!
 //! The recording is generated into a temporary database, as the recorder
 //! would have written it: each stream opens, then a chunk carrying one
@@ -116,8 +118,17 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 }
 
 fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--bench");
     let (streams, chunks, seconds) = if full { (1000, 5000, 3600.0) } else { (10, 50, 36.0) };
+    let asked = args.iter().position(|a| a == "--chunks").map(|i| {
+        let n = args.get(i + 1).and_then(|n| n.parse::<u64>().ok());
+        n.expect("--chunks takes a whole number of chunks per stream")
+    });
+    let (streams, chunks, seconds) = match asked {
+        Some(chunks) => (1000, chunks, chunks as f64 * 0.72),
+        None => (streams, chunks, seconds),
+    };
     let dir = std::env::temp_dir().join(format!("stallscope-bench-whatif-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("run.db");
