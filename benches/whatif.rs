@@ -3,7 +3,9 @@
 //!
 //! Run with `cargo bench --bench whatif`. Without `--bench` (as under
 //! `cargo test --benches`) the same code runs on a small recording as a
-//! smoke test.
+//! smoke test. `--chunks N` keeps the 1,000 streams but gives each N
+//! chunks: a size callgrind can count in minutes, whose counts, unlike
+//! times, do not depend on what else the machine runs.
 //!
 //! The recording is generated into a temporary database, as the recorder
 //! would have written it: each stream opens, then a chunk carrying one
@@ -12,6 +14,10 @@
 //! and one with a data-stall timeout the stream's gaps exceed (every
 //! stream changes). The baseline, in the same run: reading the same events
 //! from the store alone (`Store::run_events`), which any replay must do.
+//! A second reference, also in the same run: tokio's paused clock alone
+//! waking one task per stream at each of its chunk times (a sleep reset
+//! and awaited per chunk, as the replayed body does, and nothing else) —
+//! the floor of a replay that lets tokio's clock step virtual time.
 
 use std::time::{Duration, Instant};
 
@@ -76,6 +82,35 @@ fn generate(store: &mut Store, streams: u64, chunks: u64, seconds: f64) -> RunId
     run
 }
 
+/// Tokio's paused clock alone: one task per stream wakes at each of the
+/// generated chunk times (as `generate` spaces them); returns the wakes.
+fn paused_clock_alone(streams: u64, chunks: u64, seconds: f64) -> u64 {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+    runtime.block_on(async {
+        let start = tokio::time::Instant::now();
+        let step = seconds / chunks as f64;
+        let tasks: Vec<_> = (0..streams)
+            .map(|stream| {
+                tokio::spawn(async move {
+                    let t0 = stream as f64 * 0.001 + 0.2;
+                    let sleep = tokio::time::sleep_until(start);
+                    tokio::pin!(sleep);
+                    for i in 0..chunks {
+                        sleep.as_mut().reset(start + Duration::from_secs_f64(t0 + i as f64 * step));
+                        sleep.as_mut().await;
+                    }
+                    chunks
+                })
+            })
+            .collect();
+        let mut wakes = 0;
+        for task in tasks {
+            wakes += task.await.unwrap();
+        }
+        wakes
+    })
+}
+
 fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     let started = Instant::now();
     let value = f();
@@ -83,8 +118,17 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 }
 
 fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--bench");
     let (streams, chunks, seconds) = if full { (1000, 5000, 3600.0) } else { (10, 50, 36.0) };
+    let asked = args.iter().position(|a| a == "--chunks").map(|i| {
+        let n = args.get(i + 1).and_then(|n| n.parse::<u64>().ok());
+        n.expect("--chunks takes a whole number of chunks per stream")
+    });
+    let (streams, chunks, seconds) = match asked {
+        Some(chunks) => (1000, chunks, chunks as f64 * 0.72),
+        None => (streams, chunks, seconds),
+    };
     let dir = std::env::temp_dir().join(format!("stallscope-bench-whatif-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("run.db");
@@ -95,6 +139,11 @@ fn main() {
         "recording: {streams} streams × {chunks} chunks over {seconds} s = {events} events (written in {generated:.2?})"
     );
     println!("baseline: Store::run_events alone: {read:.2?}");
+    let (wakes, clock) = timed(|| paused_clock_alone(streams, chunks, seconds));
+    println!(
+        "reference: tokio's paused clock alone, {wakes} wakes at the chunk times: {clock:.2?} ({:.0} ns a wake)",
+        clock.as_nanos() as f64 / wakes as f64
+    );
     let (recording, loaded) = timed(|| Recording::load(&store, run).unwrap());
     println!(
         "load (Recording::load): {loaded:.2?} ({:.2}× the baseline; goal under 2 s)",
@@ -105,9 +154,10 @@ fn main() {
         let (report, took) = timed(|| what_if(&recording, &whatif).unwrap());
         assert_eq!(report.streams.len(), streams as usize);
         println!(
-            "what-if {:?}: {took:.2?} ({:.0} events/s; {} of {} streams changed; goal under 1 s)",
+            "what-if {:?}: {took:.2?} ({:.0} events/s; {:.2}× the paused clock alone; {} of {} streams changed; goal under 1 s)",
             sets,
             events as f64 / took.as_secs_f64(),
+            took.as_secs_f64() / clock.as_secs_f64(),
             report.summary.changed,
             report.summary.streams
         );

@@ -103,14 +103,16 @@ pub async fn run_call_list(
             }
             let report = executor.run(&call, &cancel).await;
             on_finish(&report);
-            Some(report)
+            // Boxed: tokio moves a task's poll result through two frames on
+            // every poll, Pending included, so its size is paid per chunk.
+            Some(Box::new(report))
         }));
     }
     let mut reports = Vec::with_capacity(tasks.len());
     for task in tasks {
         // A task only fails if it panicked; the others' reports still count.
         if let Ok(Some(report)) = task.await {
-            reports.push(report);
+            reports.push(*report);
         }
     }
     reports.sort_by_key(|r| r.stream);

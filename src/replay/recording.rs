@@ -5,6 +5,7 @@
 //! status and headers, each chunk's time, size and events, and how it
 //! ended.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::outcome::{CourseBuilder, StreamCourse};
@@ -105,11 +106,13 @@ pub struct RecordedAttempt {
     pub started: Duration,
     /// The response, when headers came.
     pub response: Option<RecordedResponse>,
-    /// The body's chunks, in order.
-    pub chunks: Vec<RecordedChunk>,
+    /// The body's chunks, in order. Shared: a replay plays them where they
+    /// lie, and a what-if's copy of the recording copies none.
+    pub chunks: Arc<[RecordedChunk]>,
     /// The parsed events the chunks completed, in order: class and
-    /// characters of text (each chunk says how many are its own).
-    pub events: Vec<(EventClass, u32)>,
+    /// characters of text (each chunk says how many are its own). Shared
+    /// like the chunks.
+    pub events: Arc<[(EventClass, u32)]>,
     /// How and when it ended; `None` when the recording stops before.
     pub ended: Option<(Duration, AttemptEnd)>,
     /// The stop reason the stream reported.
@@ -136,7 +139,7 @@ impl RecordedAttempt {
 
     /// Each chunk with the parsed events it completed.
     pub fn chunks_with_events(&self) -> impl Iterator<Item = (&RecordedChunk, &[(EventClass, u32)])> {
-        let mut rest = self.events.as_slice();
+        let mut rest = &self.events[..];
         self.chunks.iter().map(move |chunk| {
             let (own, later) = rest.split_at((chunk.events as usize).min(rest.len()));
             rest = later;
@@ -226,6 +229,8 @@ impl Recording {
 /// verdict read as `run` reads it.
 pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStream {
     let mut course = CourseBuilder::default();
+    // Each attempt's chunks and events, gathered before they are shared.
+    let mut bodies = Vec::new();
     let mut recorded = RecordedStream {
         id,
         target: Target::new("", ""),
@@ -239,23 +244,27 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
     for event in events {
         course.push(event);
         let attempt = recorded.attempts.last_mut().filter(|a| a.ordinal == event.attempt);
+        let gathered = bodies.last_mut().filter(|_| attempt.is_some());
         match (&event.kind, attempt) {
             (EventKind::CallStarted { target, context_tokens }, _) => {
                 recorded.target = target.clone();
                 recorded.context_tokens = *context_tokens;
             }
-            (EventKind::AttemptStarted { target, .. }, _) => recorded.attempts.push(RecordedAttempt {
-                ordinal: event.attempt,
-                target: target.clone(),
-                started: event.at,
-                response: None,
-                chunks: Vec::new(),
-                events: Vec::new(),
-                ended: None,
-                stop_reason: None,
-                message: None,
-                body: None,
-            }),
+            (EventKind::AttemptStarted { target, .. }, _) => {
+                recorded.attempts.push(RecordedAttempt {
+                    ordinal: event.attempt,
+                    target: target.clone(),
+                    started: event.at,
+                    response: None,
+                    chunks: Arc::new([]),
+                    events: Arc::new([]),
+                    ended: None,
+                    stop_reason: None,
+                    message: None,
+                    body: None,
+                });
+                bodies.push((Vec::new(), Vec::new()));
+            }
             (EventKind::HeadersReceived { status, content_type }, Some(attempt)) => {
                 attempt.response = Some(RecordedResponse {
                     at: event.at,
@@ -275,14 +284,18 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
                     response.error_body = Some(body.clone());
                 }
             }
-            (EventKind::ChunkReceived { bytes }, Some(attempt)) => {
-                let bytes = u32::try_from(*bytes).unwrap_or(u32::MAX);
-                attempt.chunks.push(RecordedChunk { at: event.at, bytes, events: 0 });
+            (EventKind::ChunkReceived { bytes }, Some(_)) => {
+                if let Some((chunks, _)) = gathered {
+                    let bytes = u32::try_from(*bytes).unwrap_or(u32::MAX);
+                    chunks.push(RecordedChunk { at: event.at, bytes, events: 0 });
+                }
             }
-            (EventKind::SseReceived { class, chars, .. }, Some(attempt)) => {
-                if let Some(chunk) = attempt.chunks.last_mut() {
+            (EventKind::SseReceived { class, chars, .. }, Some(_)) => {
+                if let Some((chunks, events)) = gathered
+                    && let Some(chunk) = chunks.last_mut()
+                {
                     chunk.events += 1;
-                    attempt.events.push((*class, u32::try_from(*chars).unwrap_or(u32::MAX)));
+                    events.push((*class, u32::try_from(*chars).unwrap_or(u32::MAX)));
                 }
             }
             (EventKind::AttemptEnded { end, stop_reason }, Some(attempt)) => {
@@ -295,6 +308,9 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
             (EventKind::BodyRecorded { body }, Some(attempt)) => attempt.body = Some(body.clone()),
             _ => {}
         }
+    }
+    for (attempt, (chunks, events)) in recorded.attempts.iter_mut().zip(bodies) {
+        (attempt.chunks, attempt.events) = (chunks.into(), events.into());
     }
     recorded.course = course.finish();
     recorded
@@ -341,7 +357,7 @@ mod tests {
         let first = &stream.attempts[0];
         assert_eq!(first.response.as_ref().unwrap().headers, [("server".to_owned(), "sim".to_owned())]);
         assert_eq!(first.chunks[0].events, 2);
-        assert_eq!(first.events, [(EventClass::Content, 3), (EventClass::Keepalive, 0)]);
+        assert_eq!(*first.events, [(EventClass::Content, 3), (EventClass::Keepalive, 0)]);
         assert!(first.abandoned() && !first.completed());
         assert_eq!(first.span(), (Duration::from_millis(1), Duration::from_millis(50)));
         assert_eq!(first.message.as_deref(), Some("idle timer fired after 0.041 s"));

@@ -27,7 +27,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
 use tokio::time::{Instant, Sleep};
 
-use super::recording::{RecordedAttempt, Recording};
+use super::recording::{RecordedAttempt, RecordedChunk, Recording};
 use crate::core::category::TimerKind;
 use crate::core::event::{AttemptEnd, EventClass, RecordedBody, StreamId};
 use crate::core::failover::Target;
@@ -363,14 +363,12 @@ async fn play(
     let keepalive = keepalive_rhythm(recorded);
     // Raw stream bytes go through the dialect's real decoder.
     let real_bytes = raw.is_some() && is_stream;
-    let decoder: Option<Box<dyn Decoder>> = if real_bytes {
-        None
-    } else {
-        Some(Box::new(Recorded::new(Arc::clone(playback), (s, a), end.as_ref(), keepalive.is_some())))
-    };
+    let decoder: Option<Box<dyn Decoder>> =
+        if real_bytes { None } else { Some(Box::new(Recorded::new(recorded, end.as_ref(), keepalive.is_some()))) };
     let play = Play {
         playback: Arc::clone(playback),
-        attempt: (s, a),
+        chunks: Arc::clone(&recorded.chunks),
+        started: recorded.started,
         ids: (stream, attempt),
         start,
         next: 0,
@@ -403,16 +401,26 @@ fn keepalive_rhythm(recorded: &RecordedAttempt) -> Option<(Duration, usize)> {
     (count > 1 && !interval.is_zero()).then_some((interval, size / count as usize))
 }
 
-/// Spaces the filler chunks are cut from: a chunk's bytes only matter for
-/// their count when its events travel with the response's decoder.
-static FILLER: [u8; 16 * 1024] = [b' '; 16 * 1024];
+/// Spaces the filler chunks and texts are cut from: a chunk's bytes only
+/// matter for their count when its events travel with the response's
+/// decoder, and a text the recording did not keep only for its length.
+/// Checked as text once, when compiled, not per event.
+static FILLER: &str = match std::str::from_utf8(&[b' '; 16 * 1024]) {
+    Ok(spaces) => spaces,
+    Err(_) => "",
+};
 
 /// One replayed body in progress: each recorded chunk at its offset, then
 /// the tail. The read backstop is emulated: a gap longer than it ends the
 /// body with the backstop's timeout, as the HTTP client would.
 struct Play {
     playback: Arc<Playback>,
-    attempt: (usize, usize),
+    /// The recorded attempt's chunks, held here rather than reached through
+    /// the recording: each chunk of a long replay would otherwise walk
+    /// three pointers whose memory other streams have long displaced.
+    chunks: Arc<[RecordedChunk]>,
+    /// When the recorded attempt started (since the run's epoch).
+    started: Duration,
     ids: (StreamId, u32),
     start: Instant,
     /// The next recorded chunk.
@@ -445,16 +453,11 @@ enum Due {
 }
 
 impl Play {
-    fn recorded(&self) -> &RecordedAttempt {
-        &self.playback.recording.streams[self.attempt.0].attempts[self.attempt.1]
-    }
-
     /// What comes next, and when. The read backstop is the client's: a gap
     /// since the last byte longer than it comes first, as its timeout.
     fn due(&mut self) -> Due {
-        let recorded = self.recorded();
-        let due = if let Some(chunk) = recorded.chunks.get(self.next) {
-            let at = chunk.at.saturating_sub(recorded.started);
+        let due = if let Some(chunk) = self.chunks.get(self.next) {
+            let at = chunk.at.saturating_sub(self.started);
             let size = chunk.bytes as usize;
             self.next += 1;
             Due::Item(at, Some(Ok(self.cut(size))))
@@ -551,7 +554,7 @@ impl futures_util::Stream for Play {
 }
 
 fn filler(size: usize) -> Bytes {
-    match FILLER.get(..size) {
+    match FILLER.as_bytes().get(..size) {
         Some(bytes) => Bytes::from_static(bytes),
         None => Bytes::from(vec![b' '; size]),
     }
@@ -560,8 +563,10 @@ fn filler(size: usize) -> Bytes {
 /// A decoder that finds in each chunk the events the recording says the
 /// live decoder found there (the chunk's bytes are filler).
 struct Recorded {
-    playback: Arc<Playback>,
-    attempt: (usize, usize),
+    /// The recorded attempt's chunks and events (held here for the reason
+    /// [`Play`] holds its chunks).
+    chunks: Arc<[RecordedChunk]>,
+    events: Arc<[(EventClass, u32)]>,
     /// The next chunk and the next of the attempt's events.
     chunk: usize,
     event: usize,
@@ -573,8 +578,7 @@ struct Recorded {
 }
 
 impl Recorded {
-    fn new(playback: Arc<Playback>, attempt: (usize, usize), end: Option<&AttemptEnd>, keepalives_after: bool) -> Self {
-        let recorded = &playback.recording.streams[attempt.0].attempts[attempt.1];
+    fn new(recorded: &RecordedAttempt, end: Option<&AttemptEnd>, keepalives_after: bool) -> Self {
         let texts = match &recorded.body {
             Some(RecordedBody::Text { texts, .. }) => texts.clone(),
             _ => Vec::new(),
@@ -588,7 +592,15 @@ impl Recorded {
             Some(AttemptEnd::Malformed) => vec![Decoded::Malformed(message)],
             _ => Vec::new(),
         };
-        Recorded { playback, attempt, chunk: 0, event: 0, texts: texts.into_iter(), ending, keepalives_after }
+        Recorded {
+            chunks: Arc::clone(&recorded.chunks),
+            events: Arc::clone(&recorded.events),
+            chunk: 0,
+            event: 0,
+            texts: texts.into_iter(),
+            ending,
+            keepalives_after,
+        }
     }
 }
 
@@ -603,15 +615,22 @@ impl Decoder for Undecodable {
     fn finish(&mut self, _out: &mut Vec<Decoded>) {}
 }
 
-/// Text of the recorded length: content the recording did not keep.
+/// Text of the recorded length: content the recording did not keep. Cut
+/// from the filler, not built a character at a time: a long replay makes
+/// millions.
 fn filler_text(class: EventClass, chars: u32) -> String {
-    if class == EventClass::Keepalive { String::new() } else { "·".repeat(chars as usize) }
+    if class == EventClass::Keepalive {
+        return String::new();
+    }
+    match FILLER.get(..chars as usize) {
+        Some(spaces) => spaces.to_owned(),
+        None => " ".repeat(chars as usize),
+    }
 }
 
 impl Decoder for Recorded {
     fn feed(&mut self, _chunk: &[u8], out: &mut Vec<Decoded>) {
-        let recorded = &self.playback.recording.streams[self.attempt.0].attempts[self.attempt.1];
-        let Some(chunk) = recorded.chunks.get(self.chunk) else {
+        let Some(chunk) = self.chunks.get(self.chunk) else {
             if self.keepalives_after {
                 out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() });
             }
@@ -620,13 +639,13 @@ impl Decoder for Recorded {
         self.chunk += 1;
         let own = self.event..self.event + chunk.events as usize;
         self.event = own.end;
-        for &(class, chars) in recorded.events.get(own).unwrap_or_default() {
+        for &(class, chars) in self.events.get(own).unwrap_or_default() {
             let text = self.texts.next().unwrap_or_else(|| filler_text(class, chars));
             out.push(Decoded::Event { class, text });
         }
         // The stream's end comes with its last chunk (or, when it had none,
         // at the body's end).
-        if self.chunk == recorded.chunks.len() {
+        if self.chunk == self.chunks.len() {
             out.append(&mut self.ending);
         }
     }
@@ -716,10 +735,10 @@ mod tests {
     async fn a_recorded_decoder_finds_each_chunks_events_and_the_end_in_the_last() {
         let content: &[(EventClass, u32)] = &[(EventClass::Content, 2)];
         let a = attempt(&[(120, 10, content), (130, 4, &[])], Some((130, AttemptEnd::Done)));
-        let mut decoder = Recorded::new(playback(a), (0, 0), Some(&AttemptEnd::Done), false);
+        let mut decoder = Recorded::new(&a, Some(&AttemptEnd::Done), false);
         let mut out = Vec::new();
         decoder.feed(b"xxxxxxxxxx", &mut out);
-        assert_eq!(out, [Decoded::Event { class: EventClass::Content, text: "··".into() }]);
+        assert_eq!(out, [Decoded::Event { class: EventClass::Content, text: "  ".into() }]);
         out.clear();
         decoder.feed(b"xxxx", &mut out);
         assert_eq!(out, [Decoded::StopReason("stop".into()), Decoded::Done]);

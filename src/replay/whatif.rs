@@ -9,7 +9,6 @@
 //! runtime alone: live runs never share it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -211,6 +210,7 @@ async fn replay(
     let now = Instant::now();
     let epoch = now.checked_sub(first_call).unwrap_or(now);
     let playback = Arc::new(Playback {
+        // The copy shares the attempts' chunks and events.
         recording: Arc::new(recording.clone()),
         assumptions,
         connect_timeout: policy.transport.connect_timeout,
@@ -234,7 +234,7 @@ async fn replay(
             (name.clone(), Arc::new(CredentialPool::new(keys, policy.credentials.rotation)))
         })
         .collect();
-    let sink = Arc::new(CourseSink { streams: Mutex::default(), limits, watcher });
+    let sink = Arc::new(CourseSink::new(recording, limits, watcher));
     let executor = Executor {
         fleet: Arc::new(Fleet::new(policy.fleet, pools)),
         policy: Arc::new(policy),
@@ -281,7 +281,13 @@ async fn replay(
 /// `limits` is given) as they come: a replay of millions of events keeps
 /// none of them.
 struct CourseSink {
-    streams: Mutex<HashMap<StreamId, Fold, BuildHasherDefault<StreamIdHasher>>>,
+    /// The recording's stream ids, ascending: a stream's place here is
+    /// its place in `folds`.
+    ids: Vec<StreamId>,
+    /// Each stream's fold, once its first event came. A vector, not a map:
+    /// the sink finds one for every event of a replay, and a map's buckets,
+    /// spread over the streams, are one more place memory is waited for.
+    folds: Mutex<Vec<Option<Fold>>>,
     limits: Option<RetrySettings>,
     watcher: Option<Arc<dyn EventSink>>,
 }
@@ -298,36 +304,34 @@ struct Replayed {
     verdict: Option<Diagnosis>,
 }
 
-/// Stream ids are small, dense and ours: a multiply spreads them enough,
-/// and the sink looks one up for every event of a replay.
-#[derive(Default)]
-struct StreamIdHasher(u64);
-
-impl Hasher for StreamIdHasher {
-    fn finish(&self) -> u64 {
-        self.0
+impl CourseSink {
+    fn new(recording: &Recording, limits: Option<RetrySettings>, watcher: Option<Arc<dyn EventSink>>) -> Self {
+        let ids: Vec<StreamId> = recording.streams.iter().map(|s| s.id).collect();
+        let folds = Mutex::new(ids.iter().map(|_| None).collect());
+        CourseSink { ids, folds, limits, watcher }
     }
 
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    /// A stream's place. Ids are usually dense from the first, so its
+    /// place is tried straight away; a search finds the others.
+    fn place(&self, stream: StreamId) -> Option<usize> {
+        let first = self.ids.first()?;
+        let direct = usize::try_from(stream.wrapping_sub(*first)).ok();
+        match direct {
+            Some(i) if self.ids.get(i) == Some(&stream) => Some(i),
+            _ => self.ids.binary_search(&stream).ok(),
         }
     }
 
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-impl CourseSink {
     fn take(&self) -> HashMap<StreamId, Replayed> {
-        let streams = self.streams.lock().map(|mut s| std::mem::take(&mut *s)).unwrap_or_default();
+        let folds = self.folds.lock().map(|mut f| std::mem::take(&mut *f)).unwrap_or_default();
         let limits = self.limits.as_ref();
-        streams
-            .into_iter()
-            .map(|(id, fold)| {
+        self.ids
+            .iter()
+            .zip(folds)
+            .filter_map(|(&id, fold)| {
+                let fold = fold?;
                 let verdict = fold.verdict.map(|v| v.verdict(limits));
-                (id, Replayed { course: fold.course.finish(), verdict })
+                Some((id, Replayed { course: fold.course.finish(), verdict }))
             })
             .collect()
     }
@@ -335,9 +339,13 @@ impl CourseSink {
 
 impl EventSink for CourseSink {
     fn emit(&self, event: Event) {
-        // One thread drives the replay: the lock is never contended.
-        if let Ok(mut streams) = self.streams.lock() {
-            let fold = streams.entry(event.stream).or_insert_with(|| Fold {
+        // One thread drives the replay: the lock is never contended. Every
+        // call replayed is one of the recording's streams.
+        if let Some(i) = self.place(event.stream)
+            && let Ok(mut folds) = self.folds.lock()
+            && let Some(slot) = folds.get_mut(i)
+        {
+            let fold = slot.get_or_insert_with(|| Fold {
                 course: CourseBuilder::default(),
                 verdict: self.limits.is_some().then(StreamDiagnoser::default),
             });
@@ -546,4 +554,23 @@ fn timer_changes(recording: &Recording, after: &Tunables) -> Vec<TimerChange> {
     };
     let (Some(before), Some(after)) = (effective(&recording.tunables), effective(after)) else { return Vec::new() };
     before.into_iter().zip(after).map(|((timer, before), (_, after))| TimerChange { timer, before, after }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink(ids: &[StreamId]) -> CourseSink {
+        let folds = Mutex::new(ids.iter().map(|_| None).collect());
+        CourseSink { ids: ids.to_vec(), folds, limits: None, watcher: None }
+    }
+
+    #[test]
+    fn the_sink_finds_each_streams_place_whether_ids_are_dense_or_not() {
+        let dense = sink(&[4, 5, 6]);
+        assert_eq!([4, 5, 6, 3, 7].map(|id| dense.place(id)), [Some(0), Some(1), Some(2), None, None]);
+        let sparse = sink(&[2, 9, 40]);
+        assert_eq!([2, 9, 40, 3, 0].map(|id| sparse.place(id)), [Some(0), Some(1), Some(2), None, None]);
+        assert_eq!(sink(&[]).place(0), None);
+    }
 }
