@@ -9,14 +9,14 @@ mod recorded;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recorded::record;
+use recorded::{record, record_with_lag};
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::{EventKind, VecSink};
 use stallscope::diagnosis::VerdictKind;
 use stallscope::providers::Dialect;
 use stallscope::replay::recording::Recording;
 use stallscope::replay::upstream::{Assumptions, StallAssumption};
-use stallscope::replay::whatif::{Fidelity, WhatIf, WhatIfReport, fidelity, what_if, what_if_watched};
+use stallscope::replay::whatif::{FIDELITY_TOLERANCE, Fidelity, WhatIf, WhatIfReport, what_if, what_if_watched};
 use stallscope::sim::builtin_names;
 
 fn whatif(recording: &Recording, sets: &[&str], assumptions: Assumptions) -> WhatIfReport {
@@ -29,46 +29,75 @@ fn whatif(recording: &Recording, sets: &[&str], assumptions: Assumptions) -> Wha
 /// within 5 ms of when it fired live (beyond the lag our own runtime
 /// recorded at that moment), and every stream's verdict is the one its
 /// recording got — for every built-in scenario in every dialect.
+///
+/// A live run during which our own runtime lagged past that tolerance is
+/// no reference (a timer it fired late may have lost a race the replay's
+/// on-time timer wins): such a recording that does not replay is made
+/// again, up to three times, and only a calm recording's difference fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_tunables_reproduce_every_recorded_scenario() {
-    let runs = builtin_names().iter().flat_map(|name| Dialect::ALL.map(move |dialect| (*name, dialect)));
+    let runs: Vec<(&str, Dialect)> =
+        builtin_names().iter().flat_map(|name| Dialect::ALL.map(move |dialect| (*name, dialect))).collect();
     let recordings = futures_util::future::join_all(
-        runs.map(|(name, dialect)| async move { (name, dialect, record(name, dialect, &[]).await) }),
+        runs.iter().map(|&(name, dialect)| async move { record_with_lag(name, dialect, &[]).await }),
     )
     .await;
-    let mut failures = Vec::new();
-    for (name, dialect, recording) in &recordings {
-        // Diagnosed from the replay's events, each stream gets the verdict
-        // its recording got.
-        let unchanged = whatif(recording, &[], Assumptions::default());
-        for stream in &unchanged.streams {
-            let verdict = stream.verdict.as_ref().unwrap();
-            let (before, after) = (&verdict.before, &verdict.after);
-            if (before.kind, before.severity) != (after.kind, after.severity) {
-                failures.push(format!(
-                    "{name} ({}) stream {}: verdict {} ({}) replays as {} ({}): {}",
-                    dialect.name(),
-                    stream.stream,
-                    before.kind,
-                    before.severity.name(),
-                    after.kind,
-                    after.severity.name(),
-                    after.summary
-                ));
+    let (mut failures, mut unjudged) = (Vec::new(), Vec::new());
+    for (&(name, dialect), (mut recording, mut lag)) in runs.iter().zip(recordings) {
+        let mut tries = 1;
+        let differences = loop {
+            let differences = differences(&recording);
+            if differences.is_empty() || lag <= FIDELITY_TOLERANCE || tries == 3 {
+                break differences;
             }
-        }
-        let fidelity = fidelity(recording).unwrap();
-        if !fidelity.is_exact() {
-            let report = whatif(recording, &[], Assumptions::default());
-            let streams: Vec<String> = report
-                .streams
-                .iter()
-                .map(|s| format!("{:?}\n  → {:?}\n  {:?}", s.before, s.after, s.assumptions))
-                .collect();
-            failures.push(format!("{name} ({}): {fidelity:?}\n{}", dialect.name(), streams.join("\n")));
+            (recording, lag) = record_with_lag(name, dialect, &[]).await;
+            tries += 1;
+        };
+        let what = format!("{name} ({})", dialect.name());
+        match (differences.is_empty(), lag <= FIDELITY_TOLERANCE) {
+            (true, _) => {}
+            (false, true) => failures.push(format!("{what}:\n{}", differences.join("\n"))),
+            (false, false) => unjudged.push(format!("{what}: our own runtime lagged up to {lag:?}")),
         }
     }
+    if !unjudged.is_empty() {
+        eprintln!("not judged, every recording lagged: {}", unjudged.join("; "));
+    }
     assert!(failures.is_empty(), "{} recordings not reproduced:\n{}", failures.len(), failures.join("\n"));
+    assert!(unjudged.len() * 4 <= runs.len(), "too many recordings lagged to judge: {}", unjudged.join("; "));
+}
+
+/// How the null what-if of `recording` differs from it, in words.
+fn differences(recording: &Recording) -> Vec<String> {
+    let mut differences = Vec::new();
+    // Diagnosed from the replay's events, each stream gets the verdict its
+    // recording got.
+    let unchanged = whatif(recording, &[], Assumptions::default());
+    for stream in &unchanged.streams {
+        let verdict = stream.verdict.as_ref().unwrap();
+        let (before, after) = (&verdict.before, &verdict.after);
+        if (before.kind, before.severity) != (after.kind, after.severity) {
+            differences.push(format!(
+                "stream {}: verdict {} ({}) replays as {} ({}): {}",
+                stream.stream,
+                before.kind,
+                before.severity.name(),
+                after.kind,
+                after.severity.name(),
+                after.summary
+            ));
+        }
+    }
+    let fidelity = Fidelity::of(&unchanged);
+    if !fidelity.is_exact() {
+        let streams: Vec<String> = unchanged
+            .streams
+            .iter()
+            .map(|s| format!("{:?}\n  → {:?}\n  {:?}", s.before, s.after, s.assumptions))
+            .collect();
+        differences.push(format!("{fidelity:?}\n{}", streams.join("\n")));
+    }
+    differences
 }
 
 /// The live runtime may be late to a call, or from a call to its first
@@ -86,7 +115,9 @@ async fn lateness_of_the_live_runtime_before_an_attempt_is_not_a_replay_differen
     for attempt in &mut stream.attempts {
         attempt.started += late_call + late_attempt;
         attempt.response.iter_mut().for_each(|r| r.at += late_call + late_attempt);
-        attempt.chunks.iter_mut().for_each(|c| c.at += late_call + late_attempt);
+        let mut chunks = attempt.chunks.to_vec();
+        chunks.iter_mut().for_each(|c| c.at += late_call + late_attempt);
+        attempt.chunks = chunks.into();
         attempt.ended.iter_mut().for_each(|(at, _)| *at += late_call + late_attempt);
     }
     stream.course.fired.iter_mut().for_each(|f| f.at_s += late_attempt.as_secs_f64());

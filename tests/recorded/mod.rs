@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use stallscope::providers::Dialect;
 use stallscope::replay::recording::Recording;
@@ -14,6 +15,11 @@ use tokio_util::sync::CancellationToken;
 /// Runs `scenario` in `dialect` with `sets` on top of the scenario's
 /// tunables, recorded, and loads the recording.
 pub async fn record(scenario: &str, dialect: Dialect, sets: &[&str]) -> Recording {
+    record_with_lag(scenario, dialect, sets).await.0
+}
+
+/// [`record`], and the largest lag our own runtime recorded while it ran.
+pub async fn record_with_lag(scenario: &str, dialect: Dialect, sets: &[&str]) -> (Recording, Duration) {
     let db = scratch(&format!("{scenario}-{}-{}", dialect.name(), sets.join(",").replace(['=', '.'], "_")));
     let plan = SessionPlan {
         source: RunSource::Scenario { name: scenario.to_owned(), dialect },
@@ -27,8 +33,12 @@ pub async fn record(scenario: &str, dialect: Dialect, sets: &[&str]) -> Recordin
     };
     let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_, _| {}).await.unwrap();
     let run = outcome.report.run_id.unwrap();
-    let recording = tokio::task::spawn_blocking(move || Recording::load(&Store::open(&db).unwrap(), run).unwrap());
-    recording.await.unwrap()
+    let loaded = tokio::task::spawn_blocking(move || {
+        let store = Store::open(&db).unwrap();
+        let lag = store.runtime_lag(run).unwrap().iter().map(|s| s.lag).max().unwrap_or_default();
+        (Recording::load(&store, run).unwrap(), lag)
+    });
+    loaded.await.unwrap()
 }
 
 /// A database path of this process, new for each call.
