@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::Cli;
 use super::run::{RecordArgs, Stopped, until_ctrl_c};
 use crate::config::process_env;
-use crate::probe::{DEFAULT_CONCURRENCY, ProbePlan, ProbeResult, Readiness, cells, probe};
+use crate::probe::{DEFAULT_CONCURRENCY, MAX_CONTEXT_TOKENS, ProbePlan, ProbeResult, Readiness, cells, probe};
 
 /// Options of `stallscope probe`.
 #[derive(Debug, clap::Args)]
@@ -28,7 +28,7 @@ Exit status: 0 when every route is ready, 1 when any route is not, 2 when the pr
 pub struct Args {
     /// Tokens of context in the realistic probe, about four characters
     /// each (default: the config's [probe] context_tokens, else 20000).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_CONTEXT_TOKENS))]
     context_tokens: Option<u64>,
     /// How many probes at once.
     #[arg(long, default_value_t = DEFAULT_CONCURRENCY as u32, value_parser = clap::value_parser!(u32).range(1..=1000))]

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::Cli;
 use crate::config::process_env;
 use crate::metrics::{DEFAULT_ADDR, Metrics, RoundResult};
+use crate::probe::MAX_CONTEXT_TOKENS;
 use crate::providers::Dialect;
 use crate::store::Store;
 use crate::watch::{CallPlan, RecordingChange, Retention, Round, WatchEvent, WatchPlan, parse_every, watch};
@@ -49,7 +50,7 @@ pub struct Args {
     probe: bool,
     /// Tokens of context in a probe round's realistic payload (default: the
     /// config's [probe] context_tokens, else 20000).
-    #[arg(long, value_name = "N", requires = "probe")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_CONTEXT_TOKENS), requires = "probe")]
     context_tokens: Option<u64>,
     /// The primary target of configured calls, provider/model (default: the first [[provider]] row).
     #[arg(long, value_name = "PROVIDER/MODEL", conflicts_with = "scenario")]
