@@ -21,8 +21,8 @@
 //! Rounds are runs labelled [`round_label`] (`watch@SITE`, and `probe:
 //! watch@SITE` when the round is a probe, so the history knows it for a
 //! probe too), so the history lists them, and retention deletes only them.
-//! A probe round's matrix also sets each route's readiness gauge. With an OTLP endpoint,
-//! each recorded round is also sent as OpenTelemetry traces
+//! A probe round's matrix also sets each route's readiness gauge. With an
+//! OTLP endpoint, each recorded round is also sent as OpenTelemetry traces
 //! ([`crate::export::otlp`]); a receiver that is down costs that round's
 //! traces, never the watch.
 
