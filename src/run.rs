@@ -65,10 +65,10 @@ pub async fn run_calls(
 
 /// Runs `calls` with at most `concurrency` at once, started in the order
 /// given (and none before its `not_before`); `on_finish` sees each call as
-/// it ends. Returns the report of
-/// every call that started, in stream order: a call still waiting for its
-/// turn when `cancel` fires is never started, so it has neither events nor
-/// a report (a stopped run's queue is not a list of 0 ms cancellations).
+/// it ends. Returns the report of every call that started, in stream
+/// order: a call still waiting for its turn when `cancel` fires is never
+/// started, so it has neither events nor a report (a stopped run's queue
+/// is not a list of 0 ms cancellations).
 pub async fn run_call_list(
     executor: &Executor,
     calls: impl IntoIterator<Item = Call>,

@@ -201,7 +201,7 @@ impl Metrics {
         );
         registry.register_with_unit(
             "stall_detection",
-            "How long a stall went unnoticed before a timer fired: since the attempt's last byte, or last progress event for the data-stall timer",
+            "How long a stall went unnoticed before a timer fired: since the attempt's last byte, or last progress event for the data-stall and throughput-floor (min_rate) timers",
             Unit::Seconds,
             m.stall_detection.clone(),
         );
