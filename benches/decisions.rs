@@ -69,7 +69,7 @@ fn stream_costs(c: &mut Criterion) {
                 let mut body = Box::pin(body());
                 let mut events = 0;
                 while let Some(Ok(chunk)) = body.next().await {
-                    decoder.feed(&chunk, &mut out);
+                    decoder.feed(&chunk.bytes, &mut out);
                     events += out.len();
                     out.clear();
                 }

@@ -738,7 +738,7 @@ impl Upstream for InMemory {
         Box::pin(async move {
             let mut headers = HeaderMap::new();
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-            let body = stream::iter((0..frames.len()).map(move |i| Ok(frames[i].clone()))).boxed();
+            let body = stream::iter((0..frames.len()).map(move |i| Ok(frames[i].clone().into()))).boxed();
             Ok(UpstreamResponse::new(200, headers, body))
         })
     }

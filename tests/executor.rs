@@ -13,11 +13,11 @@ use futures_util::stream::{self, StreamExt};
 use http::{HeaderMap, HeaderValue};
 
 use stallscope::core::category::{Category, TimerKind};
-use stallscope::core::event::{Event, EventKind, EventSink, Outcome, VecSink};
+use stallscope::core::event::{AttemptPhase, Event, EventKind, EventSink, Outcome, VecSink};
 use stallscope::core::failover::Target;
 use stallscope::core::failure::{Failure, TransportKind};
 use stallscope::core::governor::{AttemptProgress, AttemptScope, run_attempt};
-use stallscope::core::upstream::{AttemptRequest, CallInput, Decoder, Response, Upstream};
+use stallscope::core::upstream::{AttemptRequest, CallInput, Chunk, Decoder, Response, Upstream};
 use support::{Harness, LineDecoder, Script, Scripted, Step, policy};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -320,6 +320,65 @@ async fn cancellation_stops_a_stream_whose_chunks_never_pause() {
     assert_eq!(progress.events, 100, "the chunk that cancelled is the last one read");
 }
 
+/// An upstream whose body hands over all its chunks at once, each stamped
+/// with when it arrived, as a replayed body does.
+struct Stamped(Vec<(Duration, &'static str)>);
+
+impl Upstream for Stamped {
+    fn open<'a>(&'a self, _request: AttemptRequest<'a>) -> BoxFuture<'a, Result<Response, Failure>> {
+        let start = Instant::now();
+        let chunks: Vec<Result<Chunk, Failure>> = self
+            .0
+            .iter()
+            .map(|&(at, text)| Ok(Chunk { bytes: Bytes::from_static(text.as_bytes()), arrived: Some(start + at) }))
+            .collect();
+        Box::pin(async move {
+            let mut headers = HeaderMap::new();
+            headers.insert("content-type", HeaderValue::from_static("text/event-stream"));
+            Ok(Response::new(200, headers, stream::iter(chunks).chain(stream::pending()).boxed()))
+        })
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(LineDecoder::default())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn chunks_handed_over_ahead_of_the_clock_meet_each_timer_at_its_deadline() {
+    // Content at 0.1 s, then a ping every 0.5 s: the data-stall timer (2 s)
+    // is due at 2.1 s, between the pings at 2.0 and 2.5 s.
+    let mut chunks = vec![(MS(100), "c:a\n")];
+    chunks.extend((1..=10).map(|i| (MS(500 * i), "p\n")));
+    let sink = VecSink::new();
+    let started = Instant::now();
+    let sets = with(&["SSE_DATA_STALL_TIMEOUT_S=2"]);
+    let (result, progress) = one_attempt(&Stamped(chunks), &sets, &sink, &CancellationToken::new()).await;
+    assert!(matches!(result, Err(Failure::Timeout { timer: TimerKind::DataStall, .. })), "{result:?}");
+    assert_eq!(progress.keepalives, 4, "the pings before the deadline were read, the rest never");
+    let events = sink.events();
+    let fired = events.iter().find(|e| matches!(e.kind, EventKind::TimerFired { .. })).map(|e| e.at);
+    assert_eq!(fired, Some(MS(2100)), "fired at its deadline, not at the next chunk");
+    let chunks: Vec<Duration> =
+        events.iter().filter(|e| matches!(e.kind, EventKind::ChunkReceived { .. })).map(|e| e.at).collect();
+    assert_eq!(chunks, [100, 500, 1000, 1500, 2000].map(MS), "each chunk stamped with its arrival");
+    assert_eq!(started.elapsed(), MS(2100), "what follows the attempt waits for the clock to reach its end");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_handed_over_ahead_of_the_clock_ends_when_the_clock_reaches_it() {
+    let chunks = vec![(MS(200), "c:a\n"), (S(3), "c:b\n"), (S(3), "d\n")];
+    let sink = VecSink::new();
+    let started = Instant::now();
+    let (result, progress) = one_attempt(&Stamped(chunks), NO_JITTER, &sink, &CancellationToken::new()).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!((progress.content.as_str(), progress.ttfb), ("ab", Some(MS(200))));
+    let last = sink.events().pop().map(|e| (e.at, e.kind));
+    let done = EventKind::PhaseChanged { phase: AttemptPhase::Done };
+    assert_eq!(last, Some((S(3), done)), "done is stamped with its chunk's arrival");
+    assert_eq!(started.elapsed(), S(3));
+}
+
 /// Sets its flag when dropped.
 struct SetOnDrop(Arc<AtomicBool>);
 
@@ -339,11 +398,12 @@ impl Upstream for StallsAfterOneEvent {
     fn open<'a>(&'a self, _request: AttemptRequest<'a>) -> BoxFuture<'a, Result<Response, Failure>> {
         let guard = SetOnDrop(Arc::clone(&self.closed));
         Box::pin(async move {
-            let body =
-                stream::once(async { Ok(Bytes::from_static(b"c:a\n")) }).chain(stream::pending()).map(move |chunk| {
+            let body = stream::once(async { Ok(Bytes::from_static(b"c:a\n").into()) }).chain(stream::pending()).map(
+                move |chunk| {
                     let _owned_by_the_body = &guard;
                     chunk
-                });
+                },
+            );
             let mut headers = HeaderMap::new();
             headers.insert("content-type", HeaderValue::from_static("text/event-stream"));
             Ok(Response::new(200, headers, body.boxed()))

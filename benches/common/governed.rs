@@ -14,7 +14,7 @@ use stallscope::core::failover::Target;
 use stallscope::core::failure::Failure;
 use stallscope::core::governor::{AttemptProgress, AttemptScope, run_attempt};
 use stallscope::core::policy::{AttemptTimers, RateFloor, RateStart};
-use stallscope::core::upstream::{AttemptRequest, CallInput, Decoder, Response, Upstream};
+use stallscope::core::upstream::{AttemptRequest, CallInput, Chunk, Decoder, Response, Upstream};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::LineDecoder;
@@ -41,8 +41,8 @@ impl Upstream for InMemory {
 }
 
 /// The body: `CHUNKS` content chunks, then the end.
-pub fn body() -> impl futures_util::Stream<Item = Result<Bytes, Failure>> {
-    stream::iter((0..=CHUNKS).map(|i| Ok(Bytes::from_static(if i == CHUNKS { b"d\n" } else { CHUNK }))))
+pub fn body() -> impl futures_util::Stream<Item = Result<Chunk, Failure>> {
+    stream::iter((0..=CHUNKS).map(|i| Ok(Bytes::from_static(if i == CHUNKS { b"d\n" } else { CHUNK }).into())))
 }
 
 /// Runs one attempt over the in-memory body under `timers`.

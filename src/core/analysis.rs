@@ -651,7 +651,7 @@ mod tests {
             let headers_after = self.headers_after;
             Box::pin(async move {
                 tokio::time::sleep(headers_after).await;
-                let ping = || Ok(Bytes::from_static(b"p"));
+                let ping = || Ok(Bytes::from_static(b"p").into());
                 let later = stream::unfold((), move |()| async move {
                     tokio::time::sleep(Duration::from_millis(700)).await;
                     Some((ping(), ()))
@@ -671,7 +671,7 @@ mod tests {
 
     impl Decoder for EveryChunkIsAKeepAlive {
         fn feed(&mut self, _chunk: &[u8], out: &mut Vec<Decoded>) {
-            out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() });
+            out.push(Decoded::Event { class: EventClass::Keepalive, text: "".into() });
         }
 
         fn finish(&mut self, _out: &mut Vec<Decoded>) {}

@@ -40,7 +40,7 @@ use super::lag_probe::LagMeter;
 use super::policy::{AttemptTimers, BodySettings, RateFloor, RateStart};
 use super::rate_window::RateWindow;
 use super::ratelimit::RateLimits;
-use super::upstream::{AttemptRequest, Body, Decoded, Upstream};
+use super::upstream::{AttemptRequest, Body, Chunk, Decoded, Upstream};
 use super::wake_flag::WakeFlag;
 
 /// How much of an error body is kept for classification.
@@ -231,7 +231,7 @@ impl Floor {
 /// What ended one wait of the body loop.
 enum Wait {
     /// The body's next chunk, or its end.
-    Chunk(Option<Result<bytes::Bytes, Failure>>),
+    Chunk(Option<Result<Chunk, Failure>>),
     /// The token was cancelled.
     Cancelled,
     /// The sleep reached its deadline.
@@ -262,12 +262,14 @@ impl ErrorBody {
         self.body.len() >= ERROR_BODY_LIMIT
     }
 
-    /// The failure this response amounts to; records the start of the body.
-    fn into_failure(self, scope: &AttemptScope<'_>) -> Failure {
+    /// The failure this response amounts to, at `now`, taking what was
+    /// collected; records the start of the body.
+    fn take_failure(&mut self, scope: &AttemptScope<'_>, now: Instant) -> Failure {
         let (recorded, truncated) = recorded_error_body(&self.body);
-        scope.emit(EventKind::ErrorBody { body: recorded, truncated });
+        scope.emit_at(now, EventKind::ErrorBody { body: recorded, truncated });
         let body = String::from_utf8_lossy(&self.body).into_owned();
-        let (status, headers, content_type) = (self.status, self.headers, self.content_type);
+        let (status, headers, content_type) =
+            (self.status, std::mem::take(&mut self.headers), self.content_type.take());
         if (200..300).contains(&status) {
             Failure::UnexpectedContentType { status, content_type, headers: Box::new(headers), body }
         } else {
@@ -392,99 +394,130 @@ async fn govern(
     // `quiet`'s waker, and only once they have woken the task or the sleep
     // has moved, so a flowing stream pays for neither (see `wake_flag`).
     let mut quiet = WakeFlag::new();
-    loop {
-        let next = std::future::poll_fn(|cx| {
-            if let Poll::Ready(chunk) = body.poll_next_unpin(cx) {
-                return Poll::Ready(Wait::Chunk(chunk));
-            }
-            if quiet.take(cx) {
-                let mut quiet_cx = Context::from_waker(quiet.waker());
-                if cancelled.as_mut().poll(&mut quiet_cx).is_ready() {
-                    return Poll::Ready(Wait::Cancelled);
+    // How far the attempt got: a body that hands its chunks over ahead of
+    // the clock (a replay) takes the attempt past "now".
+    let mut reached = now;
+    let read = async {
+        loop {
+            let next = std::future::poll_fn(|cx| {
+                if let Poll::Ready(chunk) = body.poll_next_unpin(cx) {
+                    return Poll::Ready(Wait::Chunk(chunk));
                 }
-                if sleep.as_mut().poll(&mut quiet_cx).is_ready() {
-                    return Poll::Ready(Wait::Timer);
-                }
-            }
-            Poll::Pending
-        })
-        .await;
-        let chunk = match next {
-            Wait::Chunk(chunk) => chunk,
-            Wait::Cancelled => return Err(Failure::Cancelled),
-            // A sleep that moved is only sure to wake the task once polled
-            // again: raising the flag has the next wait poll it.
-            Wait::Timer => match on_wake(&mut clocks, sleep.as_mut(), Instant::now()) {
-                Some(fired) => return Err(timed_out_reading(scope, fired, body)),
-                None => {
-                    quiet.raise();
-                    continue;
-                }
-            },
-        };
-        let now = Instant::now();
-        // A token cancelled while chunks keep coming has raised the flag
-        // (which starts raised, before the token was first polled with it).
-        if quiet.is_raised() && scope.cancel.is_cancelled() {
-            return Err(Failure::Cancelled);
-        }
-        // The sleep is never later than the earliest clock, so a chunk that
-        // comes before it needs no look at the clocks (this runs per chunk).
-        if sleep.deadline() <= now {
-            if let Some(fired) = on_wake(&mut clocks, sleep.as_mut(), now) {
-                return Err(timed_out_reading(scope, fired, body));
-            }
-            quiet.raise();
-        }
-        let chunk = match chunk {
-            Some(Ok(chunk)) => chunk,
-            Some(Err(failure)) => return Err(failure),
-            None => {
-                return match reading {
-                    Reading::ErrorBody(collected) => Err(collected.into_failure(scope)),
-                    Reading::Stream => {
-                        decoder.finish(&mut decoded);
-                        match absorb(&mut decoded, timers, &mut clocks, sleep.as_mut(), scope, progress, capture, now) {
-                            Some(result) => result,
-                            None => Err(Failure::Transport {
-                                kind: TransportKind::Closed,
-                                message: "the body ended before the stream said it was done".to_owned(),
-                            }),
-                        }
+                if quiet.take(cx) {
+                    let mut quiet_cx = Context::from_waker(quiet.waker());
+                    if cancelled.as_mut().poll(&mut quiet_cx).is_ready() {
+                        return Poll::Ready(Wait::Cancelled);
                     }
-                };
-            }
-        };
-        if progress.ttfb.is_none() {
-            progress.ttfb = Some(now.saturating_duration_since(started));
-            clocks.ttfb = None;
-        }
-        progress.bytes += chunk.len() as u64;
-        if let Some(idle) = &mut clocks.idle {
-            idle.reset(now);
-        }
-        scope.emit_at(now, EventKind::ChunkReceived { bytes: chunk.len() });
-        if let Some(capture) = capture {
-            capture.chunk(&chunk);
-        }
-        reading = match reading {
-            Reading::ErrorBody(mut collected) => {
-                if collected.push(&chunk) {
-                    return Err(collected.into_failure(scope));
+                    if sleep.as_mut().poll(&mut quiet_cx).is_ready() {
+                        return Poll::Ready(Wait::Timer);
+                    }
                 }
-                Reading::ErrorBody(collected)
+                Poll::Pending
+            })
+            .await;
+            let chunk = match next {
+                Wait::Chunk(chunk) => chunk,
+                Wait::Cancelled => return Err(Failure::Cancelled),
+                // A sleep that moved is only sure to wake the task once polled
+                // again: raising the flag has the next wait poll it.
+                Wait::Timer => match on_wake(&mut clocks, sleep.as_mut(), Instant::now()) {
+                    Some(fired) => return Err(timed_out_reading(scope, fired, body)),
+                    None => {
+                        quiet.raise();
+                        continue;
+                    }
+                },
+            };
+            let arrived = match &chunk {
+                Some(Ok(Chunk { arrived, .. })) => *arrived,
+                _ => None,
+            };
+            let now = arrived.unwrap_or_else(Instant::now);
+            reached = now;
+            // A token cancelled while chunks keep coming has raised the flag
+            // (which starts raised, before the token was first polled with it).
+            if quiet.is_raised() && scope.cancel.is_cancelled() {
+                return Err(Failure::Cancelled);
             }
-            Reading::Stream => {
-                decoder.feed(&chunk, &mut decoded);
-                if let Some(result) =
-                    absorb(&mut decoded, timers, &mut clocks, sleep.as_mut(), scope, progress, capture, now)
-                {
-                    return result;
+            // The sleep is never later than the earliest clock, so a chunk that
+            // comes before it needs no look at the clocks (this runs per chunk).
+            // A chunk stamped with its arrival meets each deadline before it as
+            // the clock would have: at that deadline, where a timer due fired
+            // first.
+            while sleep.deadline() <= now {
+                let woke = if arrived.is_some() { sleep.deadline() } else { now };
+                if let Some(fired) = on_wake(&mut clocks, sleep.as_mut(), woke) {
+                    reached = woke;
+                    return Err(timed_out_reading(scope, fired, body));
                 }
-                Reading::Stream
+                quiet.raise();
             }
-        };
+            let chunk = match chunk {
+                Some(Ok(Chunk { bytes, .. })) => bytes,
+                Some(Err(failure)) => return Err(failure),
+                None => {
+                    return match &mut reading {
+                        Reading::ErrorBody(collected) => Err(collected.take_failure(scope, now)),
+                        Reading::Stream => {
+                            decoder.finish(&mut decoded);
+                            match absorb(
+                                &mut decoded,
+                                timers,
+                                &mut clocks,
+                                sleep.as_mut(),
+                                scope,
+                                progress,
+                                capture,
+                                now,
+                            ) {
+                                Some(result) => result,
+                                None => Err(Failure::Transport {
+                                    kind: TransportKind::Closed,
+                                    message: "the body ended before the stream said it was done".to_owned(),
+                                }),
+                            }
+                        }
+                    };
+                }
+            };
+            if progress.ttfb.is_none() {
+                progress.ttfb = Some(now.saturating_duration_since(started));
+                clocks.ttfb = None;
+            }
+            progress.bytes += chunk.len() as u64;
+            if let Some(idle) = &mut clocks.idle {
+                idle.reset(now);
+            }
+            scope.emit_at(now, EventKind::ChunkReceived { bytes: chunk.len() });
+            if let Some(capture) = capture {
+                capture.chunk(&chunk);
+            }
+            // Matched in place: moving the reading out and back for every chunk
+            // copies an error body's headers each time.
+            match &mut reading {
+                Reading::ErrorBody(collected) => {
+                    if collected.push(&chunk) {
+                        return Err(collected.take_failure(scope, now));
+                    }
+                }
+                Reading::Stream => {
+                    decoder.feed(&chunk, &mut decoded);
+                    if let Some(result) =
+                        absorb(&mut decoded, timers, &mut clocks, sleep.as_mut(), scope, progress, capture, now)
+                    {
+                        return result;
+                    }
+                }
+            }
+        }
+    };
+    let result = read.await;
+    // What follows the attempt meets the rest of the run at the moment it
+    // ended, not before.
+    if reached > Instant::now() {
+        tokio::time::sleep_until(reached).await;
     }
+    result
 }
 
 /// Applies decoded events to the clocks and progress. Returns the attempt's
@@ -541,7 +574,7 @@ fn absorb(
             }
             Decoded::StopReason(reason) => progress.stop_reason = Some(reason),
             Decoded::Done => {
-                scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::Done });
+                scope.emit_at(now, EventKind::PhaseChanged { phase: AttemptPhase::Done });
                 return Some(Ok(()));
             }
             Decoded::Error { code, message } => return Some(Err(Failure::InStream { code, message })),
@@ -647,7 +680,7 @@ pub const CLOSE_DELAY: Duration = Duration::from_millis(100);
 /// hands the body to a task that closes it [`CLOSE_DELAY`] later.
 fn timed_out_reading(scope: &AttemptScope<'_>, fired: Fired, body: Body) -> Failure {
     tokio::spawn(async move {
-        tokio::time::sleep(CLOSE_DELAY).await;
+        tokio::time::sleep_until(fired.now + CLOSE_DELAY).await;
         drop(body);
     });
     timed_out(scope, fired)

@@ -4,6 +4,7 @@
 //! Provider dialects implement these over HTTP; tests implement them with
 //! scripted streams. Neither retries: retrying is the executor's alone.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use http::HeaderMap;
+use tokio::time::Instant;
 
 use super::credentials::Credential;
 use super::event::{EventClass, StreamId};
@@ -42,8 +44,27 @@ pub struct AttemptRequest<'a> {
     pub input: &'a CallInput,
 }
 
+/// A piece of a response body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// Its bytes.
+    pub bytes: Bytes,
+    /// When it arrived, when the body knows: a replayed body hands its
+    /// chunks over ahead of the virtual clock, each stamped with its
+    /// recorded arrival, so a flowing replayed stream costs no wake of the
+    /// clock per chunk. `None`: it arrived as it was read.
+    pub arrived: Option<Instant>,
+}
+
+impl From<Bytes> for Chunk {
+    /// Bytes that arrived as they were read.
+    fn from(bytes: Bytes) -> Self {
+        Chunk { bytes, arrived: None }
+    }
+}
+
 /// A response body, chunk by chunk.
-pub type Body = BoxStream<'static, Result<Bytes, Failure>>;
+pub type Body = BoxStream<'static, Result<Chunk, Failure>>;
 
 /// A response whose headers have arrived.
 pub struct Response {
@@ -79,8 +100,9 @@ pub enum Decoded {
     Event {
         /// Its class.
         class: EventClass,
-        /// Its text.
-        text: String,
+        /// Its text: owned, or borrowed where a replay fills in text the
+        /// recording did not keep (millions of events, none allocated).
+        text: Cow<'static, str>,
     },
     /// The provider reported why generation stopped.
     StopReason(String),

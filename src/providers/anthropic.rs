@@ -57,7 +57,7 @@ pub(super) fn decode(event: &str, data: &str, layout: &mut Layout, out: &mut Vec
     };
     let kind = if payload.kind.is_empty() { event } else { payload.kind.as_ref() };
     match kind {
-        "ping" => out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() }),
+        "ping" => out.push(Decoded::Event { class: EventClass::Keepalive, text: "".into() }),
         "content_block_delta" => {
             let Some(delta) = payload.delta else {
                 return out.push(Decoded::Malformed("content_block_delta without a delta".to_owned()));
@@ -69,17 +69,17 @@ pub(super) fn decode(event: &str, data: &str, layout: &mut Layout, out: &mut Vec
                 // signature_delta and future kinds carry no output.
                 _ => (EventClass::Lifecycle, None),
             };
-            out.push(Decoded::Event { class, text: text.map(|t| t.into_owned()).unwrap_or_default() });
+            out.push(Decoded::Event { class, text: text.map(|t| t.into_owned().into()).unwrap_or_default() });
         }
         "message_delta" => {
             if let Some(reason) = payload.delta.and_then(|d| d.stop_reason) {
                 out.push(Decoded::StopReason(reason));
             }
-            out.push(Decoded::Event { class: EventClass::Lifecycle, text: String::new() });
+            out.push(Decoded::Event { class: EventClass::Lifecycle, text: "".into() });
         }
         "message_stop" => out.push(Decoded::Done),
         "error" => out.push(payload.error.unwrap_or_default().into_decoded()),
-        _ => out.push(Decoded::Event { class: EventClass::Lifecycle, text: String::new() }),
+        _ => out.push(Decoded::Event { class: EventClass::Lifecycle, text: "".into() }),
     }
 }
 

@@ -8,7 +8,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use super::Dialect;
 use crate::core::failure::Failure;
 use crate::core::transport::{Clients, TransportSettings, failure_from_reqwest};
-use crate::core::upstream::{AttemptRequest, Decoder, Response, Upstream};
+use crate::core::upstream::{AttemptRequest, Chunk, Decoder, Response, Upstream};
 
 /// The Anthropic API version sent with every Messages request.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -73,7 +73,11 @@ impl Upstream for HttpUpstream {
             let response = builder.send().await.map_err(|e| failure_from_reqwest(&e, connect, read))?;
             let status = response.status().as_u16();
             let headers = response.headers().clone();
-            let body = response.bytes_stream().map_err(move |e| failure_from_reqwest(&e, connect, read)).boxed();
+            let body = response
+                .bytes_stream()
+                .map_ok(Chunk::from)
+                .map_err(move |e| failure_from_reqwest(&e, connect, read))
+                .boxed();
             Ok(Response::new(status, headers, body))
         })
     }

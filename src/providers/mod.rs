@@ -184,10 +184,10 @@ struct Shapes {
 /// that template; any other text delta read in full becomes the template.
 fn decode(dialect: Dialect, item: SseItem<'_>, state: &mut DialectState, shapes: &mut Shapes, out: &mut Vec<Decoded>) {
     let SseItem::Event { event, data, .. } = item else {
-        return out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() });
+        return out.push(Decoded::Event { class: EventClass::Keepalive, text: "".into() });
     };
     if let Some((class, text)) = shapes.learned.as_ref().and_then(|shape| shape.read(event, data)) {
-        return out.push(Decoded::Event { class, text: text.into_owned() });
+        return out.push(Decoded::Event { class, text: text.into_owned().into() });
     }
     let first = out.len();
     let layout = &mut shapes.layout;

@@ -108,16 +108,16 @@ pub(super) fn decode(data: &str, state: &mut DialectState, layout: &mut Layout, 
         if let Some(delta) = choice.delta {
             let reasoning = delta.reasoning_content.or(delta.reasoning).filter(|r| !r.is_empty());
             if let Some(text) = reasoning {
-                out.push(Decoded::Event { class: EventClass::Reasoning, text: text.into_owned() });
+                out.push(Decoded::Event { class: EventClass::Reasoning, text: text.into_owned().into() });
                 emitted = true;
             }
             if let Some(text) = delta.content.filter(|c| !c.is_empty()) {
-                out.push(Decoded::Event { class: EventClass::Content, text: text.into_owned() });
+                out.push(Decoded::Event { class: EventClass::Content, text: text.into_owned().into() });
                 emitted = true;
             }
             for call in delta.tool_calls.unwrap_or_default() {
                 let text = call.function.and_then(|f| f.arguments).unwrap_or_default();
-                out.push(Decoded::Event { class: EventClass::ToolCall, text });
+                out.push(Decoded::Event { class: EventClass::ToolCall, text: text.into() });
                 emitted = true;
             }
         }
@@ -128,7 +128,7 @@ pub(super) fn decode(data: &str, state: &mut DialectState, layout: &mut Layout, 
     }
     if !emitted {
         // Role announcements, finish and usage chunks.
-        out.push(Decoded::Event { class: EventClass::Lifecycle, text: String::new() });
+        out.push(Decoded::Event { class: EventClass::Lifecycle, text: "".into() });
     }
 }
 

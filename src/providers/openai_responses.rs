@@ -61,7 +61,7 @@ pub(super) fn decode(event: &str, data: &str, layout: &mut Layout, out: &mut Vec
     };
     // The JSON `type` is authoritative; the SSE event name is its copy.
     let kind = if payload.kind.is_empty() { event } else { payload.kind.as_ref() };
-    let delta = |class| Decoded::Event { class, text: payload.delta.as_deref().unwrap_or("").to_owned() };
+    let delta = |class| Decoded::Event { class, text: payload.delta.as_deref().unwrap_or("").to_owned().into() };
     match kind {
         "response.output_text.delta" | "response.refusal.delta" => out.push(delta(EventClass::Content)),
         "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
@@ -90,7 +90,7 @@ pub(super) fn decode(event: &str, data: &str, layout: &mut Layout, out: &mut Vec
                 message: payload.message.unwrap_or_else(|| "error event without a message".to_owned()),
             },
         }),
-        _ => out.push(Decoded::Event { class: EventClass::Lifecycle, text: String::new() }),
+        _ => out.push(Decoded::Event { class: EventClass::Lifecycle, text: "".into() }),
     }
 }
 

@@ -100,7 +100,7 @@ impl Shape {
         }
         let mut texts = layout.holes.iter().enumerate().filter(|(_, hole)| hole.token == Token::Text);
         let (at, hole) = texts.next()?;
-        if texts.next().is_some() || Scanner::at(payload, hole.start).text()? != text.as_str() {
+        if texts.next().is_some() || Scanner::at(payload, hole.start).text()? != **text {
             return None;
         }
         let (event, payload) = (event.to_owned(), payload.to_owned());
@@ -191,7 +191,7 @@ mod tests {
     }
 
     fn content(text: &str) -> Vec<Decoded> {
-        vec![Decoded::Event { class: EventClass::Content, text: text.to_owned() }]
+        vec![Decoded::Event { class: EventClass::Content, text: text.to_owned().into() }]
     }
 
     #[test]

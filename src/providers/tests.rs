@@ -24,7 +24,7 @@ fn whole(dialect: Dialect, bytes: &[u8]) -> Vec<Decoded> {
 }
 
 fn event(class: EventClass, text: &str) -> Decoded {
-    Decoded::Event { class, text: text.to_owned() }
+    Decoded::Event { class, text: text.to_owned().into() }
 }
 
 const CHAT: &[u8] = include_bytes!("../../tests/fixtures/openai_chat.sse");

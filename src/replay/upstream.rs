@@ -3,10 +3,11 @@
 //! decide on the traffic a run actually had.
 //!
 //! An attempt opens at its recorded offset, returns its recorded status and
-//! headers, plays its chunks at their offsets and ends as it ended. Without
-//! raw bodies, each chunk carries the events the decoder found in it (a
-//! response brings its own decoder); with raw bodies the real bytes go
-//! through the dialect's real decoder. The connect timeout and the read
+//! headers, hands over its chunks stamped with their offsets (at once: see
+//! [`Playback::horizon`]) and ends as it ended, once the clock gets there.
+//! Without raw bodies, each chunk carries the events the decoder found in
+//! it (a response brings its own decoder); with raw bodies the real bytes
+//! go through the dialect's real decoder. The connect timeout and the read
 //! backstop, which live in the HTTP client, are emulated here.
 //!
 //! Where the recording ends — an attempt our timer gave up on kept alive
@@ -14,6 +15,7 @@
 //! [`Assumptions`] choice, and every use of one is logged for the report:
 //! nothing is invented silently.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -32,7 +34,7 @@ use crate::core::category::TimerKind;
 use crate::core::event::{AttemptEnd, EventClass, RecordedBody, StreamId};
 use crate::core::failover::Target;
 use crate::core::failure::Failure;
-use crate::core::upstream::{AttemptRequest, Decoded, Decoder, Response, Upstream};
+use crate::core::upstream::{AttemptRequest, Chunk, Decoded, Decoder, Response, Upstream};
 use crate::providers::Dialect;
 
 /// What happens after the point where an attempt's recording stops while
@@ -165,6 +167,12 @@ pub struct Playback {
     pub read_backstop: Option<Duration>,
     /// The replay's epoch: "now" in the run is `Instant::now() - epoch`.
     pub epoch: Instant,
+    /// Where the replay stops. A body hands over its chunks due before it
+    /// at once, each stamped with its arrival, rather than waiting for the
+    /// clock: a stream's body depends on nothing the other streams do, and
+    /// a replay of millions of chunks then costs no wake of the clock per
+    /// chunk. What comes after it (a keep-alive assumed forever) waits.
+    pub horizon: Instant,
     /// Where each replayed attempt came from.
     pub log: PlayLog,
 }
@@ -360,7 +368,11 @@ async fn play(
         None if !is_stream => response.error_body.clone().map(Bytes::from),
         _ => None,
     };
-    let keepalive = keepalive_rhythm(recorded);
+    // Only an attempt the recording stops in may go on pinging (worked out
+    // only then: it reads every chunk of the attempt).
+    let pings_past_recording =
+        playback.assumptions.stall == StallAssumption::Keepalives && matches!(tail, Tail::Abandoned);
+    let keepalive = if pings_past_recording { keepalive_rhythm(recorded) } else { None };
     // Raw stream bytes go through the dialect's real decoder.
     let real_bytes = raw.is_some() && is_stream;
     let decoder: Option<Box<dyn Decoder>> =
@@ -371,6 +383,7 @@ async fn play(
         started: recorded.started,
         ids: (stream, attempt),
         start,
+        ahead_until: playback.horizon.saturating_duration_since(start),
         next: 0,
         source: raw,
         used: 0,
@@ -423,6 +436,9 @@ struct Play {
     started: Duration,
     ids: (StreamId, u32),
     start: Instant,
+    /// The replay's horizon, from `start`: chunks due before it are handed
+    /// over ahead of the clock.
+    ahead_until: Duration,
     /// The next recorded chunk.
     next: usize,
     /// The bytes chunks are cut from (a raw body or an error body), if any.
@@ -512,18 +528,27 @@ impl Play {
 /// place instead of moving through a new future for each of a long
 /// recording's millions of chunks.
 impl futures_util::Stream for Play {
-    type Item = Result<Bytes, Failure>;
+    type Item = Result<Chunk, Failure>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let play = self.get_mut();
         loop {
             if play.waiting.is_none() {
-                let due = play.due();
-                match &due {
-                    Due::Item(at, _) | Due::PastRecording(at) => play.sleep.as_mut().reset(play.start + *at),
+                match play.due() {
+                    // A chunk is handed over ahead of the clock (see
+                    // `Playback::horizon`); the body's end or failure waits
+                    // for the clock, so what the attempt does next meets
+                    // the other streams in time.
+                    Due::Item(at, Some(Ok(bytes))) if at <= play.ahead_until => {
+                        play.last = at;
+                        return Poll::Ready(Some(Ok(Chunk { bytes, arrived: Some(play.start + at) })));
+                    }
                     Due::Never => return Poll::Pending,
+                    due @ (Due::Item(at, _) | Due::PastRecording(at)) => {
+                        play.sleep.as_mut().reset(play.start + at);
+                        play.waiting = Some(due);
+                    }
                 }
-                play.waiting = Some(due);
             }
             if play.sleep.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
@@ -535,7 +560,8 @@ impl futures_util::Stream for Play {
                         // A failure ends the body: nothing follows it.
                         (play.next, play.tail) = (usize::MAX, Some(Tail::End));
                     }
-                    return Poll::Ready(item);
+                    let arrived = Some(play.start + at);
+                    return Poll::Ready(item.map(|item| item.map(|bytes| Chunk { bytes, arrived })));
                 }
                 Some(Due::PastRecording(at)) => {
                     // The play reached where the recording stops: from here
@@ -615,16 +641,16 @@ impl Decoder for Undecodable {
     fn finish(&mut self, _out: &mut Vec<Decoded>) {}
 }
 
-/// Text of the recorded length: content the recording did not keep. Cut
-/// from the filler, not built a character at a time: a long replay makes
+/// Text of the recorded length: content the recording did not keep. A
+/// slice of the filler, neither built nor allocated: a long replay makes
 /// millions.
-fn filler_text(class: EventClass, chars: u32) -> String {
+fn filler_text(class: EventClass, chars: u32) -> Cow<'static, str> {
     if class == EventClass::Keepalive {
-        return String::new();
+        return Cow::Borrowed("");
     }
     match FILLER.get(..chars as usize) {
-        Some(spaces) => spaces.to_owned(),
-        None => " ".repeat(chars as usize),
+        Some(spaces) => Cow::Borrowed(spaces),
+        None => Cow::Owned(" ".repeat(chars as usize)),
     }
 }
 
@@ -632,7 +658,7 @@ impl Decoder for Recorded {
     fn feed(&mut self, _chunk: &[u8], out: &mut Vec<Decoded>) {
         let Some(chunk) = self.chunks.get(self.chunk) else {
             if self.keepalives_after {
-                out.push(Decoded::Event { class: EventClass::Keepalive, text: String::new() });
+                out.push(Decoded::Event { class: EventClass::Keepalive, text: Cow::Borrowed("") });
             }
             return;
         };
@@ -640,7 +666,7 @@ impl Decoder for Recorded {
         let own = self.event..self.event + chunk.events as usize;
         self.event = own.end;
         for &(class, chars) in self.events.get(own).unwrap_or_default() {
-            let text = self.texts.next().unwrap_or_else(|| filler_text(class, chars));
+            let text = self.texts.next().map_or_else(|| filler_text(class, chars), Cow::Owned);
             out.push(Decoded::Event { class, text });
         }
         // The stream's end comes with its last chunk (or, when it had none,
@@ -727,6 +753,7 @@ mod tests {
             connect_timeout: Duration::from_secs(10),
             read_backstop: None,
             epoch: Instant::now(),
+            horizon: Instant::now() + Duration::from_secs(3600),
             log: PlayLog::default(),
         })
     }
@@ -766,7 +793,11 @@ mod tests {
         let started = Instant::now();
         let response = up.open(request).await.unwrap();
         assert_eq!((response.status, started.elapsed()), (529, Duration::from_millis(10)));
-        let chunks: Vec<(Bytes, Duration)> = response.body.map(|c| (c.unwrap(), started.elapsed())).collect().await;
+        // The chunks are handed over at once, each stamped with when it
+        // arrived; the body's end waits for the clock.
+        let chunks: Vec<(Bytes, Duration)> =
+            response.body.map(|c| c.map(|c| (c.bytes, c.arrived.unwrap() - started)).unwrap()).collect().await;
+        assert_eq!(started.elapsed(), Duration::from_millis(25));
         assert_eq!(
             chunks,
             [

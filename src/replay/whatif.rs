@@ -7,6 +7,12 @@
 //! concurrency, because the fleet retry budget, key cooldowns and the
 //! concurrency limit couple them. The paused clock belongs to this
 //! runtime alone: live runs never share it.
+//!
+//! Within a response body a stream depends on no other, so a replayed body
+//! hands its chunks over ahead of the clock, each stamped with its recorded
+//! arrival, and the attempt meets the other streams again (at its end, for
+//! retries, keys and the fleet) only once the clock has caught up: a
+//! 1,000-stream hour replays without a wake of the clock per chunk.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -209,6 +215,8 @@ async fn replay(
     let first_call = recording.streams.iter().map(|s| s.started).min().unwrap_or_default();
     let now = Instant::now();
     let epoch = now.checked_sub(first_call).unwrap_or(now);
+    let recorded_end = recording.streams.iter().map(|s| s.last_at).max().unwrap_or_default();
+    let horizon = now + recorded_end + HORIZON_PAST_END;
     let playback = Arc::new(Playback {
         // The copy shares the attempts' chunks and events.
         recording: Arc::new(recording.clone()),
@@ -216,6 +224,7 @@ async fn replay(
         connect_timeout: policy.transport.connect_timeout,
         read_backstop: policy.transport.read_timeout,
         epoch,
+        horizon,
         log: Default::default(),
     });
     let mut upstreams = Upstreams::default();
@@ -265,12 +274,11 @@ async fn replay(
             not_before: turn_from_start(s).then(|| epoch + s.started),
         })
         .collect();
-    let recorded_end = recording.streams.iter().map(|s| s.last_at).max().unwrap_or_default();
     let cancel = CancellationToken::new();
-    let horizon = cancel.clone();
+    let stop = cancel.clone();
     let watchdog = tokio::spawn(async move {
-        tokio::time::sleep(recorded_end + HORIZON_PAST_END).await;
-        horizon.cancel();
+        tokio::time::sleep_until(horizon).await;
+        stop.cancel();
     });
     run_call_list(&executor, calls, concurrency, &cancel, |_| {}).await;
     watchdog.abort();

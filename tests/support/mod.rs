@@ -108,7 +108,7 @@ impl Upstream for Scripted {
                 loop {
                     match steps.next()? {
                         Step::Wait(d) => tokio::time::sleep(d).await,
-                        Step::Send(text) => return Some((Ok(Bytes::from_static(text.as_bytes())), steps)),
+                        Step::Send(text) => return Some((Ok(Bytes::from_static(text.as_bytes()).into()), steps)),
                         Step::Fail(failure) => return Some((Err(failure), steps)),
                         Step::Hang => std::future::pending::<()>().await,
                     }
@@ -136,7 +136,7 @@ impl Decoder for LineDecoder {
             let line: Vec<u8> = self.pending.drain(..=end).collect();
             let line = String::from_utf8_lossy(&line[..end]).into_owned();
             let (tag, rest) = line.split_once(':').unwrap_or((line.as_str(), ""));
-            let event = |class| Decoded::Event { class, text: rest.to_owned() };
+            let event = |class| Decoded::Event { class, text: rest.to_owned().into() };
             out.push(match tag {
                 "c" => event(EventClass::Content),
                 "r" => event(EventClass::Reasoning),
