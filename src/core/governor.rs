@@ -89,12 +89,19 @@ impl AttemptScope<'_> {
 
     /// Emits one event stamped `at` (saves a clock read per chunk).
     pub fn emit_at(&self, at: Instant, kind: EventKind) {
-        self.sink.emit(Event {
-            at: at.saturating_duration_since(self.epoch),
-            stream: self.stream,
-            attempt: self.attempt,
-            kind,
-        });
+        self.emit_stamped(self.stamp(at), kind);
+    }
+
+    /// `at` as events are stamped: the time since the run's epoch.
+    fn stamp(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(self.epoch)
+    }
+
+    /// Emits one event with its stamp worked out already: the events a
+    /// chunk brings share one (a subtraction of instants is tens of
+    /// instructions).
+    fn emit_stamped(&self, stamp: Duration, kind: EventKind) {
+        self.sink.emit(Event { at: stamp, stream: self.stream, attempt: self.attempt, kind });
     }
 }
 
@@ -132,20 +139,29 @@ pub struct LowBucket {
     pub limit: Option<u64>,
 }
 
+/// One armed timer: it fires `span` after `from`. Kept as the two, not as
+/// their sum, so that a reset (two per chunk) is a store: adding a
+/// duration to an instant costs tens of instructions, and the sum is only
+/// needed when the sleep comes due.
 #[derive(Debug, Clone, Copy)]
 struct Clock {
     budget: Duration,
-    fires_at: Instant,
+    from: Instant,
+    span: Duration,
 }
 
 impl Clock {
     fn start(budget: Option<Duration>, now: Instant) -> Option<Clock> {
-        budget.map(|budget| Clock { budget, fires_at: after(now, budget) })
+        budget.map(|budget| Clock { budget, from: now, span: budget })
     }
 
     /// Starts the budget again from `now`.
     fn reset(&mut self, now: Instant) {
-        self.fires_at = after(now, self.budget);
+        self.from = now;
+    }
+
+    fn fires_at(&self) -> Instant {
+        after(self.from, self.span)
     }
 }
 
@@ -178,7 +194,7 @@ impl Clocks {
         ]
         .into_iter()
         .filter_map(|(kind, clock)| clock.map(|c| (kind, c)))
-        .min_by_key(|(_, c)| c.fires_at)
+        .min_by_key(|(_, c)| c.fires_at())
     }
 }
 
@@ -200,9 +216,9 @@ struct Floor {
 impl Floor {
     fn start(floor: &RateFloor, now: Instant) -> Floor {
         let window = RateWindow::new(floor.window);
-        let first = after(now, window.first_below(floor.events_per_window()));
+        let first = window.first_below(floor.events_per_window());
         Floor {
-            clock: Clock { budget: floor.window, fires_at: first },
+            clock: Clock { budget: floor.window, from: now, span: first },
             started: now,
             slot_end: after(now, window.slot_end()),
             need: floor.events_per_window(),
@@ -224,7 +240,7 @@ impl Floor {
 
     /// Works out when the window first falls below the floor.
     fn refresh(&mut self) {
-        self.clock.fires_at = after(self.started, self.window.first_below(self.need));
+        self.clock.span = self.window.first_below(self.need);
     }
 }
 
@@ -308,7 +324,7 @@ async fn govern(
         min_rate: None,
         ttfb: Clock::start(timers.ttfb, started),
         total: Clock::start(timers.total, started),
-        deadline: scope.deadline.map(|(fires_at, budget)| Clock { budget, fires_at }),
+        deadline: scope.deadline.map(|(fires_at, budget)| Clock { budget, from: fires_at, span: Duration::ZERO }),
     };
     scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::Connecting });
     for (timer, clock) in
@@ -325,7 +341,7 @@ async fn govern(
     // Connecting and awaiting headers: the transport cannot tell us when the
     // connection is up, so both phases run under the same timers.
     scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::AwaitingHeaders });
-    let sleep = tokio::time::sleep_until(clocks.earliest().map_or_else(far_future, |(_, c)| c.fires_at));
+    let sleep = tokio::time::sleep_until(clocks.earliest().map_or_else(far_future, |(_, c)| c.fires_at()));
     tokio::pin!(sleep);
     // Made once: each `cancelled()` registers a waiter with the token.
     let cancelled = scope.cancel.cancelled();
@@ -460,6 +476,7 @@ async fn govern(
                         Reading::ErrorBody(collected) => Err(collected.take_failure(scope, now)),
                         Reading::Stream => {
                             decoder.finish(&mut decoded);
+                            let arrival = Arrival::at(now, scope);
                             match absorb(
                                 &mut decoded,
                                 timers,
@@ -468,7 +485,7 @@ async fn govern(
                                 scope,
                                 progress,
                                 capture,
-                                now,
+                                arrival,
                             ) {
                                 Some(result) => result,
                                 None => Err(Failure::Transport {
@@ -488,7 +505,8 @@ async fn govern(
             if let Some(idle) = &mut clocks.idle {
                 idle.reset(now);
             }
-            scope.emit_at(now, EventKind::ChunkReceived { bytes: chunk.len() });
+            let arrival = Arrival::at(now, scope);
+            scope.emit_stamped(arrival.stamp, EventKind::ChunkReceived { bytes: chunk.len() });
             if let Some(capture) = capture {
                 capture.chunk(&chunk);
             }
@@ -503,7 +521,7 @@ async fn govern(
                 Reading::Stream => {
                     decoder.feed(&chunk, &mut decoded);
                     if let Some(result) =
-                        absorb(&mut decoded, timers, &mut clocks, sleep.as_mut(), scope, progress, capture, now)
+                        absorb(&mut decoded, timers, &mut clocks, sleep.as_mut(), scope, progress, capture, arrival)
                     {
                         return result;
                     }
@@ -520,6 +538,19 @@ async fn govern(
     result
 }
 
+/// When a chunk came, and the same as its events' stamp.
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    at: Instant,
+    stamp: Duration,
+}
+
+impl Arrival {
+    fn at(at: Instant, scope: &AttemptScope<'_>) -> Arrival {
+        Arrival { at, stamp: scope.stamp(at) }
+    }
+}
+
 /// Applies decoded events to the clocks and progress. Returns the attempt's
 /// result once the stream is done or has failed.
 #[allow(clippy::too_many_arguments)]
@@ -531,7 +562,7 @@ fn absorb(
     scope: &AttemptScope<'_>,
     progress: &mut AttemptProgress,
     capture: &mut Option<BodyCapture>,
-    now: Instant,
+    arrival: Arrival,
 ) -> Option<Result<(), Failure>> {
     for item in decoded.drain(..) {
         match item {
@@ -545,7 +576,7 @@ fn absorb(
                 }
                 let resets = timers.progress_classes.contains(&class);
                 if resets && let Some(stall) = &mut clocks.data_stall {
-                    stall.reset(now);
+                    stall.reset(arrival.at);
                 }
                 let starts_floor = match timers.min_rate {
                     Some(RateFloor { after: RateStart::Content, .. }) => class.is_output(),
@@ -556,17 +587,20 @@ fn absorb(
                     && clocks.min_rate.is_none()
                     && let Some(floor) = &timers.min_rate
                 {
-                    arm_floor(clocks, floor, scope, sleep.as_mut(), now);
+                    arm_floor(clocks, floor, scope, sleep.as_mut(), arrival.at);
                 }
                 if resets && let Some(floor) = &mut clocks.min_rate {
-                    floor.count(now);
+                    floor.count(arrival.at);
                 }
                 // After the floor's arming, which counts this event: what
                 // reads the events back counts it too.
-                scope.emit_at(now, EventKind::SseReceived { class, chars: text.chars().count(), progress: resets });
+                scope.emit_stamped(
+                    arrival.stamp,
+                    EventKind::SseReceived { class, chars: text.chars().count(), progress: resets },
+                );
                 if class.is_output() && !progress.committed {
                     progress.committed = true;
-                    scope.emit_at(now, EventKind::PhaseChanged { phase: AttemptPhase::Streaming });
+                    scope.emit_stamped(arrival.stamp, EventKind::PhaseChanged { phase: AttemptPhase::Streaming });
                 }
                 if class == EventClass::Content {
                     progress.content.push_str(&text);
@@ -574,7 +608,7 @@ fn absorb(
             }
             Decoded::StopReason(reason) => progress.stop_reason = Some(reason),
             Decoded::Done => {
-                scope.emit_at(now, EventKind::PhaseChanged { phase: AttemptPhase::Done });
+                scope.emit_stamped(arrival.stamp, EventKind::PhaseChanged { phase: AttemptPhase::Done });
                 return Some(Ok(()));
             }
             Decoded::Error { code, message } => return Some(Err(Failure::InStream { code, message })),
@@ -641,14 +675,14 @@ struct Fired {
 /// reports the timer that expired or sleeps on to the new earliest one.
 fn on_wake(clocks: &mut Clocks, sleep: Pin<&mut Sleep>, now: Instant) -> Option<Fired> {
     if let Some(floor) = &mut clocks.min_rate
-        && floor.clock.fires_at <= now
+        && floor.clock.fires_at() <= now
     {
         floor.refresh();
     }
     match clocks.earliest() {
-        Some((timer, clock)) if clock.fires_at <= now => Some(Fired { timer, clock, now }),
+        Some((timer, clock)) if clock.fires_at() <= now => Some(Fired { timer, clock, now }),
         Some((_, clock)) => {
-            sleep.reset(clock.fires_at);
+            sleep.reset(clock.fires_at());
             None
         }
         None => {
@@ -661,9 +695,9 @@ fn on_wake(clocks: &mut Clocks, sleep: Pin<&mut Sleep>, now: Instant) -> Option<
 /// Moves the sleep earlier when a newly armed clock fires before it.
 fn rearm_if_earlier(clocks: &Clocks, sleep: Pin<&mut Sleep>) {
     if let Some((_, clock)) = clocks.earliest()
-        && clock.fires_at < sleep.deadline()
+        && clock.fires_at() < sleep.deadline()
     {
-        sleep.reset(clock.fires_at);
+        sleep.reset(clock.fires_at());
     }
 }
 
@@ -697,6 +731,6 @@ async fn fire(scope: &AttemptScope<'_>, fired: Fired) -> Failure {
 }
 
 fn timed_out(scope: &AttemptScope<'_>, Fired { timer, clock, now }: Fired) -> Failure {
-    scope.timer_fired(timer, clock.budget, clock.fires_at, now);
+    scope.timer_fired(timer, clock.budget, clock.fires_at(), now);
     Failure::Timeout { timer, after: clock.budget }
 }

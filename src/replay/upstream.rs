@@ -497,12 +497,18 @@ impl Play {
             Due::Never => Duration::MAX,
         };
         match self.playback.read_backstop {
-            Some(backstop) if at.saturating_sub(self.last) > backstop => {
+            Some(backstop) if !self.backstop_allows(at) => {
                 let timeout = Failure::Timeout { timer: TimerKind::Idle, after: backstop };
                 Due::Item(self.last + backstop, Some(Err(timeout)))
             }
             _ => due,
         }
+    }
+
+    /// Whether the client's read backstop lets the gap since the last byte
+    /// reach `at`.
+    fn backstop_allows(&self, at: Duration) -> bool {
+        self.playback.read_backstop.is_none_or(|backstop| at.saturating_sub(self.last) <= backstop)
     }
 
     /// The next `size` bytes of the source, or filler.
@@ -534,15 +540,21 @@ impl futures_util::Stream for Play {
         let play = self.get_mut();
         loop {
             if play.waiting.is_none() {
-                match play.due() {
-                    // A chunk is handed over ahead of the clock (see
-                    // `Playback::horizon`); the body's end or failure waits
-                    // for the clock, so what the attempt does next meets
-                    // the other streams in time.
-                    Due::Item(at, Some(Ok(bytes))) if at <= play.ahead_until => {
-                        play.last = at;
+                // A recorded chunk is handed over ahead of the clock (see
+                // `Playback::horizon`), without building what `due` makes
+                // of it: this runs for every chunk of a replay.
+                if let Some(chunk) = play.chunks.get(play.next) {
+                    let at = chunk.at.saturating_sub(play.started);
+                    if at <= play.ahead_until && play.backstop_allows(at) {
+                        let size = chunk.bytes as usize;
+                        (play.next, play.last) = (play.next + 1, at);
+                        let bytes = play.cut(size);
                         return Poll::Ready(Some(Ok(Chunk { bytes, arrived: Some(play.start + at) })));
                     }
+                }
+                // The rest waits for the clock: what the attempt does after
+                // its body ends or fails meets the other streams in time.
+                match play.due() {
                     Due::Never => return Poll::Pending,
                     due @ (Due::Item(at, _) | Due::PastRecording(at)) => {
                         play.sleep.as_mut().reset(play.start + at);
