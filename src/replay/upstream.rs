@@ -603,8 +603,15 @@ fn cut_from(source: &Bytes, used: &mut usize, size: usize) -> Bytes {
 fn filler(size: usize) -> Bytes {
     match FILLER.as_bytes().get(..size) {
         Some(bytes) => Bytes::from_static(bytes),
-        None => Bytes::from(vec![b' '; size]),
+        None => long_filler(size),
     }
+}
+
+/// Filler longer than [`FILLER`]: rare, and kept out of line so that the
+/// common case inlines.
+#[cold]
+fn long_filler(size: usize) -> Bytes {
+    Bytes::from(vec![b' '; size])
 }
 
 /// A decoder that finds in each chunk the events the recording says the
