@@ -472,11 +472,8 @@ impl Play {
     /// What comes next, and when. The read backstop is the client's: a gap
     /// since the last byte longer than it comes first, as its timeout.
     fn due(&mut self) -> Due {
-        let due = if let Some(chunk) = self.chunks.get(self.next) {
-            let at = chunk.at.saturating_sub(self.started);
-            let size = chunk.bytes as usize;
-            self.next += 1;
-            Due::Item(at, Some(Ok(self.cut(size))))
+        let due = if let Some((at, size)) = self.next_chunk() {
+            Due::Item(at, Some(Ok(self.take_chunk(size))))
         } else {
             match self.tail.take() {
                 Some(Tail::End) => Due::Item(self.end_at, None),
@@ -503,6 +500,20 @@ impl Play {
             }
             _ => due,
         }
+    }
+
+    /// The next recorded chunk's offset from the attempt's start, and its
+    /// size.
+    #[inline]
+    fn next_chunk(&self) -> Option<(Duration, usize)> {
+        self.chunks.get(self.next).map(|chunk| (chunk.at.saturating_sub(self.started), chunk.bytes as usize))
+    }
+
+    /// Takes the next recorded chunk's bytes, `size` of them.
+    #[inline]
+    fn take_chunk(&mut self, size: usize) -> Bytes {
+        self.next += 1;
+        self.cut(size)
     }
 
     /// Whether the client's read backstop lets the gap since the last byte
@@ -537,14 +548,13 @@ impl futures_util::Stream for Play {
                 // A recorded chunk is handed over ahead of the clock (see
                 // `Playback::horizon`), without building what `due` makes
                 // of it: this runs for every chunk of a replay.
-                if let Some(chunk) = play.chunks.get(play.next) {
-                    let at = chunk.at.saturating_sub(play.started);
-                    if at <= play.ahead_until && play.backstop_allows(at) {
-                        let size = chunk.bytes as usize;
-                        (play.next, play.last) = (play.next + 1, at);
-                        let bytes = play.cut(size);
-                        return Poll::Ready(Some(Ok(Chunk { bytes, arrived: Some(play.start + at) })));
-                    }
+                if let Some((at, size)) = play.next_chunk()
+                    && at <= play.ahead_until
+                    && play.backstop_allows(at)
+                {
+                    play.last = at;
+                    let bytes = play.take_chunk(size);
+                    return Poll::Ready(Some(Ok(Chunk { bytes, arrived: Some(play.start + at) })));
                 }
                 // The rest waits for the clock: what the attempt does after
                 // its body ends or fails meets the other streams in time.
