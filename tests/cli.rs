@@ -561,7 +561,24 @@ fn whatif_json_has_a_fixed_shape_and_refuses_bad_assumptions() {
     assert_eq!(report["changed"], false, "a sooner idle timer changes when, not what: {out}");
     let stream = &report["streams"][0];
     let keys: Vec<&str> = stream.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(keys, ["after", "assumptions", "before", "changed", "false_positives", "stream", "verdict"]);
+    assert_eq!(
+        keys,
+        [
+            "after",
+            "assumptions",
+            "before",
+            "changed",
+            "ended_sooner_s",
+            "false_positives",
+            "sooner_s",
+            "stream",
+            "verdict"
+        ]
+    );
+    assert!((stream["sooner_s"].as_f64().unwrap() - 0.6).abs() < 0.01, "{out}");
+    let summary = &report["summary"];
+    assert_eq!(summary["sooner"], summary["streams"], "{out}");
+    assert!(summary["time_saved_s"].as_f64().unwrap() > 0.59, "{out}");
     assert_eq!(
         (&stream["verdict"]["before"]["kind"], &stream["verdict"]["after"]["kind"]),
         (&"silent_stall".into(), &"silent_stall".into())

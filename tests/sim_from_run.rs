@@ -15,9 +15,9 @@ use stallscope::core::event::{AttemptEnd, EventKind, RecordedBody, SleepReason, 
 use stallscope::core::executor::{Call, Origin};
 use stallscope::core::transport::ClientCache;
 use stallscope::core::upstream::CallInput;
+use stallscope::diagnosis::StreamCourse;
 use stallscope::providers::Dialect;
 use stallscope::providers::setup::ProviderConfig;
-use stallscope::replay::outcome::StreamCourse;
 use stallscope::replay::recording::Recording;
 use stallscope::run::executor;
 use stallscope::session::{RunSource, settings_for};
@@ -112,7 +112,7 @@ async fn the_core_meets_each_recorded_scenario_again() {
         (name, recorded_courses(&recording), served)
     });
     for (name, recorded, served) in futures_util::future::join_all(runs).await {
-        assert!(recorded.iter().all(|c| c.outcome != "unfinished"), "{name}: {recorded:?}");
+        assert!(recorded.iter().all(|c| c.outcome.name() != "unfinished"), "{name}: {recorded:?}");
         assert_same_course(name, &recorded, &served, 0.1);
     }
 }
@@ -124,7 +124,7 @@ async fn a_served_silent_stall_fires_the_idle_timer_in_attempt_one() {
     let recording = record("silent-stall", Dialect::OpenAiChat, &[]).await;
     let (served, _) = replay_live(&recording, "silent-stall", Dialect::OpenAiChat, 1.0).await;
     for course in &served {
-        assert_eq!((course.outcome, course.attempts), ("ok", 2), "{course:?}");
+        assert_eq!((course.outcome.name(), course.attempts), ("ok", 2), "{course:?}");
         let fired: Vec<(TimerKind, u32)> = course.fired.iter().map(|f| (f.timer, f.attempt)).collect();
         assert_eq!(fired, [(TimerKind::Idle, 1)]);
         assert!((course.fired[0].detected_after_s - 1.0).abs() < 0.05, "{course:?}");
@@ -161,7 +161,7 @@ async fn a_served_rate_limit_sends_retry_after_ms_and_it_is_honoured() {
     }
     let recorded = recorded_courses(&recording);
     for (before, after) in recorded.iter().zip(&served) {
-        assert_eq!((after.outcome, after.attempts), ("ok", 3), "{after:?}");
+        assert_eq!((after.outcome.name(), after.attempts), ("ok", 3), "{after:?}");
         assert_eq!(before.sleeps_s, after.sleeps_s, "the same seed draws the same jitter on the same hints");
     }
     assert_same_course("rate-limited-ms", &recorded, &served, 0.1);
@@ -248,7 +248,7 @@ async fn speed_ten_shrinks_the_timing_tenfold() {
         let after_s = (*replayed.last().unwrap() - replayed[0]).as_secs_f64();
         assert!(before_s > 0.45, "20 tokens 25 ms apart: {chunks:?}");
         assert!(after_s >= before_s / 10.0 * 0.95 && after_s < before_s / 2.0, "{before_s} s → {after_s} s");
-        assert_eq!((after.outcome, after.attempts), ("ok", 1));
+        assert_eq!((after.outcome.name(), after.attempts), ("ok", 1));
     }
 }
 

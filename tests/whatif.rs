@@ -12,7 +12,7 @@ use std::time::Duration;
 use recorded::{record, record_with_lag};
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::{EventKind, VecSink};
-use stallscope::diagnosis::VerdictKind;
+use stallscope::diagnosis::{CourseOutcome, VerdictKind};
 use stallscope::providers::Dialect;
 use stallscope::replay::recording::Recording;
 use stallscope::replay::upstream::{Assumptions, StallAssumption};
@@ -88,6 +88,10 @@ fn differences(recording: &Recording) -> Vec<String> {
             ));
         }
     }
+    let s = &unchanged.summary;
+    if s.sooner + s.later > 0 {
+        differences.push(format!("unchanged, {}", s.sooner_words()));
+    }
     let fidelity = Fidelity::of(&unchanged);
     if !fidelity.is_exact() {
         let streams: Vec<String> = unchanged
@@ -147,14 +151,24 @@ async fn a_lower_idle_timeout_detects_the_silent_stall_sooner() {
         assert!((before.detected_after_s - 1.0).abs() < 0.01, "{before:?}");
         assert!((after.detected_after_s - 0.4).abs() < 0.005, "{after:?}");
         assert!((before.at_s - after.at_s - 0.6).abs() < 0.01, "{before:?} {after:?}");
-        assert_eq!((stream.after.outcome, stream.changed), ("ok", false));
+        assert_eq!((stream.after.outcome, stream.changed), (CourseOutcome::Ok, false));
         assert!(stream.assumptions.is_empty());
+        // Not a change of course, but the answer asked for: the stall is
+        // caught, and the call ends, 0.6 s sooner.
+        let sooner = stream.sooner_s.unwrap();
+        assert!((sooner - 0.6).abs() < 0.01, "{stream:?}");
+        assert!((stream.ended_sooner_s.unwrap() - 0.6).abs() < 0.02, "{stream:?}");
         // The verdict is the same pattern, caught by the shorter timer.
         let verdict = stream.verdict.as_ref().unwrap();
         assert_eq!((verdict.before.kind, verdict.after.kind), (VerdictKind::SilentStall, VerdictKind::SilentStall));
         let budgets = (verdict.before.basis.timer_budget_ms, verdict.after.basis.timer_budget_ms);
         assert_eq!(budgets, (Some(1000.0), Some(400.0)));
     }
+    let s = &report.summary;
+    assert_eq!((s.changed, s.sooner, s.later), (0, report.streams.len(), 0));
+    let saved = 0.6 * report.streams.len() as f64;
+    assert!((s.time_saved_s - saved).abs() < 0.02 * report.streams.len() as f64, "{s:?}");
+    assert!(s.sooner_words().starts_with(&format!("{} caught or ended sooner (", s.sooner)), "{s:?}");
     let idle = report.timers.iter().find(|t| t.timer == TimerKind::Idle).unwrap();
     assert_eq!((idle.before.seconds, idle.after.seconds), (Some(1.0), Some(0.4)));
     assert_eq!(idle.after.source, "--set");
@@ -185,7 +199,7 @@ async fn a_ping_flood_is_caught_by_data_stall_alone_and_a_longer_one_rests_on_an
 
     let stop = Assumptions { stall: StallAssumption::Stop, ..Assumptions::default() };
     let report = whatif(&recording, &longer, stop);
-    assert!(report.streams.iter().all(|s| s.after.outcome == "unknown"));
+    assert!(report.streams.iter().all(|s| s.after.outcome == CourseOutcome::Unknown));
     assert_eq!(report.summary.unknown, report.streams.len());
 }
 
@@ -197,7 +211,7 @@ async fn an_idle_timeout_below_a_buffered_gap_is_a_false_positive() {
     let report = whatif(&recording, &["SSE_IDLE_TIMEOUT_S=1"], Assumptions::default());
     assert!(report.changed);
     for stream in &report.streams {
-        assert_eq!(stream.before.outcome, "ok");
+        assert_eq!(stream.before.outcome, CourseOutcome::Ok);
         // The recorded attempt was healthy; the retries after it were never
         // recorded, so what they do rests on an assumption, said as such.
         let fp: Vec<(u32, TimerKind)> = stream.false_positives.iter().map(|f| (f.attempt, f.timer)).collect();

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 
 use super::Cli;
 use super::runs::DbArg;
-use crate::replay::outcome::StreamCourse;
+use crate::diagnosis::StreamCourse;
 use crate::replay::recording::Recording;
 use crate::replay::upstream::{Assumptions, AttemptAssumption, StallAssumption};
 use crate::replay::whatif::{WhatIf, WhatIfReport, what_if};
@@ -118,6 +118,9 @@ fn print(report: &WhatIfReport, out: &mut dyn Write) -> Result<()> {
                 fp.timer, fp.at_s, fp.attempt
             )?;
         }
+        if let Some(sooner) = stream.sooner_words() {
+            writeln!(out, "        {sooner}")?;
+        }
         for assumption in &stream.assumptions {
             writeln!(out, "        assumes: {assumption}")?;
         }
@@ -128,8 +131,15 @@ fn print(report: &WhatIfReport, out: &mut dyn Write) -> Result<()> {
     let s = &report.summary;
     writeln!(
         out,
-        "{} streams: {} changed, {} saved, {} lost, {} false positives, {} resting on an assumption, {} unknown",
-        s.streams, s.changed, s.saved, s.lost, s.false_positives, s.assumed, s.unknown
+        "{} streams: {} changed, {}, {} saved, {} lost, {} false positives, {} resting on an assumption, {} unknown",
+        s.streams,
+        s.changed,
+        report.summary.sooner_words(),
+        s.saved,
+        s.lost,
+        s.false_positives,
+        s.assumed,
+        s.unknown
     )?;
     if let Some(verdicts) = &report.verdicts {
         for (when, run) in [("as recorded", &verdicts.before), ("after the change", &verdicts.after)] {

@@ -40,6 +40,23 @@ use super::verdict::{Basis, DeniedBy, Diagnosis, Evidence, Severity, Topic, Verd
 /// The prefix of an untrustworthy verdict's summary.
 pub const UNTRUSTED: &str = "client overloaded: not trustworthy";
 
+/// The verdict on a stream whose what-if cannot tell how it ends, with
+/// why, one reason a line (the assumptions it rests on).
+pub fn unknown(why: &[String]) -> Diagnosis {
+    let first = why.first().map_or("the replay outlived its horizon", String::as_str);
+    Diagnosis {
+        kind: VerdictKind::Unknown,
+        severity: Severity::Notice,
+        summary: format!("{}: {first}", VerdictKind::Unknown.label()),
+        evidence: why.iter().map(|w| fact(Topic::Recording, None, None, w.clone())).collect(),
+        tunable: None,
+        suggestion: None,
+        checked: None,
+        trusted: true,
+        basis: Basis::default(),
+    }
+}
+
 /// The verdict on one call.
 pub(super) fn judge(facts: &CallFacts, limits: Option<&RetrySettings>) -> Diagnosis {
     if facts.events == 0 || (facts.tries.is_empty() && facts.finished.is_none()) {
@@ -184,7 +201,7 @@ impl<'a> Call<'a> {
         let last = facts.tries.last();
         match finished.outcome {
             Outcome::Ok if self.basis + 1 < facts.tries.len() => {
-                let hopped = facts.tries.iter().any(|t| t.failed_over_to.is_some());
+                let hopped = facts.tries.iter().any(|t| t.failed_over.is_some());
                 let on = match last.and_then(|t| t.target.as_ref()) {
                     Some(target) if hopped => format!(" on {target} after a failover"),
                     _ => String::new(),
@@ -333,8 +350,8 @@ fn after_evidence(t: &Try) -> Vec<Evidence> {
             format!("slept {} before retrying {}{why}", secs(b.sleep), b.category),
         ));
     }
-    if let Some((to, at)) = &t.failed_over_to {
-        out.push(fact(Topic::Retry, n, Some(*at), format!("failed over to {to}")));
+    if let Some(hop) = &t.failed_over {
+        out.push(fact(Topic::Retry, n, Some(hop.at), format!("failed over to {}", hop.to)));
     }
     out
 }

@@ -26,6 +26,9 @@ pub(super) const BURST_WINDOW: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Fired {
     pub timer: TimerKind,
+    /// The attempt the event named (for the deadline after an attempt, the
+    /// attempt it followed).
+    pub attempt: u32,
     pub budget: Duration,
     pub at: Duration,
     pub lag: Option<Duration>,
@@ -88,8 +91,8 @@ pub(super) struct Try {
     pub last_progress_at: Option<Duration>,
     pub first_reasoning_at: Option<Duration>,
     pub first_content_at: Option<Duration>,
-    /// The longest time without a byte, counted from the request as the
-    /// idle timer counts.
+    /// The longest time without a byte, counted as the idle timer counts:
+    /// from the request, and again from the headers, which reset it.
     pub longest_silence: Duration,
     /// The longest time without progress, counted from the headers as the
     /// data-stall timer counts.
@@ -112,8 +115,16 @@ pub(super) struct Try {
     /// The call deadline fired after this attempt (a backoff would have
     /// crossed it).
     pub deadline_after: Option<Fired>,
-    pub failed_over_to: Option<(Target, Duration)>,
+    pub failed_over: Option<Hop>,
     pub last_at: Duration,
+}
+
+/// A failover hop after a try.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Hop {
+    pub from: Target,
+    pub to: Target,
+    pub at: Duration,
 }
 
 /// The throughput floor of one attempt: its rate, when it started, and
@@ -158,16 +169,29 @@ impl Try {
 
     /// Whether anything followed it within the call: a retry or a hop.
     pub fn followed(&self) -> bool {
-        self.backoff.is_some() || self.failed_over_to.is_some()
+        self.backoff.is_some() || self.failed_over.is_some()
     }
 
     fn settled(&self) -> bool {
         self.end.is_some() || self.classified.is_some()
     }
 
+    /// When the idle clock last restarted: the last byte, else the
+    /// headers, else the request.
+    pub fn last_sign_of_life(&self) -> Option<Duration> {
+        self.last_byte_at.or(self.headers_at).or(self.started_at)
+    }
+
+    fn headers(&mut self, at: Duration, status: u16) {
+        let since = self.started_at.unwrap_or(at);
+        self.longest_silence = self.longest_silence.max(at.saturating_sub(since));
+        self.headers_at = Some(at);
+        self.status = Some(status);
+    }
+
     fn chunk(&mut self, at: Duration, n: usize) {
         let n = n as u64;
-        let since = self.last_byte_at.or(self.started_at).unwrap_or(at);
+        let since = self.last_sign_of_life().unwrap_or(at);
         self.longest_silence = self.longest_silence.max(at.saturating_sub(since));
         let first = *self.first_byte_at.get_or_insert(at);
         if at.saturating_sub(first) <= BURST_WINDOW {
@@ -209,7 +233,7 @@ impl Try {
     fn close(&mut self, at: Duration) {
         if self.ended_at.is_none() {
             self.ended_at = Some(at);
-            let since = self.last_byte_at.or(self.started_at).unwrap_or(at);
+            let since = self.last_sign_of_life().unwrap_or(at);
             self.longest_silence = self.longest_silence.max(at.saturating_sub(since));
             if let Some(headers) = self.headers_at {
                 let since = self.last_progress_at.unwrap_or(headers);
@@ -329,7 +353,7 @@ impl CallFacts {
         if after {
             if let Some(last) = self.tries.last_mut() {
                 last.last_at = last.last_at.max(at);
-                last.after(at, kind);
+                last.after(number, at, kind);
             }
             return;
         }
@@ -337,10 +361,7 @@ impl CallFacts {
         t.last_at = t.last_at.max(at);
         match kind {
             EventKind::PhaseChanged { phase } => t.phase = Some(*phase),
-            EventKind::HeadersReceived { status, .. } => {
-                t.headers_at = Some(at);
-                t.status = Some(*status);
-            }
+            EventKind::HeadersReceived { status, .. } => t.headers(at, *status),
             EventKind::ResponseHeaders { headers } => {
                 let read = |name: &str| PEER_HEADERS.contains(&name) || WAIT_HEADERS.contains(&name);
                 t.headers.extend(headers.iter().filter(|(name, _)| read(name)).cloned());
@@ -356,7 +377,7 @@ impl CallFacts {
             }
             EventKind::TimerDisarmed { timer, .. } => t.armed[timer_index(*timer)] = None,
             EventKind::TimerFired { timer, after, lag } => {
-                t.fired = Some(Fired { timer: *timer, budget: *after, at, lag: *lag });
+                t.fired = Some(Fired { timer: *timer, attempt: number, budget: *after, at, lag: *lag });
                 t.close(at);
             }
             EventKind::RateLimitObserved { exhausted_reset, .. } => {
@@ -373,7 +394,7 @@ impl CallFacts {
 
 impl Try {
     /// Folds in an event about what followed this try.
-    fn after(&mut self, at: Duration, kind: &EventKind) {
+    fn after(&mut self, number: u32, at: Duration, kind: &EventKind) {
         match kind {
             EventKind::BackoffScheduled { category, nominal, sleep, reason, .. } => {
                 let requested = match reason {
@@ -387,9 +408,11 @@ impl Try {
                 self.fleet_refused =
                     Some(FleetRefusal { provider: provider.clone(), in_flight: *in_flight, limit: *limit, at });
             }
-            EventKind::FailedOver { to, .. } => self.failed_over_to = Some((to.clone(), at)),
+            EventKind::FailedOver { from, to, .. } => {
+                self.failed_over = Some(Hop { from: from.clone(), to: to.clone(), at });
+            }
             EventKind::TimerFired { timer, after, lag } => {
-                self.deadline_after = Some(Fired { timer: *timer, budget: *after, at, lag: *lag });
+                self.deadline_after = Some(Fired { timer: *timer, attempt: number, budget: *after, at, lag: *lag });
             }
             _ => {}
         }

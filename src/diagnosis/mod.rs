@@ -33,6 +33,7 @@
 //! | `retry_denied` | a limit beyond the failure's own budget refused its retry (`basis.denied_by`: `fleet_budget`, `deadline`, `total_retries`, `server_wait_cap`) |
 //! | `cancelled` | the call was cancelled from outside |
 //! | `incomplete` | the recording ends before the call did |
+//! | `unknown` | a what-if cannot tell how the stream ends (an assumption said stop, or the replay outlived its horizon) |
 //!
 //! How a call that failed and then recovered is reported (the kind of the
 //! failure that cost it the most time, severity `recovered`), and the other
@@ -49,6 +50,7 @@
 
 mod call;
 mod collector;
+pub mod course;
 mod facts;
 mod reading;
 mod recorded;
@@ -59,8 +61,9 @@ pub mod verdict;
 use crate::core::event::Event;
 use crate::core::policy::RetrySettings;
 
-pub use call::UNTRUSTED;
+pub use call::{UNTRUSTED, unknown};
 pub use collector::Collector;
+pub use course::{CourseOutcome, FiredTimer, StreamCourse};
 pub use recorded::RecordedRun;
 pub use summary::summarize;
 pub use verdict::{
@@ -81,19 +84,27 @@ pub fn diagnose_with(events: &[Event], limits: &RetrySettings) -> Diagnosis {
 }
 
 fn fold(events: &[Event], limits: Option<&RetrySettings>) -> Diagnosis {
-    let mut stream = StreamDiagnoser::default();
-    for event in events {
-        stream.push(event);
-    }
-    stream.verdict(limits)
+    StreamFold::of(events).verdict(limits)
 }
 
-/// One stream's verdict built event by event, keeping no event: for a
-/// caller that already keeps its streams apart (a replay's sink).
+/// One stream's events folded once, keeping no event: what its verdict
+/// and its course ([`StreamCourse`]) are both read from, so the two never
+/// disagree about what happened (where a silence starts, which failure an
+/// attempt had). For a caller that keeps its streams apart: a replay's
+/// sink, the metrics, a recording loaded for replay.
 #[derive(Debug, Clone, Default)]
-pub struct StreamDiagnoser(facts::CallFacts);
+pub struct StreamFold(facts::CallFacts);
 
-impl StreamDiagnoser {
+impl StreamFold {
+    /// The fold of one stream's events, in order.
+    pub fn of(events: &[Event]) -> StreamFold {
+        let mut fold = StreamFold::default();
+        for event in events {
+            fold.push(event);
+        }
+        fold
+    }
+
     /// Folds the stream's next event in.
     pub fn push(&mut self, event: &Event) {
         self.0.push(event);
@@ -103,6 +114,16 @@ impl StreamDiagnoser {
     /// `limits` when known (see [`diagnose_with`]).
     pub fn verdict(&self, limits: Option<&RetrySettings>) -> Diagnosis {
         call::judge(&self.0, limits)
+    }
+
+    /// What happened to the stream so far.
+    pub fn course(&self) -> StreamCourse {
+        StreamCourse::of_facts(&self.0)
+    }
+
+    /// The timer that fired last, once one has.
+    pub fn last_fired(&self) -> Option<FiredTimer> {
+        StreamCourse::last_fired(&self.0)
     }
 }
 

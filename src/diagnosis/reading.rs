@@ -182,7 +182,7 @@ fn timed_out(t: &Try, timer_kind: TimerKind) -> Reading {
     let fired_at = t.stopped_at();
     let budget_d = t.fired.as_ref().map(|f| f.budget).or(t.armed(timer_kind)).unwrap_or_default();
     let named = format!("the {} timer ({})", timer(timer_kind), budget(budget_d));
-    let silence = fired_at.saturating_sub(t.last_byte_at.or(t.headers_at).or(t.started_at).unwrap_or(fired_at));
+    let silence = fired_at.saturating_sub(t.last_sign_of_life().unwrap_or(fired_at));
     let no_progress = fired_at.saturating_sub(t.last_progress_at.or(t.headers_at).or(t.started_at).unwrap_or(fired_at));
     let tunable = timer_tunable(timer_kind);
     let mut reading = if timer_kind == TimerKind::Connect {
@@ -503,7 +503,7 @@ fn transport(t: &Try, kind: TransportKind) -> Reading {
             }
         }
         TransportKind::KernelTimeout => {
-            let silence = at.saturating_sub(t.last_byte_at.or(t.headers_at).or(t.started_at).unwrap_or(at));
+            let silence = at.saturating_sub(t.last_sign_of_life().unwrap_or(at));
             Reading::new(
                 VerdictKind::KeepaliveDeadPeer,
                 format!("{when}, {} after the last byte; {}", secs(silence), body_words(t)),

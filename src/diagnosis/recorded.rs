@@ -11,10 +11,10 @@ use crate::core::event::{Event, StreamId};
 use crate::core::policy::{CorePolicy, RetrySettings};
 use crate::tunables::Tunables;
 
+use super::StreamFold;
 use super::collector::Collector;
 use super::text::fact;
 use super::verdict::{Diagnosis, Topic};
-use super::{diagnose, diagnose_with};
 
 /// What a recorded run's verdicts are read against.
 #[derive(Debug, Clone)]
@@ -37,11 +37,12 @@ impl RecordedRun {
 
     /// The verdict on one stream from its events.
     pub fn diagnose(&self, stream: StreamId, events: &[Event]) -> Diagnosis {
-        let diagnosis = match &self.limits {
-            Some(limits) => diagnose_with(events, limits),
-            None => diagnose(events),
-        };
-        self.annotate(stream, diagnosis)
+        self.judge(stream, &StreamFold::of(events))
+    }
+
+    /// The verdict on one stream from the fold of its events.
+    pub fn judge(&self, stream: StreamId, fold: &StreamFold) -> Diagnosis {
+        self.annotate(stream, fold.verdict(self.limits.as_ref()))
     }
 
     /// A collector for the run's events read in one flow (any order of

@@ -374,3 +374,17 @@ fn a_collector_gives_up_a_finished_stream_with_its_verdict() {
     assert_eq!(collector.take(3), None);
     assert!(collector.diagnoses().is_empty());
 }
+
+/// Review D6: the idle clock restarts when the headers come, so the
+/// longest silence of a healthy stream whose headers took 40 s and whose
+/// first byte came 40 s after them is 40 s, not the 80 s since the request.
+#[test]
+fn the_longest_silence_restarts_at_the_headers_as_the_idle_timer_does() {
+    let mut s = Script::new();
+    s.attempt(0, 60).headers(40_000, 200).content(80_000, 3);
+    s.at(80_020, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: None });
+    s.finished(80_020, Outcome::Ok);
+    let d = s.diagnose();
+    assert_eq!(d.kind, VerdictKind::HealthySlow, "{d:?}");
+    assert!(d.summary.contains("the longest silence (40.0 s) used 67% of the idle timer's 60 s"), "{}", d.summary);
+}

@@ -87,11 +87,14 @@ pub enum VerdictKind {
     /// The recording ends before the call did (an interrupted run, or
     /// events the recorder could not keep).
     Incomplete,
+    /// A what-if cannot tell how the stream ends: an assumption said stop
+    /// where the recording ends, or the replay outlived its horizon.
+    Unknown,
 }
 
 impl VerdictKind {
     /// Every kind, in a stable order (the documented list).
-    pub const ALL: [VerdictKind; 29] = [
+    pub const ALL: [VerdictKind; 30] = [
         VerdictKind::SilentStall,
         VerdictKind::KeepaliveOnlyStall,
         VerdictKind::NoResponse,
@@ -121,6 +124,7 @@ impl VerdictKind {
         VerdictKind::RetryDenied,
         VerdictKind::Cancelled,
         VerdictKind::Incomplete,
+        VerdictKind::Unknown,
     ];
 
     /// The stable snake_case name (`diagnosis.kind`).
@@ -155,6 +159,7 @@ impl VerdictKind {
             VerdictKind::RetryDenied => "retry_denied",
             VerdictKind::Cancelled => "cancelled",
             VerdictKind::Incomplete => "incomplete",
+            VerdictKind::Unknown => "unknown",
         }
     }
 
@@ -190,6 +195,7 @@ impl VerdictKind {
             VerdictKind::RetryDenied => "retry denied",
             VerdictKind::Cancelled => "cancelled",
             VerdictKind::Incomplete => "incomplete recording",
+            VerdictKind::Unknown => "unknown outcome",
         }
     }
 }

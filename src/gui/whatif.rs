@@ -12,10 +12,9 @@ use egui::{Color32, RichText, Ui};
 
 use super::lanes::{Side, Timeline};
 use crate::core::event::{Event, VecSink};
-use crate::diagnosis::Diagnosis;
-use crate::replay::outcome::StreamCourse;
+use crate::diagnosis::{Diagnosis, StreamCourse};
 use crate::replay::recording::Recording;
-use crate::replay::whatif::{Fidelity, VerdictChange, WhatIf, WhatIfReport, fidelity, what_if_watched};
+use crate::replay::whatif::{Fidelity, StreamWhatIf, VerdictChange, WhatIf, WhatIfReport, fidelity, what_if_watched};
 use crate::store::{RunId, Store};
 
 /// A what-if's result, ready to show.
@@ -107,14 +106,23 @@ impl WhatIfView {
             let changes = if report.overrides.is_empty() { "no change".to_owned() } else { report.overrides.join(" ") };
             let s = &report.summary;
             ui.label(format!(
-                "What-if on run {}: {changes} — {} of {} streams changed, {} saved, {} lost, {} false positives, \
+                "What-if on run {}: {changes} — {} of {} streams changed, {}, {} saved, {} lost, {} false positives, \
                  {} resting on an assumption, {} unknown",
-                outcome.run, s.changed, s.streams, s.saved, s.lost, s.false_positives, s.assumed, s.unknown
+                outcome.run,
+                s.changed,
+                s.streams,
+                s.sooner_words(),
+                s.saved,
+                s.lost,
+                s.false_positives,
+                s.assumed,
+                s.unknown
             ));
             ui.checkbox(&mut self.show_lanes, "What-if lanes");
         });
-        egui::CollapsingHeader::new(format!("What changed ({} streams)", report.summary.changed))
-            .default_open(report.summary.changed > 0 && report.streams.len() <= 20)
+        let shown = report.streams.iter().filter(|s| differs(s)).count();
+        egui::CollapsingHeader::new(format!("What changed ({shown} streams)"))
+            .default_open(shown > 0 && report.streams.len() <= 20)
             .show(ui, |ui| diff_table(ui, report));
     }
 }
@@ -142,11 +150,12 @@ fn diff_table(ui: &mut Ui, report: &WhatIfReport) {
             ui.label(RichText::new(title).strong());
         }
         ui.end_row();
-        for stream in report.streams.iter().filter(|s| s.changed || !s.assumptions.is_empty()) {
+        for stream in report.streams.iter().filter(|s| differs(s)) {
             ui.label(stream.stream.to_string());
             ui.label(course(&stream.before));
             ui.label(course(&stream.after));
             let mut notes = differences(&stream.before, &stream.after);
+            notes.extend(stream.sooner_words());
             notes.extend(
                 stream
                     .false_positives
@@ -163,7 +172,14 @@ fn diff_table(ui: &mut Ui, report: &WhatIfReport) {
     });
 }
 
-/// What differs between two courses, in words.
+/// Whether a stream's what-if has something to show in the table: a
+/// change, a stall caught or a call ended sooner or later, an assumption.
+fn differs(stream: &StreamWhatIf) -> bool {
+    stream.changed || stream.sooner_s.is_some() || stream.ended_sooner_s.is_some() || !stream.assumptions.is_empty()
+}
+
+/// What differs between two courses, in words (times aside: see
+/// [`StreamWhatIf::sooner_words`]).
 fn differences(before: &StreamCourse, after: &StreamCourse) -> Vec<String> {
     let mut notes = Vec::new();
     if before.outcome != after.outcome {
@@ -177,12 +193,6 @@ fn differences(before: &StreamCourse, after: &StreamCourse) -> Vec<String> {
     }
     if before.attempts != after.attempts {
         notes.push(format!("{} attempts instead of {}", after.attempts, before.attempts));
-    }
-    if let (Some(was), Some(now)) = (before.elapsed_s, after.elapsed_s)
-        && (was - now).abs() >= 0.001
-    {
-        let (how_much, which) = if now < was { (was - now, "sooner") } else { (now - was, "later") };
-        notes.push(format!("ends {how_much:.2} s {which}"));
     }
     notes
 }

@@ -9,8 +9,7 @@ use std::time::Duration;
 use crate::core::event::{AttemptEnd, Event, EventKind, EventSink, SleepReason, StreamId};
 use crate::core::executor::CallReport;
 use crate::core::lag_probe::LagSample;
-use crate::diagnosis::Diagnosis;
-use crate::replay::outcome::CourseBuilder;
+use crate::diagnosis::{Diagnosis, StreamFold};
 
 use super::Metrics;
 use super::labels::{AttemptLabels, CallLabels, CategoryLabels, HopLabels, OutcomeLabels, Route, SleepLabels};
@@ -26,8 +25,9 @@ struct StreamState {
     route: Route,
     /// When the current attempt started, until its first body byte.
     awaiting_first_byte: Option<Duration>,
-    /// Its course so far, for how long each stall went unnoticed.
-    course: CourseBuilder,
+    /// Its events folded as the diagnosis folds them, for how long each
+    /// stall went unnoticed (the events that say when a clock restarted).
+    fold: StreamFold,
 }
 
 /// Counts one run's events and calls at one site into [`Metrics`].
@@ -100,7 +100,7 @@ impl CallMetrics {
             EventKind::TimerFired { timer, .. } => {
                 let labels = TimerLabels { route: route(), timer: timer.name() };
                 m.timer_fires.get_or_create(&labels).inc();
-                if let Some(fired) = state.course.last_fired() {
+                if let Some(fired) = state.fold.last_fired() {
                     m.stall_detection.get_or_create(&labels).observe(fired.detected_after_s);
                 }
             }
@@ -125,12 +125,13 @@ impl CallMetrics {
 
 impl EventSink for CallMetrics {
     fn emit(&self, event: Event) {
-        // Most events (every parsed event, phase and header) say nothing
+        // Most events (keep-alives, phases, headers' values) say nothing
         // counted here: they are let through without taking a lock.
         let wanted = matches!(
             event.kind,
             EventKind::CallStarted { .. }
                 | EventKind::AttemptStarted { .. }
+                | EventKind::HeadersReceived { .. }
                 | EventKind::ChunkReceived { .. }
                 | EventKind::SseReceived { progress: true, .. }
                 | EventKind::AttemptEnded { .. }
@@ -153,7 +154,7 @@ impl EventSink for CallMetrics {
                 let state = streams.entry(event.stream).or_insert_with(|| StreamState {
                     route: route.clone(),
                     awaiting_first_byte: None,
-                    course: CourseBuilder::default(),
+                    fold: StreamFold::default(),
                 });
                 state.route = route;
                 if let EventKind::AttemptStarted { .. } = event.kind {
@@ -168,7 +169,7 @@ impl EventSink for CallMetrics {
                 None => return,
             },
         };
-        state.course.push(&event);
+        state.fold.push(&event);
         self.count(state, &event);
     }
 

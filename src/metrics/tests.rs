@@ -241,3 +241,26 @@ async fn the_server_answers_metrics_and_nothing_else() {
     assert_eq!(client.post(format!("{base}/metrics")).send().await.unwrap().status(), 405);
     server.shutdown().await;
 }
+
+/// Review D6: the idle clock restarts at the headers, so an idle timer
+/// that fired 1 s after headers that took 4 s detected its stall in 1 s,
+/// not 5 s.
+#[test]
+fn stall_detection_counts_from_the_headers_as_the_idle_clock_does() {
+    let metrics = Arc::new(Metrics::new());
+    let sink = metrics.calls("office");
+    let p = Target::new("p", "m");
+    let idle = EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1), lag: None };
+    for event in [
+        at(0, 7, 0, EventKind::CallStarted { target: p.clone(), context_tokens: None }),
+        at(0, 7, 1, EventKind::AttemptStarted { target: p, credential: None }),
+        at(4000, 7, 1, EventKind::HeadersReceived { status: 200, content_type: Some("text/event-stream".into()) }),
+        at(5000, 7, 1, idle),
+    ] {
+        sink.emit(event);
+    }
+    assert_lines(
+        &metrics.encode(),
+        &[r#"stallscope_stall_detection_seconds_sum{site="office",provider="p",model="m",timer="idle"} 1.0"#],
+    );
+}

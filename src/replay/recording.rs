@@ -8,11 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::outcome::{CourseBuilder, StreamCourse};
 use crate::core::classify::Rule;
 use crate::core::event::{AttemptEnd, Event, EventClass, EventKind, RecordedBody, StreamId};
 use crate::core::failover::Target;
-use crate::diagnosis::{Diagnosis, RecordedRun};
+use crate::diagnosis::{Diagnosis, RecordedRun, StreamCourse, StreamFold};
 use crate::providers::Dialect;
 use crate::store::runs::RunMeta;
 use crate::store::{RunId, Store, StoreError};
@@ -228,30 +227,21 @@ impl Recording {
 /// One stream's events (in order) folded into its attempts, with its
 /// verdict read as `run` reads it.
 pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStream {
-    let mut course = CourseBuilder::default();
+    let mut fold = StreamFold::default();
     // Each attempt's chunks and events, gathered before they are shared.
     let mut bodies = Vec::new();
-    let mut recorded = RecordedStream {
-        id,
-        target: Target::new("", ""),
-        context_tokens: None,
-        course: StreamCourse::of(&[]),
-        verdict: run.diagnose(id, events),
-        started: events.first().map_or(Duration::ZERO, |e| e.at),
-        last_at: events.last().map_or(Duration::ZERO, |e| e.at),
-        attempts: Vec::new(),
-    };
+    let (mut target, mut context_tokens, mut attempts) = (Target::new("", ""), None, Vec::<RecordedAttempt>::new());
     for event in events {
-        course.push(event);
-        let attempt = recorded.attempts.last_mut().filter(|a| a.ordinal == event.attempt);
+        fold.push(event);
+        let attempt = attempts.last_mut().filter(|a| a.ordinal == event.attempt);
         let gathered = bodies.last_mut().filter(|_| attempt.is_some());
         match (&event.kind, attempt) {
-            (EventKind::CallStarted { target, context_tokens }, _) => {
-                recorded.target = target.clone();
-                recorded.context_tokens = *context_tokens;
+            (EventKind::CallStarted { target: target_of, context_tokens: tokens }, _) => {
+                target = target_of.clone();
+                context_tokens = *tokens;
             }
             (EventKind::AttemptStarted { target, .. }, _) => {
-                recorded.attempts.push(RecordedAttempt {
+                attempts.push(RecordedAttempt {
                     ordinal: event.attempt,
                     target: target.clone(),
                     started: event.at,
@@ -309,11 +299,19 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
             _ => {}
         }
     }
-    for (attempt, (chunks, events)) in recorded.attempts.iter_mut().zip(bodies) {
+    for (attempt, (chunks, events)) in attempts.iter_mut().zip(bodies) {
         (attempt.chunks, attempt.events) = (chunks.into(), events.into());
     }
-    recorded.course = course.finish();
-    recorded
+    RecordedStream {
+        id,
+        target,
+        context_tokens,
+        course: fold.course(),
+        verdict: run.judge(id, &fold),
+        started: events.first().map_or(Duration::ZERO, |e| e.at),
+        last_at: events.last().map_or(Duration::ZERO, |e| e.at),
+        attempts,
+    }
 }
 
 #[cfg(test)]

@@ -48,14 +48,16 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::outcome::FiredTimer;
-use super::recording::{RecordedAttempt, RecordedStream, Recording};
+use super::recording::{RecordedAttempt, Recording};
 use super::upstream::Assumptions;
-use super::whatif::{FIDELITY_TOLERANCE, Fidelity, StreamWhatIf, WhatIf, WhatIfError, WhatIfReport, what_if};
+use super::whatif::{
+    Caught, FIDELITY_TOLERANCE, Fidelity, WhatIf, WhatIfError, WhatIfReport, caught_sooner, seconds, what_if,
+};
 use crate::core::category::TimerKind;
 use crate::core::event::AttemptEnd;
 use crate::core::policy::{CorePolicy, RateStart};
 use crate::core::rate_window::fewest_in_a_window;
+use crate::diagnosis::CourseOutcome;
 use crate::store::RunId;
 use crate::tunables::{PREFIX, Value};
 
@@ -145,27 +147,6 @@ pub struct Checked {
     pub assumed: Vec<Assumed>,
 }
 
-/// A stall a setting would have caught sooner.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Caught {
-    /// The stream.
-    pub stream: u64,
-    /// The attempt.
-    pub attempt: u32,
-    /// The timer that would have fired.
-    pub timer: TimerKind,
-    /// When, in seconds since the call started.
-    pub at_s: f64,
-    /// The timer that ends the attempt with the run's own tunables; `None`
-    /// when it ended otherwise (a broken connection, the recording's end).
-    pub before_timer: Option<TimerKind>,
-    /// When the attempt ends with the run's own tunables, in seconds since
-    /// the call started.
-    pub before_at_s: f64,
-    /// How much sooner, in seconds.
-    pub sooner_s: f64,
-}
-
 /// A timer that fired in an attempt the recording shows healthy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FalsePositive {
@@ -246,11 +227,12 @@ impl Checked {
                 checked.assumed.push(Assumed { stream: stream.stream, what: stream.assumptions.clone() });
             }
             let (before, after) = (unchanged.after.outcome, stream.after.outcome);
-            let finished = |outcome: &str| outcome == "ok" || outcome == "partial";
-            checked.saved += usize::from(before == "failed" && finished(after));
-            checked.lost += usize::from(finished(before) && after == "failed");
-            checked.unknown += usize::from(before != "unknown" && after == "unknown");
-            if let Some(caught) = first_caught(recorded, &unchanged.after.fired, stream) {
+            checked.saved += usize::from(before == CourseOutcome::Failed && after.is_finished());
+            checked.lost += usize::from(before.is_finished() && after == CourseOutcome::Failed);
+            checked.unknown += usize::from(before != CourseOutcome::Unknown && after == CourseOutcome::Unknown);
+            if let Some(caught) =
+                caught_sooner(recorded, &unchanged.after.fired, &stream.after, &stream.false_positives)
+            {
                 checked.sooner_s += caught.sooner_s;
                 checked.caught.push(caught);
             }
@@ -315,49 +297,6 @@ impl Checked {
         };
         format!("{setting} {caught} {fired}{lost} (what-if on this run{assumed})")
     }
-}
-
-/// The first place a stream's replay differs from its replay under the
-/// run's own tunables (`unchanged`), when it is a stall caught sooner: a
-/// timer firing, outside any healthy attempt, before the attempt ended by
-/// a timer, a broken connection or the recording's end.
-fn first_caught(recorded: &RecordedStream, unchanged: &[FiredTimer], stream: &StreamWhatIf) -> Option<Caught> {
-    let tolerance = FIDELITY_TOLERANCE.as_secs_f64();
-    let fired = stream.after.fired.iter().enumerate().find_map(|(i, a)| {
-        let same = unchanged
-            .get(i)
-            .is_some_and(|u| u.timer == a.timer && u.attempt == a.attempt && (u.at_s - a.at_s).abs() <= tolerance);
-        (!same).then_some(a)
-    })?;
-    if stream.false_positives.iter().any(|f| f.attempt == fired.attempt && f.timer == fired.timer) {
-        return None;
-    }
-    let attempt = recorded.attempts.iter().find(|a| a.ordinal == fired.attempt)?;
-    let stalled = attempt.abandoned() || matches!(attempt.ended, Some((_, AttemptEnd::Transport { .. })));
-    if !stalled {
-        return None;
-    }
-    let before = unchanged.iter().find(|u| u.attempt == fired.attempt);
-    // A call starts with its first attempt: the recording's times since the
-    // run's epoch become times since the call started.
-    let call_start = recorded.attempts.first().map_or(Duration::ZERO, |a| a.started);
-    let before_at_s = before.map_or_else(|| attempt.span().1.saturating_sub(call_start).as_secs_f64(), |u| u.at_s);
-    let sooner_s = before_at_s - fired.at_s;
-    (sooner_s > tolerance).then(|| Caught {
-        stream: stream.stream,
-        attempt: fired.attempt,
-        timer: fired.timer,
-        at_s: fired.at_s,
-        before_timer: before.map(|u| u.timer),
-        before_at_s,
-        sooner_s,
-    })
-}
-
-/// Seconds as an operator reads them: to the millisecond, no trailing
-/// zeros.
-fn seconds(s: f64) -> String {
-    Value::Float((s * 1000.0).round() / 1000.0).to_string()
 }
 
 fn count(n: usize, one: &str, many: &str) -> String {

@@ -723,7 +723,7 @@ impl Decoder for Recorded {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::outcome::StreamCourse;
+    use crate::diagnosis::StreamCourse;
     use crate::replay::recording::{RecordedChunk, RecordedResponse, RecordedStream};
     use crate::store::runs::RunMeta;
     use crate::tunables::Tunables;

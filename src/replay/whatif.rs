@@ -22,21 +22,23 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::outcome::{CourseBuilder, FiredTimer, StreamCourse};
 use super::recording::{RecordedStream, Recording};
 use super::upstream::{Assumptions, AttemptAssumption, Playback, Played, RecordedUpstream, StallAssumption};
 use crate::core::category::TimerKind;
 use crate::core::classify::{Classifier, RuleError};
 use crate::core::credentials::{CredentialPool, Secret};
-use crate::core::event::{Event, EventSink, StreamId};
+use crate::core::event::{AttemptEnd, Event, EventSink, StreamId};
 use crate::core::executor::{Call, Executor};
 use crate::core::fleet::Fleet;
 use crate::core::policy::{CorePolicy, RetrySettings};
 use crate::core::upstream::{CallInput, Upstream, Upstreams};
-use crate::diagnosis::{Diagnosis, RunDiagnosis, StreamDiagnoser, diagnose, summarize};
+use crate::diagnosis::{
+    CourseOutcome, Diagnosis, FiredTimer, RunDiagnosis, StreamCourse, StreamFold, diagnose, summarize,
+    unknown as unknown_verdict,
+};
 use crate::run::run_call_list;
 use crate::store::RunId;
-use crate::tunables::{TunableError, Tunables};
+use crate::tunables::{TunableError, Tunables, Value};
 
 /// A what-if that cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +71,9 @@ pub struct WhatIf {
 pub struct WhatIfReport {
     /// The run.
     pub run: RunId,
-    /// Whether any stream's outcome, fired timers, attempts or hops differ.
+    /// Whether any stream's outcome, attempts or hops differ, or which
+    /// timers fired in which attempts (not when: a stall caught sooner by
+    /// the same timer is counted in `summary.sooner`, not here).
     pub changed: bool,
     /// The changes applied.
     pub overrides: Vec<String>,
@@ -139,6 +143,32 @@ pub struct WhatIfSummary {
     /// Streams whose outcome is unknown (an assumption said stop, or the
     /// stream outlived the replay's horizon).
     pub unknown: usize,
+    /// Streams whose stall would have been caught sooner or that would
+    /// have ended sooner, with an outcome no worse (see
+    /// [`StreamWhatIf::sooner_s`] and [`StreamWhatIf::ended_sooner_s`]).
+    pub sooner: usize,
+    /// How much sooner those streams would have ended, in all, in seconds.
+    pub time_saved_s: f64,
+    /// Streams that would have ended later.
+    pub later: usize,
+    /// How much later, in all, in seconds.
+    pub time_added_s: f64,
+}
+
+impl WhatIfSummary {
+    /// The streams caught or ended sooner and later, in words: "2 caught
+    /// or ended sooner (3 s saved in all)", with ", 1 ended later (+2 s)"
+    /// when any did.
+    pub fn sooner_words(&self) -> String {
+        let mut words = format!("{} caught or ended sooner", self.sooner);
+        if self.time_saved_s > 0.0 {
+            words.push_str(&format!(" ({} s saved in all)", seconds(self.time_saved_s)));
+        }
+        if self.later > 0 {
+            words.push_str(&format!(", {} ended later (+{} s)", self.later, seconds(self.time_added_s)));
+        }
+        words
+    }
 }
 
 /// One stream before and after.
@@ -146,7 +176,8 @@ pub struct WhatIfSummary {
 pub struct StreamWhatIf {
     /// Its id.
     pub stream: u64,
-    /// Whether its outcome, fired timers, attempts or hops differ.
+    /// Whether its outcome, attempts or hops differ, or which timers fired
+    /// in which attempts (not when: see `sooner_s`).
     pub changed: bool,
     /// As recorded.
     pub before: StreamCourse,
@@ -157,8 +188,55 @@ pub struct StreamWhatIf {
     /// Timers that fired in attempts the recording shows were healthy
     /// (attempts played from their own recording only).
     pub false_positives: Vec<FiredTimer>,
+    /// How much sooner its first stall would have been caught, in
+    /// seconds: a timer firing, outside any healthy attempt, before the
+    /// recorded attempt it fired in was ended (by a timer, a broken
+    /// connection or the recording's end). `None` when none was.
+    pub sooner_s: Option<f64>,
+    /// How much sooner the call would have ended, in seconds (negative:
+    /// later); `None` when either side did not end, the outcome is
+    /// unknown, or the difference is within what the replay itself does
+    /// not reproduce (the timers' tolerance and our own runtime's lag).
+    pub ended_sooner_s: Option<f64>,
     /// Its verdict as recorded and under the change, when asked for.
     pub verdict: Option<VerdictChange<Diagnosis>>,
+}
+
+/// A stall a setting would have caught sooner.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Caught {
+    /// The stream.
+    pub stream: u64,
+    /// The attempt.
+    pub attempt: u32,
+    /// The timer that would have fired.
+    pub timer: TimerKind,
+    /// When, in seconds since the call started.
+    pub at_s: f64,
+    /// The timer that ends the attempt in the course compared with (as
+    /// recorded, or replayed with the run's own tunables); `None` when it
+    /// ended otherwise (a broken connection, the recording's end).
+    pub before_timer: Option<TimerKind>,
+    /// When the attempt ends in the course compared with, in seconds since
+    /// the call started.
+    pub before_at_s: f64,
+    /// How much sooner, in seconds.
+    pub sooner_s: f64,
+}
+
+impl StreamWhatIf {
+    /// How much sooner its stall was caught and its call ended, in words:
+    /// "stall caught 1.5 s sooner, call ended 1.5 s sooner"; `None` when
+    /// neither changed.
+    pub fn sooner_words(&self) -> Option<String> {
+        let caught = self.sooner_s.map(|s| format!("stall caught {} s sooner", seconds(s)));
+        let ended = self.ended_sooner_s.map(|s| match s > 0.0 {
+            true => format!("call ended {} s sooner", seconds(s)),
+            false => format!("call ended {} s later", seconds(-s)),
+        });
+        let both: Vec<String> = caught.into_iter().chain(ended).collect();
+        (!both.is_empty()).then(|| both.join(", "))
+    }
 }
 
 /// How far past the recording's end a replay may run before streams still
@@ -285,8 +363,8 @@ async fn replay(
     (sink.take(), playback.log.take())
 }
 
-/// Folds each stream's events into its course (and its verdict, when
-/// `limits` is given) as they come: a replay of millions of events keeps
+/// Folds each stream's events as they come, for its course (and its
+/// verdict, when `limits` is given): a replay of millions of events keeps
 /// none of them.
 struct CourseSink {
     /// The recording's stream ids, ascending: a stream's place here is
@@ -295,15 +373,9 @@ struct CourseSink {
     /// Each stream's fold, once its first event came. A vector, not a map:
     /// the sink finds one for every event of a replay, and a map's buckets,
     /// spread over the streams, are one more place memory is waited for.
-    folds: Mutex<Vec<Option<Fold>>>,
+    folds: Mutex<Vec<Option<StreamFold>>>,
     limits: Option<RetrySettings>,
     watcher: Option<Arc<dyn EventSink>>,
-}
-
-/// One stream's replay, folded so far.
-struct Fold {
-    course: CourseBuilder,
-    verdict: Option<StreamDiagnoser>,
 }
 
 /// One stream's replay: its course, and its verdict when asked for.
@@ -332,14 +404,13 @@ impl CourseSink {
 
     fn take(&self) -> HashMap<StreamId, Replayed> {
         let folds = self.folds.lock().map(|mut f| std::mem::take(&mut *f)).unwrap_or_default();
-        let limits = self.limits.as_ref();
         self.ids
             .iter()
             .zip(folds)
             .filter_map(|(&id, fold)| {
                 let fold = fold?;
-                let verdict = fold.verdict.map(|v| v.verdict(limits));
-                Some((id, Replayed { course: fold.course.finish(), verdict }))
+                let verdict = self.limits.as_ref().map(|limits| fold.verdict(Some(limits)));
+                Some((id, Replayed { course: fold.course(), verdict }))
             })
             .collect()
     }
@@ -353,14 +424,7 @@ impl EventSink for CourseSink {
             && let Ok(mut folds) = self.folds.lock()
             && let Some(slot) = folds.get_mut(i)
         {
-            let fold = slot.get_or_insert_with(|| Fold {
-                course: CourseBuilder::default(),
-                verdict: self.limits.is_some().then(StreamDiagnoser::default),
-            });
-            fold.course.push(&event);
-            if let Some(verdict) = &mut fold.verdict {
-                verdict.push(&event);
-            }
+            slot.get_or_insert_with(StreamFold::default).push(&event);
         }
         if let Some(watcher) = &self.watcher {
             watcher.emit(event);
@@ -414,31 +478,38 @@ impl Fidelity {
         let mut fidelity = Fidelity { reproduced: 0, streams: report.streams.len(), worst_drift_s: 0.0 };
         for stream in &report.streams {
             let (before, after) = (&stream.before, &stream.after);
-            let same_timers = before.fired.len() == after.fired.len()
-                && before.fired.iter().zip(&after.fired).all(|(b, a)| b.timer == a.timer && b.attempt == a.attempt);
-            let drift = if same_timers {
-                // Each clock is compared from where it runs: how late the
-                // live runtime started an attempt was its own lateness.
-                let when = |f: &FiredTimer| if f.timer == TimerKind::Deadline { f.at_s } else { f.in_attempt_s };
-                let beyond_lag =
-                    |(b, a): (&FiredTimer, &FiredTimer)| ((when(b) - when(a)).abs() - b.lag_s.unwrap_or(0.0)).max(0.0);
-                before.fired.iter().zip(&after.fired).map(beyond_lag).fold(0.0, f64::max)
-            } else {
-                f64::INFINITY
-            };
-            if same_timers {
+            let drift = timer_drift(before, after);
+            if let Some(drift) = drift {
                 fidelity.worst_drift_s = fidelity.worst_drift_s.max(drift);
             }
-            let same = before.outcome == after.outcome
-                && before.attempts == after.attempts
-                && before.hops == after.hops
-                && before.categories == after.categories
-                && drift <= tolerance
-                && stream.assumptions.is_empty();
-            fidelity.reproduced += usize::from(same);
+            let same = same_course(before, after) && drift.is_some_and(|d| d <= tolerance);
+            fidelity.reproduced += usize::from(same && stream.assumptions.is_empty());
         }
         fidelity
     }
+}
+
+/// Whether two courses have the same outcome, attempts, hops and
+/// categories.
+fn same_course(before: &StreamCourse, after: &StreamCourse) -> bool {
+    before.outcome == after.outcome
+        && before.attempts == after.attempts
+        && before.hops == after.hops
+        && before.categories == after.categories
+}
+
+/// The largest difference between when `before`'s timers fired and when
+/// `after`'s did, in seconds, beyond the lag our own runtime had when each
+/// of `before`'s fired; `None` when they are not the same timers in the
+/// same attempts. Each clock is compared from where it runs (its
+/// attempt's start, the call's for the deadline): how late the live
+/// runtime started an attempt was its own lateness.
+fn timer_drift(before: &StreamCourse, after: &StreamCourse) -> Option<f64> {
+    let same_timers = before.fired.len() == after.fired.len()
+        && before.fired.iter().zip(&after.fired).all(|(b, a)| b.timer == a.timer && b.attempt == a.attempt);
+    let when = |f: &FiredTimer| if f.timer == TimerKind::Deadline { f.at_s } else { f.in_attempt_s };
+    let beyond_lag = |(b, a): (&FiredTimer, &FiredTimer)| ((when(b) - when(a)).abs() - b.lag_s.unwrap_or(0.0)).max(0.0);
+    same_timers.then(|| before.fired.iter().zip(&after.fired).map(beyond_lag).fold(0.0, f64::max))
 }
 
 fn wall_clock(unix_ns: i64) -> SystemTime {
@@ -463,19 +534,27 @@ fn report(
             let started = replayed.contains_key(&recorded.id);
             let (mut after, verdict) = match replayed.remove(&recorded.id) {
                 Some(r) => (r.course, r.verdict),
-                None => (StreamCourse::of(&[]), whatif.verdicts.then(|| diagnose(&[]))),
+                None => (StreamCourse::empty(), whatif.verdicts.then(|| diagnose(&[]))),
             };
-            let verdict = verdict.map(|after| VerdictChange { before: recorded.verdict.clone(), after });
             let played = plays.get(&recorded.id).map_or(&[][..], Vec::as_slice);
             let assumptions = assumptions_used(played);
             let stopped = played.iter().any(|p| {
                 p.chosen_by == Some(AttemptAssumption::Stop) || p.past_recording == Some(StallAssumption::Stop)
             });
-            let cut_by_horizon = (after.outcome == "cancelled" || !started) && before.outcome != "cancelled";
-            if stopped || cut_by_horizon {
-                after.outcome = "unknown";
+            let cut_by_horizon =
+                (after.outcome == CourseOutcome::Cancelled || !started) && before.outcome != CourseOutcome::Cancelled;
+            let unknown = stopped || cut_by_horizon;
+            if unknown {
+                after.outcome = CourseOutcome::Unknown;
                 summary.unknown += 1;
             }
+            // A stream the replay cannot finish has no verdict of its own:
+            // its replayed events end in a cancellation that was never
+            // the call's.
+            let verdict = verdict.map(|after| VerdictChange {
+                before: recorded.verdict.clone(),
+                after: if unknown { unknown_verdict(&assumptions) } else { after },
+            });
             let false_positives: Vec<FiredTimer> = after
                 .fired
                 .iter()
@@ -485,13 +564,34 @@ fn report(
                 .cloned()
                 .collect();
             let changed = before.differs(&after);
-            let finished = |o: &str| o == "ok" || o == "partial";
+            let lost = before.outcome.is_finished() && after.outcome == CourseOutcome::Failed;
+            let sooner_s = caught_sooner(recorded, &before.fired, &after, &false_positives).map(|c| c.sooner_s);
+            let ended_sooner_s = ended_sooner(&before, &after);
             summary.changed += usize::from(changed);
-            summary.saved += usize::from(before.outcome == "failed" && finished(after.outcome));
-            summary.lost += usize::from(finished(before.outcome) && after.outcome == "failed");
+            summary.saved += usize::from(before.outcome == CourseOutcome::Failed && after.outcome.is_finished());
+            summary.lost += usize::from(lost);
             summary.false_positives += false_positives.len();
             summary.assumed += usize::from(!assumptions.is_empty());
-            StreamWhatIf { stream: recorded.id, changed, before, after, assumptions, false_positives, verdict }
+            let ended_sooner = ended_sooner_s.filter(|&s| s > 0.0 && !lost);
+            if (sooner_s.is_some() || ended_sooner.is_some()) && !lost {
+                summary.sooner += 1;
+                summary.time_saved_s += ended_sooner.unwrap_or(0.0);
+            }
+            if let Some(later) = ended_sooner_s.filter(|&s| s < 0.0) {
+                summary.later += 1;
+                summary.time_added_s -= later;
+            }
+            StreamWhatIf {
+                stream: recorded.id,
+                changed,
+                before,
+                after,
+                assumptions,
+                false_positives,
+                sooner_s,
+                ended_sooner_s,
+                verdict,
+            }
         })
         .collect();
     let verdicts = whatif.verdicts.then(|| {
@@ -512,6 +612,78 @@ fn report(
         streams,
         verdicts,
     }
+}
+
+/// The first place a stream's replayed course (`after`) differs from a
+/// course it is compared with (`reference`: as recorded, or replayed
+/// with the run's own tunables), when that is a stall caught sooner: a
+/// timer firing, outside any healthy attempt (`false_positives`), before
+/// the recorded attempt it fired in ended by a timer, a broken connection
+/// or the recording's end. A timer of the reference that fired late
+/// because our own runtime lagged is compared beyond that lag: the replay
+/// fires on time.
+pub fn caught_sooner(
+    recorded: &RecordedStream,
+    reference: &[FiredTimer],
+    after: &StreamCourse,
+    false_positives: &[FiredTimer],
+) -> Option<Caught> {
+    let tolerance = |u: &FiredTimer| FIDELITY_TOLERANCE.as_secs_f64() + u.lag_s.unwrap_or(0.0);
+    let fired = after.fired.iter().enumerate().find_map(|(i, a)| {
+        let same = reference
+            .get(i)
+            .is_some_and(|u| u.timer == a.timer && u.attempt == a.attempt && (u.at_s - a.at_s).abs() <= tolerance(u));
+        (!same).then_some(a)
+    })?;
+    if false_positives.iter().any(|f| f.attempt == fired.attempt && f.timer == fired.timer) {
+        return None;
+    }
+    let attempt = recorded.attempts.iter().find(|a| a.ordinal == fired.attempt)?;
+    let stalled = attempt.abandoned() || matches!(attempt.ended, Some((_, AttemptEnd::Transport { .. })));
+    if !stalled {
+        return None;
+    }
+    let before = reference.iter().find(|u| u.attempt == fired.attempt);
+    // The course's times run from the call's start (its first event), which
+    // may come before its first attempt (a wait for a resting key pool).
+    let before_at_s =
+        before.map_or_else(|| attempt.span().1.saturating_sub(recorded.started).as_secs_f64(), |u| u.at_s);
+    let sooner_s = before_at_s - fired.at_s;
+    let margin = before.map_or(FIDELITY_TOLERANCE.as_secs_f64(), tolerance);
+    (sooner_s > margin).then(|| Caught {
+        stream: recorded.id,
+        attempt: fired.attempt,
+        timer: fired.timer,
+        at_s: fired.at_s,
+        before_timer: before.map(|u| u.timer),
+        before_at_s,
+        sooner_s,
+    })
+}
+
+/// Seconds as an operator reads them: to the millisecond, no trailing
+/// zeros.
+pub fn seconds(s: f64) -> String {
+    Value::Float((s * 1000.0).round() / 1000.0).to_string()
+}
+
+/// How much sooner `after` ended than `before` (negative: later), when a
+/// decision differs: the outcome, attempts, hops or categories, a timer
+/// (which, or when beyond the fidelity tolerance), or a sleep. When every
+/// decision is the same, a difference in the end is what a replay does
+/// not reproduce (the live runtime's lateness at each step), not the
+/// change's.
+fn ended_sooner(before: &StreamCourse, after: &StreamCourse) -> Option<f64> {
+    if after.outcome == CourseOutcome::Unknown {
+        return None;
+    }
+    let tolerance = FIDELITY_TOLERANCE.as_secs_f64();
+    let same_sleeps = before.sleeps_s.len() == after.sleeps_s.len()
+        && before.sleeps_s.iter().zip(&after.sleeps_s).all(|(b, a)| (b - a).abs() <= tolerance);
+    let decided_alike =
+        same_course(before, after) && same_sleeps && timer_drift(before, after).is_some_and(|d| d <= tolerance);
+    let sooner = before.elapsed_s? - after.elapsed_s?;
+    (!decided_alike && sooner.abs() > tolerance).then_some(sooner)
 }
 
 /// What a stream's replay assumed, in words.
