@@ -201,6 +201,15 @@ async fn a_ping_flood_is_caught_by_data_stall_alone_and_a_longer_one_rests_on_an
     let report = whatif(&recording, &longer, stop);
     assert!(report.streams.iter().all(|s| s.after.outcome == CourseOutcome::Unknown));
     assert_eq!(report.summary.unknown, report.streams.len());
+    // Its verdict says so too (gui review D6): the cancellation its replay
+    // ended in was never the call's.
+    for stream in &report.streams {
+        let after = &stream.verdict.as_ref().unwrap().after;
+        assert_eq!(after.kind, VerdictKind::Unknown, "{after:?}");
+        assert!(after.summary.contains("outlived its recording"), "{}", after.summary);
+    }
+    let groups = &report.verdicts.as_ref().unwrap().after.groups;
+    assert!(groups.iter().all(|g| g.kind == VerdictKind::Unknown), "{groups:?}");
 }
 
 /// Tightening the idle timeout below a buffering proxy's gap turns a
