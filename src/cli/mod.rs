@@ -72,9 +72,10 @@ pub enum Command {
     /// What changed tunables (--set) would have done to a recorded run,
     /// replayed through the core in virtual time.
     Whatif(whatif::Args),
-    /// The tightest stream timers a recorded run supports, each checked by
-    /// what-if on the run, as --set lines and a .env block.
-    Tune(whatif::Args),
+    /// The tightest stream timers a recorded run, or a history of runs,
+    /// supports, each suggestion checked by what-if, as --set lines and a
+    /// .env block.
+    Tune(tune::Args),
     /// How one failure would be classified with the configured rules: each
     /// rule tried and the one that matched.
     Explain(explain::Args),

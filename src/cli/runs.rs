@@ -9,8 +9,7 @@ use crate::diagnosis::summarize;
 use crate::export;
 use crate::replay::advice;
 use crate::replay::recording::Recording;
-use crate::replay::tune::tune;
-use crate::replay::upstream::Assumptions;
+use crate::replay::tune::{TuneOptions, tune};
 use crate::store::runs::{RunSummary, tunables_diff, utc_millis, utc_second};
 use crate::store::{RunId, RunRecord, Store};
 
@@ -61,10 +60,14 @@ pub enum RunsCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
-        /// Skip the what-if check of suggestions (about 30 replays of the
-        /// run: a minute for an hour of 1,000 streams).
+        /// Skip the what-if check of suggestions (a few replays of the
+        /// run's failed streams).
         #[arg(long)]
         no_check: bool,
+        /// Scale the floors of real traffic the suggestions keep to (as
+        /// `tune --floor-scale`).
+        #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
+        floor_scale: f64,
     },
     /// What differs between two runs: tunables and outcomes.
     Compare {
@@ -91,7 +94,9 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
                 print_list(&runs, out)?;
             }
         }
-        RunsCommand::Show { id, json, no_check } => show(&store, *id, *json, !*no_check, out)?,
+        RunsCommand::Show { id, json, no_check, floor_scale } => {
+            show(&store, *id, *json, (!*no_check).then_some(*floor_scale), out)?;
+        }
         RunsCommand::Compare { a, b } => {
             let (Some(ra), Some(rb)) = (store.run(*a)?, store.run(*b)?) else {
                 bail!("runs {a} and {b} must both exist in {}", store.path().display());
@@ -136,18 +141,21 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
 /// `runs show`: the report with its verdicts (and, when `check`, their
 /// suggestions checked by what-if), or a run's verdicts alone when it has
 /// no report.
-fn show(store: &Store, id: RunId, json: bool, check: bool, out: &mut dyn Write) -> Result<()> {
+fn show(store: &Store, id: RunId, json: bool, check: Option<f64>, out: &mut dyn Write) -> Result<()> {
     let Some(record) = store.run(id)? else { bail!("no run {id} in {}", store.path().display()) };
     let Some(mut report) = store.diagnosed_report(id)? else {
         return show_unfinished(store, &record, json, out);
     };
-    if check && advice::worth_checking(report.streams.iter().filter_map(|s| s.diagnosis.as_ref())) {
+    if let Some(floor_scale) = check
+        && advice::worth_checking(report.streams.iter().filter_map(|s| s.diagnosis.as_ref()))
+    {
         // Without a check the verdicts still stand: say why there is none.
+        let options = TuneOptions { floor_scale, ..TuneOptions::default() };
         let checked = Recording::load(store, id)
             .map_err(anyhow::Error::from)
-            .and_then(|recording| Ok(tune(&recording, Assumptions::default())?));
+            .and_then(|recording| Ok(tune(std::slice::from_ref(&recording), &options)?));
         match checked {
-            Ok(found) => advice::attach(&mut report, &found),
+            Ok(found) => advice::attach(&mut report, id, &found),
             Err(e) if json => eprintln!("stallscope: suggestions not checked: {e:#}"),
             Err(e) => writeln!(out, "suggestions not checked: {e:#}")?,
         }

@@ -63,7 +63,7 @@ impl Args {
     }
 }
 
-fn parse_assumptions(given: &[String]) -> Result<Assumptions> {
+pub(super) fn parse_assumptions(given: &[String]) -> Result<Assumptions> {
     let mut assumptions = Assumptions::default();
     for text in given {
         let (what, how) = text.split_once('=').context(format!("--assume {text}: give WHAT=HOW"))?;

@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::core::category::TimerKind;
-use crate::core::event::{Event, Outcome};
+use crate::core::event::{AttemptEnd, Event, Outcome};
+use crate::core::failover::Target;
 
 use super::facts::{CallFacts, Fired, Try};
 
@@ -67,6 +68,28 @@ impl fmt::Display for CourseOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// What one attempt's clocks saw, counted as its timers count them: what
+/// tune reads as the headroom each timer had on a healthy attempt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptClocks {
+    /// The attempt's number.
+    pub attempt: u32,
+    /// Where it went.
+    pub target: Option<Target>,
+    /// Whether it completed (the stream said it was done).
+    pub completed: bool,
+    /// From its start to its first body byte (the TTFB timer's wait).
+    pub first_byte: Option<Duration>,
+    /// The longest time without a byte (the idle timer's: from the start,
+    /// restarted by the headers and by every byte).
+    pub longest_silence: Duration,
+    /// The longest time without progress since the headers (the data-stall
+    /// timer's); `None` when no headers came.
+    pub longest_no_progress: Option<Duration>,
+    /// From its start to its end (the total timer's).
+    pub duration: Duration,
 }
 
 /// One stream's course.
@@ -172,6 +195,24 @@ impl StreamCourse {
             .rev()
             .find_map(|t| t.deadline_after.as_ref().or(t.fired.as_ref()).map(|f| fired_timer(t, f, start)))
     }
+}
+
+/// What each attempt's clocks saw (tries that sent no request aside).
+pub(super) fn attempt_clocks(facts: &CallFacts) -> Vec<AttemptClocks> {
+    facts
+        .tries
+        .iter()
+        .filter(|t| t.started_at.is_some())
+        .map(|t| AttemptClocks {
+            attempt: t.number,
+            target: t.target.clone(),
+            completed: t.end == Some(AttemptEnd::Done),
+            first_byte: t.first_byte_at.map(|at| t.offset(at)),
+            longest_silence: t.longest_silence,
+            longest_no_progress: t.headers_at.map(|_| t.longest_no_progress),
+            duration: t.offset(t.stopped_at()),
+        })
+        .collect()
 }
 
 /// When the call started: its first event the fold saw as a start.

@@ -63,7 +63,7 @@ use crate::core::policy::RetrySettings;
 
 pub use call::{UNTRUSTED, unknown};
 pub use collector::Collector;
-pub use course::{CourseOutcome, FiredTimer, StreamCourse};
+pub use course::{AttemptClocks, CourseOutcome, FiredTimer, StreamCourse};
 pub use recorded::RecordedRun;
 pub use summary::summarize;
 pub use verdict::{
@@ -124,6 +124,11 @@ impl StreamFold {
     /// The timer that fired last, once one has.
     pub fn last_fired(&self) -> Option<FiredTimer> {
         StreamCourse::last_fired(&self.0)
+    }
+
+    /// What each attempt's clocks saw.
+    pub fn attempt_clocks(&self) -> Vec<AttemptClocks> {
+        course::attempt_clocks(&self.0)
     }
 }
 

@@ -376,6 +376,10 @@ pub struct CheckedSuggestion {
     pub sooner_s: f64,
     /// Attempts the recording shows healthy that a timer would have cut.
     pub false_positives: usize,
+    /// Healthy attempts it was checked against (0 in reports stored before
+    /// this was kept).
+    #[serde(default)]
+    pub healthy_attempts: usize,
 }
 
 /// Streams of a run that share a verdict kind.

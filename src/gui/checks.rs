@@ -9,14 +9,14 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, channel};
 
 use egui::{RichText, Ui};
+use tokio_util::sync::CancellationToken;
 
 use super::lanes::Timeline;
 use crate::core::event::StreamId;
 use crate::diagnosis::{CheckedSuggestion, Diagnosis};
 use crate::replay::advice;
 use crate::replay::recording::Recording;
-use crate::replay::tune::tune;
-use crate::replay::upstream::Assumptions;
+use crate::replay::tune::{TuneOptions, tune};
 use crate::store::{RunId, Store};
 
 /// For each stream a suggestion would have caught sooner, the candidates.
@@ -26,6 +26,10 @@ type Found = BTreeMap<StreamId, Vec<(f64, CheckedSuggestion)>>;
 #[derive(Debug, Default)]
 pub struct SuggestionCheck {
     pending: Option<(RunId, Receiver<Result<Found, String>>)>,
+    /// Stops the pending check: one nobody looks at any more (another run
+    /// is shown) must not go on replaying on the machine the live runs
+    /// share.
+    stop: CancellationToken,
     /// The run checked and what was found, until another run is shown.
     found: Option<(RunId, Found)>,
     /// Why nothing could be checked, in words.
@@ -43,14 +47,15 @@ impl SuggestionCheck {
         }
         let (tx, rx) = channel();
         let ctx = ctx.clone();
+        let stop = self.stop.clone();
         std::thread::spawn(move || {
-            let _ = tx.send(check(&db, run));
+            let _ = tx.send(check(&db, run, stop));
             ctx.request_repaint();
         });
         self.pending = Some((run, rx));
     }
 
-    /// Forgets the check (another run is shown).
+    /// Forgets the check (another run is shown), stopping it if it runs.
     pub fn clear(&mut self) {
         *self = SuggestionCheck::default();
     }
@@ -111,10 +116,17 @@ impl SuggestionCheck {
     }
 }
 
+impl Drop for SuggestionCheck {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
 /// What tune finds on the run, by stream.
-fn check(db: &PathBuf, run: RunId) -> Result<Found, String> {
+fn check(db: &PathBuf, run: RunId, stop: CancellationToken) -> Result<Found, String> {
     let store = Store::open(db).map_err(|e| e.to_string())?;
     let recording = Recording::load(&store, run).map_err(|e| e.to_string())?;
-    let report = tune(&recording, Assumptions::default()).map_err(|e| e.to_string())?;
-    Ok(advice::by_stream(&report))
+    let options = TuneOptions { stop, ..TuneOptions::default() };
+    let report = tune(std::slice::from_ref(&recording), &options).map_err(|e| e.to_string())?;
+    Ok(advice::by_stream(&report, run))
 }

@@ -200,6 +200,7 @@ mod tests {
             caught: 1,
             sooner_s: 3.0,
             false_positives: 0,
+            healthy_attempts: 4,
         });
         assert_eq!(set_lines(&stalled), ["--set SSE_DATA_STALL_TIMEOUT_S=2", "--set SSE_IDLE_TIMEOUT_S=1.5"]);
     }

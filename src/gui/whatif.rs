@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 
 use egui::{Color32, RichText, Ui};
+use tokio_util::sync::CancellationToken;
 
 use super::lanes::{Side, Timeline};
 use crate::core::event::{Event, VecSink};
 use crate::diagnosis::{Diagnosis, StreamCourse};
 use crate::replay::recording::Recording;
-use crate::replay::whatif::{Fidelity, StreamWhatIf, VerdictChange, WhatIf, WhatIfReport, fidelity, what_if_watched};
+use crate::replay::whatif::{Fidelity, StreamWhatIf, VerdictChange, WhatIf, WhatIfReport, what_if_until};
 use crate::store::{RunId, Store};
 
 /// A what-if's result, ready to show.
@@ -34,6 +35,10 @@ pub struct Outcome {
 #[derive(Debug, Default)]
 pub struct WhatIfView {
     pending: Option<Receiver<Result<Outcome, String>>>,
+    /// Stops the pending what-if when another replaces it or the run is no
+    /// longer shown: nobody would read it, and its replay would take the
+    /// CPU the live runs measure.
+    stop: CancellationToken,
     outcome: Option<Outcome>,
     error: Option<String>,
     /// Whether the lanes show the recorded and what-if lanes.
@@ -43,16 +48,19 @@ pub struct WhatIfView {
 impl WhatIfView {
     /// Replays run `run` of the database `db` under `changes` (`NAME=VALUE`).
     pub fn start(&mut self, db: PathBuf, run: RunId, changes: Vec<String>, ctx: &egui::Context) {
+        self.stop.cancel();
+        self.stop = CancellationToken::new();
         let (tx, rx) = channel();
         let ctx = ctx.clone();
+        let stop = self.stop.clone();
         std::thread::spawn(move || {
-            let _ = tx.send(compute(&db, run, changes));
+            let _ = tx.send(compute(&db, run, changes, &stop));
             ctx.request_repaint();
         });
         (self.pending, self.error) = (Some(rx), None);
     }
 
-    /// Forgets the what-if (another run is shown).
+    /// Forgets the what-if (another run is shown), stopping it if it runs.
     pub fn clear(&mut self) {
         *self = WhatIfView::default();
     }
@@ -206,14 +214,21 @@ fn course(c: &StreamCourse) -> String {
     text
 }
 
-/// Loads, replays and lays out run `run`.
-fn compute(db: &PathBuf, run: RunId, changes: Vec<String>) -> Result<Outcome, String> {
+impl Drop for WhatIfView {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Loads, replays and lays out run `run`, unless `stop` stops it first.
+fn compute(db: &PathBuf, run: RunId, changes: Vec<String>, stop: &CancellationToken) -> Result<Outcome, String> {
     let store = Store::open(db).map_err(|e| e.to_string())?;
     let recording = Recording::load(&store, run).map_err(|e| e.to_string())?;
-    let fidelity = fidelity(&recording).map_err(|e| e.to_string())?;
+    let unchanged = what_if_until(&recording, &WhatIf::default(), None, stop).map_err(|e| e.to_string())?;
+    let fidelity = Fidelity::of(&unchanged);
     let replayed = Arc::new(VecSink::new());
     let whatif = WhatIf { overrides: changes, verdicts: true, ..WhatIf::default() };
-    let report = what_if_watched(&recording, &whatif, Some(replayed.clone())).map_err(|e| e.to_string())?;
+    let report = what_if_until(&recording, &whatif, Some(replayed.clone()), stop).map_err(|e| e.to_string())?;
     let recorded = store.run_events(run).map_err(|e| e.to_string())?;
     let timeline = interleaved(run, recorded, replayed.events(), &report);
     Ok(Outcome { run, report, fidelity, timeline })

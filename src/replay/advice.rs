@@ -11,6 +11,7 @@ use super::tune::{Checked, TuneReport};
 use crate::core::event::StreamId;
 use crate::diagnosis::{CheckedSuggestion, Diagnosis, Severity};
 use crate::report::RunReport;
+use crate::store::RunId;
 use crate::tunables::PREFIX;
 
 /// Whether a run with these verdicts is worth checking: only a failure
@@ -27,17 +28,27 @@ pub fn suggestion(checked: &Checked) -> CheckedSuggestion {
         caught: checked.caught.len(),
         sooner_s: checked.sooner_s,
         false_positives: checked.false_positive_attempts(),
+        healthy_attempts: checked.healthy_attempts,
     }
 }
 
-/// For each stream a suggested timer would have caught sooner, the
-/// suggestions that would have, each with how much sooner for that stream.
-pub fn by_stream(tune: &TuneReport) -> BTreeMap<StreamId, Vec<(f64, CheckedSuggestion)>> {
+/// For each stream of run `run` a suggested timer would have caught
+/// sooner, the suggestions that would have, each with how much sooner for
+/// that stream. Only suggestions that together fire on no healthy attempt
+/// and lose no stream are made (tune drops the rest), and each is checked
+/// clean alone as well.
+pub fn by_stream(tune: &TuneReport, run: RunId) -> BTreeMap<StreamId, Vec<(f64, CheckedSuggestion)>> {
     let mut streams: BTreeMap<StreamId, Vec<(f64, CheckedSuggestion)>> = BTreeMap::new();
+    if !tune.combined.as_ref().is_some_and(Checked::is_clean) {
+        return streams;
+    }
     for timer in &tune.timers {
         let (Some(_), Some(evidence)) = (timer.suggested_s, &timer.evidence) else { continue };
+        if !evidence.is_clean() {
+            continue;
+        }
         let made = suggestion(evidence);
-        for caught in &evidence.caught {
+        for caught in evidence.caught.iter().filter(|c| c.run == run) {
             streams.entry(caught.stream).or_default().push((caught.sooner_s, made.clone()));
         }
     }
@@ -63,8 +74,8 @@ pub fn choose(diagnosis: &Diagnosis, candidates: &[(f64, CheckedSuggestion)]) ->
 /// Gives every verdict of `report` that tune's suggestions would have
 /// caught sooner its checked suggestion, and the run's summary the ones
 /// its groups share.
-pub fn attach(report: &mut RunReport, tune: &TuneReport) {
-    let candidates = by_stream(tune);
+pub fn attach(report: &mut RunReport, run: RunId, tune: &TuneReport) {
+    let candidates = by_stream(tune, run);
     let diagnoses = report
         .streams
         .iter()

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::core::classify::Rule;
 use crate::core::event::{AttemptEnd, Event, EventClass, EventKind, RecordedBody, StreamId};
 use crate::core::failover::Target;
-use crate::diagnosis::{Diagnosis, RecordedRun, StreamCourse, StreamFold};
+use crate::diagnosis::{AttemptClocks, Diagnosis, RecordedRun, StreamCourse, StreamFold};
 use crate::providers::Dialect;
 use crate::store::runs::RunMeta;
 use crate::store::{RunId, Store, StoreError};
@@ -92,6 +92,9 @@ pub struct RecordedStream {
     pub last_at: Duration,
     /// Its attempts, in order.
     pub attempts: Vec<RecordedAttempt>,
+    /// What each attempt's clocks saw, read from the same fold as its
+    /// course and verdict.
+    pub clocks: Vec<AttemptClocks>,
 }
 
 /// One attempt's network behaviour. Times are since the run's epoch.
@@ -311,6 +314,7 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
         started: events.first().map_or(Duration::ZERO, |e| e.at),
         last_at: events.last().map_or(Duration::ZERO, |e| e.at),
         attempts,
+        clocks: fold.attempt_clocks(),
     }
 }
 

@@ -769,6 +769,7 @@ mod tests {
             started: Duration::ZERO,
             last_at: Duration::ZERO,
             attempts: vec![attempt],
+            clocks: Vec::new(),
         };
         let meta = RunMeta {
             requests: 1,

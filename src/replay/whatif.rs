@@ -52,6 +52,9 @@ pub enum WhatIfError {
     /// The virtual-time runtime could not start.
     #[error("cannot start the what-if runtime: {0}")]
     Runtime(#[from] std::io::Error),
+    /// It was stopped from outside before it finished.
+    #[error("the what-if was stopped before it finished")]
+    Cancelled,
 }
 
 /// What the operator changes and assumes.
@@ -205,6 +208,8 @@ pub struct StreamWhatIf {
 /// A stall a setting would have caught sooner.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Caught {
+    /// The run.
+    pub run: RunId,
     /// The stream.
     pub stream: u64,
     /// The attempt.
@@ -255,6 +260,18 @@ pub fn what_if_watched(
     whatif: &WhatIf,
     watcher: Option<Arc<dyn EventSink>>,
 ) -> Result<WhatIfReport, WhatIfError> {
+    what_if_until(recording, whatif, watcher, &CancellationToken::new())
+}
+
+/// [`what_if_watched`], stopped early when `stop` is cancelled (from
+/// another thread: the app drops a what-if nobody looks at any more), with
+/// [`WhatIfError::Cancelled`].
+pub fn what_if_until(
+    recording: &Recording,
+    whatif: &WhatIf,
+    watcher: Option<Arc<dyn EventSink>>,
+    stop: &CancellationToken,
+) -> Result<WhatIfReport, WhatIfError> {
     let mut tunables = recording.tunables.clone();
     for set in &whatif.overrides {
         tunables.apply_override(set)?;
@@ -268,12 +285,15 @@ pub fn what_if_watched(
         scope
             .spawn(|| {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?;
-                let replayed = replay(recording, policy, classifier, whatif.assumptions, limits, watcher);
+                let replayed = replay(recording, policy, classifier, whatif.assumptions, limits, watcher, stop);
                 Ok::<_, std::io::Error>(runtime.block_on(replayed))
             })
             .join()
     });
     let (courses, plays) = replayed.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+    if stop.is_cancelled() {
+        return Err(WhatIfError::Cancelled);
+    }
     Ok(report(recording, &tunables, whatif, courses, &plays))
 }
 
@@ -286,6 +306,7 @@ async fn replay(
     assumptions: Assumptions,
     limits: Option<RetrySettings>,
     watcher: Option<Arc<dyn EventSink>>,
+    outside: &CancellationToken,
 ) -> (HashMap<StreamId, Replayed>, BTreeMap<u64, Vec<Played>>) {
     // The replay starts where the recording's first call started, so both
     // share one clock: replayed events line up with recorded ones, and
@@ -353,9 +374,12 @@ async fn replay(
         })
         .collect();
     let cancel = CancellationToken::new();
-    let stop = cancel.clone();
+    let (stop, outside) = (cancel.clone(), outside.clone());
     let watchdog = tokio::spawn(async move {
-        tokio::time::sleep_until(horizon).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(horizon) => {}
+            () = outside.cancelled() => {}
+        }
         stop.cancel();
     });
     run_call_list(&executor, calls, concurrency, &cancel, |_| {}).await;
@@ -565,7 +589,8 @@ fn report(
                 .collect();
             let changed = before.differs(&after);
             let lost = before.outcome.is_finished() && after.outcome == CourseOutcome::Failed;
-            let sooner_s = caught_sooner(recorded, &before.fired, &after, &false_positives).map(|c| c.sooner_s);
+            let sooner_s =
+                caught_sooner(recording.run, recorded, &before.fired, &after, &false_positives).map(|c| c.sooner_s);
             let ended_sooner_s = ended_sooner(&before, &after);
             summary.changed += usize::from(changed);
             summary.saved += usize::from(before.outcome == CourseOutcome::Failed && after.outcome.is_finished());
@@ -623,6 +648,7 @@ fn report(
 /// because our own runtime lagged is compared beyond that lag: the replay
 /// fires on time.
 pub fn caught_sooner(
+    run: RunId,
     recorded: &RecordedStream,
     reference: &[FiredTimer],
     after: &StreamCourse,
@@ -651,6 +677,7 @@ pub fn caught_sooner(
     let sooner_s = before_at_s - fired.at_s;
     let margin = before.map_or(FIDELITY_TOLERANCE.as_secs_f64(), tolerance);
     (sooner_s > margin).then(|| Caught {
+        run,
         stream: recorded.id,
         attempt: fired.attempt,
         timer: fired.timer,

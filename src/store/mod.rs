@@ -580,7 +580,14 @@ impl Store {
     /// their ids and wall-clock starts (Unix milliseconds). A watch's
     /// retention reads its rounds this way.
     pub fn ended_with_label(&self, label: &str) -> Result<Vec<(RunId, i64)>, StoreError> {
-        runs::ended_with_label(&self.conn, label).map_err(|e| self.err(e))
+        self.ended_runs(Some(label), i64::MIN)
+    }
+
+    /// The runs no longer running that started at or after `since_ms`
+    /// (Unix milliseconds), labelled `label` when given, newest first:
+    /// their ids and wall-clock starts. Tune reads a history this way.
+    pub fn ended_runs(&self, label: Option<&str>, since_ms: i64) -> Result<Vec<(RunId, i64)>, StoreError> {
+        runs::ended(&self.conn, label, since_ms).map_err(|e| self.err(e))
     }
 
     /// Deletes a run and everything recorded for it; false when there was none.

@@ -541,11 +541,12 @@ pub(crate) fn running(conn: &Connection) -> rusqlite::Result<Vec<Owned>> {
 
 /// The runs labelled `label` that are no longer running, newest first:
 /// their ids and wall-clock starts (Unix milliseconds).
-pub(crate) fn ended_with_label(conn: &Connection, label: &str) -> rusqlite::Result<Vec<(RunId, i64)>> {
+pub(crate) fn ended(conn: &Connection, label: Option<&str>, since_ms: i64) -> rusqlite::Result<Vec<(RunId, i64)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id, started_at FROM runs WHERE label = ?1 AND status != 'running' ORDER BY started_at DESC, id DESC",
+        "SELECT id, started_at FROM runs WHERE (?1 IS NULL OR label = ?1) AND started_at >= ?2 \
+         AND status != 'running' ORDER BY started_at DESC, id DESC",
     )?;
-    stmt.query_map([label], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
+    stmt.query_map(params![label, since_ms], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
 }
 
 /// Marks a run interrupted, ending it at its last recorded event.

@@ -55,10 +55,10 @@ impl Schedule {
     }
 }
 
-/// Reads an interval: a number with a unit, `ms`, `s`, `m` or `h` (`60s`,
-/// `1.5s`, `5m`); a bare number is seconds. At least 1 ms.
+/// Reads an interval: a number with a unit, `ms`, `s`, `m`, `h` or `d`
+/// (`60s`, `1.5s`, `5m`, `7d`); a bare number is seconds. At least 1 ms.
 pub fn parse_every(text: &str) -> Result<Duration, String> {
-    let allowed = "a duration such as 500ms, 60s, 5m or 1h (at least 1 ms)";
+    let allowed = "a duration such as 500ms, 60s, 5m, 1h or 7d (at least 1 ms)";
     let trimmed = text.trim();
     let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
@@ -67,6 +67,7 @@ pub fn parse_every(text: &str) -> Result<Duration, String> {
         "" | "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
+        "d" => 86_400.0,
         _ => return Err(format!("`{text}` is not {allowed}")),
     };
     let seconds = number.parse::<f64>().map(|n| n * scale).map_err(|_| format!("`{text}` is not {allowed}"))?;
