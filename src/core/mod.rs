@@ -58,6 +58,7 @@ pub mod rate_window;
 pub mod ratelimit;
 pub mod redact;
 pub mod retry_after;
+pub mod schedule;
 pub mod transport;
 pub mod upstream;
 pub mod wake_flag;

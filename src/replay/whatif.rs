@@ -31,12 +31,12 @@ use crate::core::event::{AttemptEnd, Event, EventSink, StreamId};
 use crate::core::executor::{Call, Executor};
 use crate::core::fleet::Fleet;
 use crate::core::policy::{CorePolicy, RetrySettings};
+use crate::core::schedule::run_call_list;
 use crate::core::upstream::{CallInput, Upstream, Upstreams};
 use crate::diagnosis::{
     CourseOutcome, Diagnosis, FiredTimer, RunDiagnosis, StreamCourse, StreamFold, diagnose, summarize,
     unknown as unknown_verdict,
 };
-use crate::run::run_call_list;
 use crate::store::RunId;
 use crate::tunables::{TunableError, Tunables, Value};
 
