@@ -104,14 +104,15 @@ impl SuggestionCheck {
         } else if let Some(note) = &self.note {
             ui.label(RichText::new(format!("Suggestions not checked: {note}")).weak());
         } else if let Some((run, found)) = &self.found {
-            let streams = found.len();
-            ui.label(
-                RichText::new(format!(
-                    "Suggestions checked by what-if on run {run}: {streams} stream{} would have been caught sooner",
-                    if streams == 1 { "" } else { "s" }
-                ))
-                .weak(),
-            );
+            let text = match found.len() {
+                0 => format!(
+                    "Suggestions checked by what-if on run {run}: none — no tighter timer keeps room over this run's \
+                     healthy attempts and the floors of real traffic (`stallscope tune {run}` says why, timer by timer)"
+                ),
+                1 => format!("Suggestions checked by what-if on run {run}: 1 stream would have been caught sooner"),
+                n => format!("Suggestions checked by what-if on run {run}: {n} streams would have been caught sooner"),
+            };
+            ui.label(RichText::new(text).weak());
         }
     }
 }

@@ -15,7 +15,7 @@ use egui::{RichText, Ui};
 use serde_json::{Value, json};
 
 use super::lanes::{Lane, LogEntry, Logged, Timeline};
-use super::timeline::{outcome_colour, outcome_name};
+use super::timeline::outcome_colour;
 use super::verdicts;
 use crate::core::category::TimerKind;
 use crate::core::event::EventKind;
@@ -207,7 +207,7 @@ pub fn log_text(timeline: &Timeline, lane: &Lane) -> String {
         "{} → {}: {} after {} attempt(s)\n",
         title(timeline, lane),
         lane.target,
-        outcome_name(lane.outcome),
+        timeline.outcome_name(lane),
         lane.attempt_count
     );
     if let Some(verdict) = timeline.verdict(lane) {
@@ -291,7 +291,7 @@ pub fn stream_json(timeline: &Timeline, lane: &Lane) -> Value {
         "part": timeline.label(lane),
         "stream": lane.stream,
         "target": lane.target,
-        "outcome": outcome_name(lane.outcome),
+        "outcome": timeline.outcome_name(lane),
         "started_s": lane.started_s,
         "finished_s": lane.finished_s,
         "bytes": lane.total_bytes,
@@ -317,7 +317,7 @@ pub fn ui(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64) -> PanelAct
     let detail = StreamDetail::of(lane);
     ui.horizontal(|ui| {
         ui.heading(title(timeline, lane));
-        let outcome = outcome_name(lane.outcome);
+        let outcome = timeline.outcome_name(lane);
         ui.label(RichText::new(format!("■ {outcome}")).color(outcome_colour(lane.outcome)).strong());
         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
             if ui.button("Close").on_hover_text("Esc").clicked() {

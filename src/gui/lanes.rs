@@ -416,6 +416,18 @@ impl Timeline {
         (lane.outcome.is_some() || verdict.kind == VerdictKind::Incomplete).then_some(verdict)
     }
 
+    /// Whether a lane's verdict says a what-if cannot tell how its stream
+    /// ends: its replay ended in a cancellation that was never the call's.
+    pub fn is_unknown(&self, lane: &Lane) -> bool {
+        self.verdicts.get(&(lane.part, lane.stream)).is_some_and(|v| v.kind == VerdictKind::Unknown)
+    }
+
+    /// How a lane ended, as shown: `unknown` for a what-if lane whose end
+    /// cannot be told, else its outcome (`running` until it has one).
+    pub fn outcome_name(&self, lane: &Lane) -> &'static str {
+        if self.is_unknown(lane) { "unknown" } else { super::timeline::outcome_name(lane.outcome) }
+    }
+
     /// Events taken in.
     pub fn event_count(&self) -> u64 {
         self.events
@@ -438,6 +450,7 @@ impl Timeline {
         let mut elapsed = Vec::new();
         for lane in indices.into_iter().filter_map(|i| self.lanes.get(i)) {
             match lane.outcome {
+                _ if self.is_unknown(lane) => summary.unknown += 1,
                 Some(Outcome::Ok) => summary.ok += 1,
                 Some(Outcome::Partial) => summary.partial += 1,
                 Some(Outcome::Failed) => summary.failed += 1,
@@ -560,6 +573,8 @@ pub struct Summary {
     pub cancelled: usize,
     /// Streams still going.
     pub running: usize,
+    /// What-if streams whose end cannot be told.
+    pub unknown: usize,
     /// Retries scheduled, by category.
     pub retries: BTreeMap<Category, u32>,
     /// Median elapsed time of finished streams.
@@ -1274,6 +1289,26 @@ mod tests {
         timeline.set_verdict(part, 0, verdict(VerdictKind::Incomplete));
         timeline.rewind(&checkpoint);
         assert_eq!(timeline.verdict(&timeline.lanes[0]).map(|d| d.kind), Some(VerdictKind::Incomplete));
+    }
+
+    /// Gui review D6: a what-if stream whose end cannot be told ends its
+    /// replay in a cancellation that was never the call's; its lane reads
+    /// and counts as unknown.
+    #[test]
+    fn a_what_if_lane_whose_end_is_unknown_reads_unknown_not_cancelled() {
+        let mut timeline = Timeline::new();
+        let part = timeline.add_part("what-if", 0.0);
+        let start = event(0, 0, 0, EventKind::CallStarted { target: Target::new("p", "m"), context_tokens: None });
+        let cancelled =
+            event(5, 0, 0, EventKind::Finished { outcome: Outcome::Cancelled, attempts: 1, stop_reason: None });
+        for e in [&start, &cancelled] {
+            timeline.ingest(part, e);
+        }
+        assert_eq!(timeline.outcome_name(&timeline.lanes[0]), "cancelled");
+        timeline.set_verdict(part, 0, verdict(VerdictKind::Unknown));
+        assert_eq!(timeline.outcome_name(&timeline.lanes[0]), "unknown");
+        let summary = timeline.summary();
+        assert_eq!((summary.cancelled, summary.unknown), (0, 1));
     }
 
     #[test]

@@ -274,7 +274,7 @@ impl Overview {
                 "{} #{} · {} · {:.3} s\nClick to go to this lane",
                 frame.timeline.label(lane),
                 lane.stream,
-                super::timeline::outcome_name(lane.outcome),
+                frame.timeline.outcome_name(lane),
                 jump.at_s
             );
             response.on_hover_text_at_pointer(text);

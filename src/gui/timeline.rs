@@ -311,6 +311,9 @@ pub fn summary_text(summary: &Summary) -> String {
         "{} ok · {} partial · {} failed · {} cancelled · {} running",
         summary.ok, summary.partial, summary.failed, summary.cancelled, summary.running
     );
+    if summary.unknown > 0 {
+        text.push_str(&format!(" · {} unknown", summary.unknown));
+    }
     let ms = |s: Option<f64>| s.map_or_else(|| "-".to_owned(), |s| format!("{:.0} ms", s * 1000.0));
     text.push_str(&format!("   p50 {}  p99 {}", ms(summary.p50_s), ms(summary.p99_s)));
     if summary.retries.is_empty() {
@@ -704,7 +707,7 @@ impl TimelineView {
                     && (needle.is_empty()
                         || matches(timeline.label(lane))
                         || matches(&lane.target)
-                        || matches(outcome_name(lane.outcome))
+                        || matches(timeline.outcome_name(lane))
                         || lane.last_error.as_deref().is_some_and(matches)
                         || verdict.is_some_and(|d| {
                             matches(d.kind.label())
@@ -848,7 +851,7 @@ impl TimelineView {
                 plot.set_plot_bounds_x(range.start_s..=range.end_s);
                 plot.set_plot_bounds_y(LANE_Y.0..=LANE_Y.1);
                 let columns = area.width().max(1.0) as usize;
-                draw_lane(plot, lane, range, columns, now_s, full_scale);
+                draw_lane(plot, lane, timeline.outcome_name(lane), range, columns, now_s, full_scale);
                 if let Some(at) = cursor {
                     plot.vline(cursor_line(at));
                 }
@@ -946,7 +949,7 @@ fn outcome_rank(outcome: Option<Outcome>) -> u8 {
 
 /// The lane's text: which stream, how it ended, how long, why.
 fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: bool) {
-    let outcome = outcome_name(lane.outcome);
+    let outcome = timeline.outcome_name(lane);
     let title = detail::title(timeline, lane);
     let headline = RichText::new(format!("{title}  {outcome}")).color(outcome_colour(lane.outcome)).strong();
     // One line, cut with "…" (the whole of it on hover), so a long label
@@ -1016,6 +1019,7 @@ struct LaneLabel {
 fn draw_lane(
     plot: &mut egui_plot::PlotUi<'_>,
     lane: &Lane,
+    outcome: &str,
     range: TimeWindow,
     columns: usize,
     now_s: f64,
@@ -1090,7 +1094,7 @@ fn draw_lane(
         plot.points(Points::new(name, at).color(colour).radius(radius).shape(marker).filled(true));
     }
     if let Some(end) = lane.finished_s.filter(|&t| visible(t, t)) {
-        let text = format!("■ {}", outcome_name(lane.outcome));
+        let text = format!("■ {outcome}");
         texts.push(LaneLabel { at_s: end, row: 2, text, colour: outcome_colour(lane.outcome), strong: true });
     }
     draw_labels(plot, &texts, range, columns);
