@@ -572,6 +572,7 @@ fn whatif_json_has_a_fixed_shape_and_refuses_bad_assumptions() {
             "changed",
             "ended_sooner_s",
             "false_positives",
+            "notes",
             "sooner_s",
             "stream",
             "verdict"

@@ -36,24 +36,34 @@ fn whatif(recording: &Recording, sets: &[&str], assumptions: Assumptions) -> Wha
 /// again, up to three times, and only a calm recording's difference fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_tunables_reproduce_every_recorded_scenario() {
-    let runs: Vec<(&str, Dialect)> =
-        builtin_names().iter().flat_map(|name| Dialect::ALL.map(move |dialect| (*name, dialect))).collect();
+    // Each scenario in each dialect, with bodies recorded not at all, as
+    // text or raw in turn, so every scenario and every dialect meets every
+    // mode (review D1: with bodies recorded, an error body replayed as
+    // filler; D2: a raw body cut short replayed as a broken stream).
+    const BODIES: [&str; 3] = ["RECORD_BODIES=off", "RECORD_BODIES=text", "RECORD_BODIES=raw"];
+    let runs: Vec<(&str, Dialect, &str)> = builtin_names()
+        .iter()
+        .enumerate()
+        .flat_map(|(i, name)| {
+            Dialect::ALL.into_iter().enumerate().map(move |(j, dialect)| (*name, dialect, BODIES[(i + j) % 3]))
+        })
+        .collect();
     let recordings = futures_util::future::join_all(
-        runs.iter().map(|&(name, dialect)| async move { record_with_lag(name, dialect, &[]).await }),
+        runs.iter().map(|&(name, dialect, bodies)| async move { record_with_lag(name, dialect, &[bodies]).await }),
     )
     .await;
     let (mut failures, mut unjudged) = (Vec::new(), Vec::new());
-    for (&(name, dialect), (mut recording, mut lag)) in runs.iter().zip(recordings) {
+    for (&(name, dialect, bodies), (mut recording, mut lag)) in runs.iter().zip(recordings) {
         let mut tries = 1;
         let differences = loop {
             let differences = differences(&recording);
             if differences.is_empty() || lag <= FIDELITY_TOLERANCE || tries == 3 {
                 break differences;
             }
-            (recording, lag) = record_with_lag(name, dialect, &[]).await;
+            (recording, lag) = record_with_lag(name, dialect, &[bodies]).await;
             tries += 1;
         };
-        let what = format!("{name} ({})", dialect.name());
+        let what = format!("{name} ({}, {bodies})", dialect.name());
         match (differences.is_empty(), lag <= FIDELITY_TOLERANCE) {
             (true, _) => {}
             (false, true) => failures.push(format!("{what}:\n{}", differences.join("\n"))),
@@ -228,4 +238,80 @@ async fn an_idle_timeout_below_a_buffered_gap_is_a_false_positive() {
         assert!(stream.assumptions.iter().any(|a| a.starts_with("attempt 2 was never recorded")), "{stream:?}");
     }
     assert_eq!(report.summary.false_positives, report.streams.len());
+}
+
+/// Review D1: with bodies recorded (as text or raw), an error body that a
+/// built-in rule reads (`context_length_exceeded`: a context overflow, not
+/// a plain invalid request) replays as recorded, and so classifies as it
+/// did live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_error_body_classifies_in_replay_as_it_did_live() {
+    for bodies in ["RECORD_BODIES=text", "RECORD_BODIES=raw"] {
+        let recording = record("context-overflow", Dialect::OpenAiChat, &[bodies]).await;
+        let report = whatif(&recording, &[], Assumptions::default());
+        for stream in &report.streams {
+            let verdict = stream.verdict.as_ref().unwrap();
+            assert_eq!(verdict.before.kind, VerdictKind::ContextOverflow, "{bodies}: {:?}", verdict.before);
+            assert_eq!(verdict.after.kind, verdict.before.kind, "{bodies}: {:?}", verdict.after);
+        }
+        assert!(Fidelity::of(&report).is_exact(), "{bodies}: {:?}", Fidelity::of(&report));
+    }
+}
+
+/// Review D2: a raw body longer than RECORD_BODY_MAX_KB is recorded cut
+/// short; its replay plays the recorded events, not the cut bytes padded
+/// with spaces, so a stream that completed live completes in replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raw_body_cut_at_its_cap_replays_as_the_stream_it_was() {
+    let recording = record("healthy", Dialect::AnthropicMessages, &["RECORD_BODIES=raw", "RECORD_BODY_MAX_KB=1"]).await;
+    let cut = recording
+        .streams
+        .iter()
+        .flat_map(|s| &s.attempts)
+        .any(|a| matches!(&a.body, Some(stallscope::core::event::RecordedBody::Raw { truncated: true, .. })));
+    assert!(cut, "the body outgrew its 1 KiB cap");
+    let report = whatif(&recording, &[], Assumptions::default());
+    assert!(report.streams.iter().all(|s| s.after.outcome == CourseOutcome::Ok), "{:?}", report.streams);
+    assert!(Fidelity::of(&report).is_exact(), "{:?}", Fidelity::of(&report));
+}
+
+/// Review R9: an error body recorded only in part is classified in replay
+/// from what was kept, and the report says so for the attempts it played.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_body_recorded_in_part_is_noted() {
+    let mut recording = record("context-overflow", Dialect::OpenAiChat, &[]).await;
+    let stream = &mut recording.streams[0];
+    stream.attempts[0].response.as_mut().unwrap().error_body_cut = true;
+    let id = stream.id;
+    let report = whatif(&recording, &[], Assumptions::default());
+    let noted = report.streams.iter().find(|s| s.stream == id).unwrap();
+    assert!(
+        noted.notes.iter().any(|n| n.starts_with("attempt 1: the error body was recorded cut to 4 KiB")),
+        "{noted:?}"
+    );
+    assert!(noted.assumptions.is_empty(), "a note is no assumption: {noted:?}");
+    assert!(report.streams.iter().filter(|s| s.stream != id).all(|s| s.notes.is_empty()));
+}
+
+/// Review R7: keep-alives assumed to go on past the recording, with the
+/// data-stall timer off and nothing else armed but the idle timer they
+/// reset, would ping until the replay's day-long horizon: a wake and an
+/// event each. The play stops there instead and says the stream's end is
+/// unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalives_assumed_forever_stop_where_only_the_idle_timer_could_end_them() {
+    let recording = record("ping-flood-stall", Dialect::OpenAiChat, &[]).await;
+    let keepalives = Assumptions { stall: StallAssumption::Keepalives, ..Assumptions::default() };
+    let sink = Arc::new(VecSink::new());
+    let whatif =
+        WhatIf { overrides: vec!["SSE_DATA_STALL_TIMEOUT_S=0".into()], assumptions: keepalives, verdicts: true };
+    let report = what_if_watched(&recording, &whatif, Some(sink.clone())).unwrap();
+    for stream in &report.streams {
+        assert_eq!(stream.after.outcome, CourseOutcome::Unknown, "{stream:?}");
+        assert!(stream.assumptions.iter().any(|a| a.contains("it would never end")), "{stream:?}");
+    }
+    // Every recorded event replayed and a few more, not a day of pings.
+    let recorded: usize =
+        recording.streams.iter().map(|s| s.attempts.iter().map(|a| a.events.len() * 3).sum::<usize>()).sum();
+    assert!(sink.events().len() < recorded + 200, "{} events", sink.events().len());
 }

@@ -146,6 +146,7 @@ fn show(store: &Store, id: RunId, json: bool, check: Option<f64>, out: &mut dyn 
     let Some(mut report) = store.diagnosed_report(id)? else {
         return show_unfinished(store, &record, json, out);
     };
+    let mut none_checked = false;
     if let Some(floor_scale) = check
         && advice::worth_checking(report.streams.iter().filter_map(|s| s.diagnosis.as_ref()))
     {
@@ -155,7 +156,10 @@ fn show(store: &Store, id: RunId, json: bool, check: Option<f64>, out: &mut dyn 
             .map_err(anyhow::Error::from)
             .and_then(|recording| Ok(tune(std::slice::from_ref(&recording), &options)?));
         match checked {
-            Ok(found) => advice::attach(&mut report, id, &found),
+            Ok(found) => {
+                none_checked = advice::by_stream(&found, id).is_empty();
+                advice::attach(&mut report, id, &found);
+            }
             Err(e) if json => eprintln!("stallscope: suggestions not checked: {e:#}"),
             Err(e) => writeln!(out, "suggestions not checked: {e:#}")?,
         }
@@ -165,6 +169,13 @@ fn show(store: &Store, id: RunId, json: bool, check: Option<f64>, out: &mut dyn 
         return Ok(());
     }
     super::run::print_report(&report, out)?;
+    if none_checked {
+        writeln!(
+            out,
+            "checked by what-if: no suggestion — no tighter timer keeps room over this run's healthy attempts and \
+             the floors of real traffic (`stallscope tune {id}` says why, timer by timer)"
+        )?;
+    }
     print_recording(&record, out)
 }
 

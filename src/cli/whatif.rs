@@ -124,6 +124,9 @@ fn print(report: &WhatIfReport, out: &mut dyn Write) -> Result<()> {
         for assumption in &stream.assumptions {
             writeln!(out, "        assumes: {assumption}")?;
         }
+        for note in &stream.notes {
+            writeln!(out, "        note: {note}")?;
+        }
         if let Some(v) = stream.verdict.as_ref().filter(|v| v.before.kind != v.after.kind) {
             writeln!(out, "        verdict: {} → {}: {}", v.before.kind, v.after.kind, v.after.summary)?;
         }

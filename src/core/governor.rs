@@ -44,7 +44,7 @@ use super::upstream::{AttemptRequest, Body, Chunk, Decoded, Upstream};
 use super::wake_flag::WakeFlag;
 
 /// How much of an error body is kept for classification.
-const ERROR_BODY_LIMIT: usize = 64 * 1024;
+pub const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// Where the attempt's events go and what bounds it from outside.
 pub struct AttemptScope<'a> {

@@ -171,6 +171,7 @@ fn diff_table(ui: &mut Ui, report: &WhatIfReport) {
                     .map(|f| format!("false positive: {} in healthy attempt {}", f.timer, f.attempt)),
             );
             notes.extend(stream.assumptions.iter().cloned());
+            notes.extend(stream.notes.iter().cloned());
             if let Some(v) = stream.verdict.as_ref().filter(|v| v.before.kind != v.after.kind) {
                 notes.push(format!("verdict: {} → {}", v.before.kind.label(), v.after.kind.label()));
             }
@@ -183,7 +184,11 @@ fn diff_table(ui: &mut Ui, report: &WhatIfReport) {
 /// Whether a stream's what-if has something to show in the table: a
 /// change, a stall caught or a call ended sooner or later, an assumption.
 fn differs(stream: &StreamWhatIf) -> bool {
-    stream.changed || stream.sooner_s.is_some() || stream.ended_sooner_s.is_some() || !stream.assumptions.is_empty()
+    stream.changed
+        || stream.sooner_s.is_some()
+        || stream.ended_sooner_s.is_some()
+        || !stream.assumptions.is_empty()
+        || !stream.notes.is_empty()
 }
 
 /// What differs between two courses, in words (times aside: see

@@ -8,6 +8,7 @@
 //! the verdicts they would have changed ([`advice`]).
 
 pub mod advice;
+pub mod attempt_body;
 pub mod recording;
 pub mod tune;
 pub mod upstream;

@@ -119,8 +119,10 @@ pub struct RecordedAttempt {
     pub ended: Option<(Duration, AttemptEnd)>,
     /// The stop reason the stream reported.
     pub stop_reason: Option<String>,
-    /// The failure's description as classified (in-stream error messages,
-    /// transport messages).
+    /// The failure's description as its own classification gave it
+    /// (in-stream error messages, transport messages; see
+    /// [`recorded_message`](super::attempt_body::recorded_message) for the
+    /// message it described).
     pub message: Option<String>,
     /// The body, when bodies were recorded.
     pub body: Option<RecordedBody>,
@@ -168,8 +170,13 @@ pub struct RecordedResponse {
     pub content_type: Option<String>,
     /// The allowlisted headers.
     pub headers: Vec<(String, String)>,
-    /// The start of an error body.
+    /// The start of an error body, as recorded (redacted, at most
+    /// [`ERROR_BODY_RECORDED`](crate::core::evidence::ERROR_BODY_RECORDED)
+    /// bytes).
     pub error_body: Option<String>,
+    /// Whether the error body was longer than what was recorded: its
+    /// replay is classified from the start kept.
+    pub error_body_cut: bool,
 }
 
 /// One chunk, and how many parsed events the decoder found in it (the
@@ -265,6 +272,7 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
                     content_type: content_type.clone(),
                     headers: Vec::new(),
                     error_body: None,
+                    error_body_cut: false,
                 });
             }
             (EventKind::ResponseHeaders { headers }, Some(attempt)) => {
@@ -272,9 +280,9 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
                     response.headers.clone_from(headers);
                 }
             }
-            (EventKind::ErrorBody { body, .. }, Some(attempt)) => {
+            (EventKind::ErrorBody { body, truncated }, Some(attempt)) => {
                 if let Some(response) = &mut attempt.response {
-                    response.error_body = Some(body.clone());
+                    (response.error_body, response.error_body_cut) = (Some(body.clone()), *truncated);
                 }
             }
             (EventKind::ChunkReceived { bytes }, Some(_)) => {
@@ -295,7 +303,12 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
                 attempt.ended = Some((event.at, end.clone()));
                 attempt.stop_reason.clone_from(stop_reason);
             }
-            (EventKind::ErrorClassified { message, .. }, Some(attempt)) if attempt.ended.is_some() => {
+            // The attempt's own classification: the executor's reading
+            // after it (a backoff that would cross the deadline, a
+            // cancellation in backoff) is not what the attempt's failure was.
+            (EventKind::ErrorClassified { message, .. }, Some(attempt))
+                if attempt.ended.is_some() && attempt.message.is_none() =>
+            {
                 attempt.message = Some(message.clone());
             }
             (EventKind::BodyRecorded { body }, Some(attempt)) => attempt.body = Some(body.clone()),
@@ -350,6 +363,19 @@ mod tests {
                     retryable: true,
                     rule: "builtin: timer fired".into(),
                     message: "idle timer fired after 0.041 s".into(),
+                },
+            ),
+            // The executor's own reading after the attempt (review D7).
+            at(
+                50,
+                1,
+                EventKind::ErrorClassified {
+                    category: crate::core::category::Category::Timeout,
+                    timer: Some(TimerKind::Deadline),
+                    status: None,
+                    retryable: false,
+                    rule: "builtin: deadline".into(),
+                    message: "a 2.000 s backoff would cross the 30.000 s call deadline".into(),
                 },
             ),
             at(60, 2, EventKind::AttemptStarted { target: t.clone(), credential: None }),

@@ -29,11 +29,12 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
 use tokio::time::{Instant, Sleep};
 
+use super::attempt_body::{BodyEnd, BodySource, recorded_message};
 use super::recording::{RecordedAttempt, RecordedChunk, Recording};
 use crate::core::category::TimerKind;
 use crate::core::event::{AttemptEnd, EventClass, RecordedBody, StreamId};
 use crate::core::failover::Target;
-use crate::core::failure::Failure;
+use crate::core::failure::{Failure, TransportKind};
 use crate::core::upstream::{AttemptRequest, Chunk, Decoded, Decoder, Response, Upstream};
 use crate::providers::Dialect;
 
@@ -124,6 +125,10 @@ pub struct Played {
     /// The stall assumption, once the play went past where the recording
     /// stops.
     pub past_recording: Option<StallAssumption>,
+    /// Whether it was stopped past the recording because keep-alives
+    /// assumed to go on would reset the only clock armed to end it (the
+    /// idle timer): it would never end, and its end is unknown.
+    pub endless: bool,
 }
 
 /// Where the replayed attempts of a run came from.
@@ -145,11 +150,19 @@ impl PlayLog {
     }
 
     fn went_past_recording(&self, stream: StreamId, attempt: u32, assumption: StallAssumption) {
+        self.mark(stream, attempt, |played| played.past_recording = Some(assumption));
+    }
+
+    fn never_ends(&self, stream: StreamId, attempt: u32) {
+        self.mark(stream, attempt, |played| played.endless = true);
+    }
+
+    fn mark(&self, stream: StreamId, attempt: u32, change: impl FnOnce(&mut Played)) {
         if let Ok(mut streams) = self.streams.lock()
             && let Some(played) =
                 streams.get_mut(&stream).and_then(|p| p.iter_mut().rev().find(|p| p.attempt == attempt))
         {
-            played.past_recording = Some(assumption);
+            change(played);
         }
     }
 }
@@ -165,6 +178,13 @@ pub struct Playback {
     pub connect_timeout: Duration,
     /// The HTTP client's read backstop, emulated.
     pub read_backstop: Option<Duration>,
+    /// Whether the idle timer is the only clock that could end an attempt
+    /// past its recording (no data-stall timer, total, throughput floor or
+    /// deadline is armed): keep-alives assumed to go on there reset it
+    /// forever, and rather than replay pings to the horizon (a wake and an
+    /// event each, 86,400 a stream in a day at one a second) the play stops
+    /// and says the stream's end is unknown.
+    pub only_idle_ends: bool,
     /// The replay's epoch: "now" in the run is `Instant::now() - epoch`.
     pub epoch: Instant,
     /// Where the replay stops. A body hands over its chunks due before it
@@ -207,6 +227,7 @@ impl Upstream for RecordedUpstream {
                 healthy: source.is_some_and(|(_, _, healthy)| healthy),
                 chosen_by,
                 past_recording: None,
+                endless: false,
             },
         );
         let raw_decodable = self.dialect.is_some();
@@ -306,21 +327,34 @@ async fn play(
         Some((at, end)) => (offset(*at), Some(end.clone())),
         None => (recorded.chunks.last().map_or(Duration::ZERO, |c| offset(c.at)), None),
     };
-    let message = || recorded.message.clone().unwrap_or_else(|| "as recorded".to_owned());
+    let broken = |kind: TransportKind| {
+        let shape = Failure::Transport { kind, message: String::new() };
+        let message =
+            recorded.message.as_deref().map_or_else(|| "as recorded".to_owned(), |m| recorded_message(&shape, m));
+        Failure::Transport { kind, message }
+    };
     let connect = playback.connect_timeout;
+    // The client's read backstop bounds the wait for headers too, from
+    // when the request was sent.
+    let backstop = playback.read_backstop.filter(|b| !b.is_zero());
+    let headers_at = recorded.response.as_ref().map_or(end_at, |r| offset(r.at));
+    if let Some(backstop) = backstop.filter(|&b| b < headers_at) {
+        tokio::time::sleep(backstop).await;
+        return Err(Failure::Timeout { timer: TimerKind::Idle, after: backstop });
+    }
     let Some(response) = &recorded.response else {
         // No headers came: it failed (or was given up on) while connecting
         // or waiting for them.
-        match end {
-            Some(AttemptEnd::Transport { kind }) => {
+        match (recorded.body_end(), &end) {
+            (BodyEnd::Breaks(kind), _) => {
                 if kind.is_connect() && !connect.is_zero() && connect < end_at {
                     tokio::time::sleep(connect).await;
                     return Err(Failure::Timeout { timer: TimerKind::Connect, after: connect });
                 }
                 tokio::time::sleep(end_at).await;
-                return Err(Failure::Transport { kind, message: message() });
+                return Err(broken(kind));
             }
-            Some(AttemptEnd::Timer { timer: TimerKind::Connect }) if !connect.is_zero() && connect <= end_at => {
+            (_, Some(AttemptEnd::Timer { timer: TimerKind::Connect })) if !connect.is_zero() && connect <= end_at => {
                 tokio::time::sleep(connect).await;
                 return Err(Failure::Timeout { timer: TimerKind::Connect, after: connect });
             }
@@ -331,17 +365,21 @@ async fn play(
                 if assumption == StallAssumption::Stop {
                     return Err(Failure::Cancelled);
                 }
-                // Still connecting: our connect timer is the first to end it,
-                // when it reaches past the recording.
+                // Still waiting: our connect timer is the first to end it,
+                // when it reaches past the recording; else the backstop.
                 if matches!(end, Some(AttemptEnd::Timer { timer: TimerKind::Connect })) && !connect.is_zero() {
                     tokio::time::sleep_until(start + connect).await;
                     return Err(Failure::Timeout { timer: TimerKind::Connect, after: connect });
+                }
+                if let Some(backstop) = backstop {
+                    tokio::time::sleep_until(start + backstop).await;
+                    return Err(Failure::Timeout { timer: TimerKind::Idle, after: backstop });
                 }
                 return std::future::pending().await;
             }
         }
     };
-    tokio::time::sleep_until(start + offset(response.at)).await;
+    tokio::time::sleep_until(start + headers_at).await;
     let mut headers = HeaderMap::new();
     for (name, value) in &response.headers {
         if let (Ok(name), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str())) {
@@ -354,27 +392,24 @@ async fn play(
     {
         headers.insert(http::header::CONTENT_TYPE, value);
     }
-    let tail = match &end {
-        None | Some(AttemptEnd::Timer { .. } | AttemptEnd::Cancelled) => Tail::Abandoned,
-        Some(AttemptEnd::Transport { kind }) => Tail::Fail(Failure::Transport { kind: *kind, message: message() }),
-        Some(AttemptEnd::Done | AttemptEnd::Status { .. } | AttemptEnd::InStream { .. } | AttemptEnd::Malformed) => {
-            Tail::End
-        }
+    let tail = match recorded.body_end() {
+        BodyEnd::Abandoned => Tail::Abandoned,
+        BodyEnd::Breaks(kind) => Tail::Fail(broken(kind)),
+        BodyEnd::Ends => Tail::End,
     };
-    let is_stream = (200..300).contains(&response.status)
-        && response.content_type.as_deref().is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream"));
-    let raw = match &recorded.body {
-        Some(RecordedBody::Raw { bytes, .. }) if raw_decodable && is_stream => Some(Bytes::from(bytes.clone())),
-        None if !is_stream => response.error_body.clone().map(Bytes::from),
-        _ => None,
+    // Raw stream bytes go through the dialect's real decoder (which takes
+    // a known dialect); a body that is not a stream is read whole, as
+    // recorded; the rest decode into their recorded events.
+    let (source, real_bytes) = match recorded.body_source() {
+        Some(BodySource::Raw(bytes)) if raw_decodable => (Some(Bytes::copy_from_slice(bytes)), true),
+        Some(BodySource::Fixed(bytes)) => (Some(Bytes::copy_from_slice(bytes)), false),
+        _ => (None, false),
     };
     // Only an attempt the recording stops in may go on pinging (worked out
     // only then: it reads every chunk of the attempt).
     let pings_past_recording =
         playback.assumptions.stall == StallAssumption::Keepalives && matches!(tail, Tail::Abandoned);
     let keepalive = if pings_past_recording { keepalive_rhythm(recorded) } else { None };
-    // Raw stream bytes go through the dialect's real decoder.
-    let real_bytes = raw.is_some() && is_stream;
     let decoder: Option<Box<dyn Decoder>> =
         if real_bytes { None } else { Some(Box::new(Recorded::new(recorded, end.as_ref(), keepalive.is_some()))) };
     let play = Play {
@@ -385,11 +420,12 @@ async fn play(
         start,
         ahead_until: playback.horizon.saturating_duration_since(start),
         next: 0,
-        source: raw,
+        source,
         used: 0,
         tail: Some(tail),
         end_at,
-        last: Duration::ZERO,
+        last_byte: headers_at,
+        pinged_at: end_at,
         waiting: None,
         keepalive,
         raw_pings: real_bytes,
@@ -446,8 +482,13 @@ struct Play {
     used: usize,
     tail: Option<Tail>,
     end_at: Duration,
-    /// When the last chunk came (since the attempt's start).
-    last: Duration,
+    /// When the last byte came, or the headers before the first (since the
+    /// attempt's start): what the read backstop measures its gap from, as
+    /// the client restarts it on the first body poll and after each frame.
+    last_byte: Duration,
+    /// When the last keep-alive assumed past the recording came (from the
+    /// recording's end): the rhythm's anchor.
+    pinged_at: Duration,
     /// What it waits for, once the sleep is set for it.
     waiting: Option<Due>,
     keepalive: Option<(Duration, usize)>,
@@ -483,7 +524,8 @@ impl Play {
                     (StallAssumption::Keepalives, Some((interval, size))) => {
                         self.tail = None;
                         let bytes = if self.raw_pings { Bytes::from_static(b": keep-alive\n\n") } else { filler(size) };
-                        Due::Item(self.last + interval, Some(Ok(bytes)))
+                        self.pinged_at += interval;
+                        Due::Item(self.pinged_at, Some(Ok(bytes)))
                     }
                     _ => Due::Never,
                 },
@@ -496,7 +538,7 @@ impl Play {
         match self.playback.read_backstop {
             Some(backstop) if !self.backstop_allows(at) => {
                 let timeout = Failure::Timeout { timer: TimerKind::Idle, after: backstop };
-                Due::Item(self.last + backstop, Some(Err(timeout)))
+                Due::Item(self.last_byte + backstop, Some(Err(timeout)))
             }
             _ => due,
         }
@@ -519,7 +561,9 @@ impl Play {
     /// Whether the client's read backstop lets the gap since the last byte
     /// reach `at`.
     fn backstop_allows(&self, at: Duration) -> bool {
-        self.playback.read_backstop.is_none_or(|backstop| at.saturating_sub(self.last) <= backstop)
+        self.playback
+            .read_backstop
+            .is_none_or(|backstop| backstop.is_zero() || at.saturating_sub(self.last_byte) <= backstop)
     }
 
     /// The next `size` bytes of the source, or filler. Inlined, as are the
@@ -552,7 +596,7 @@ impl futures_util::Stream for Play {
                     && at <= play.ahead_until
                     && play.backstop_allows(at)
                 {
-                    play.last = at;
+                    play.last_byte = at;
                     let bytes = play.take_chunk(size);
                     return Poll::Ready(Some(Ok(Chunk { bytes, arrived: Some(play.start + at) })));
                 }
@@ -571,7 +615,7 @@ impl futures_util::Stream for Play {
             }
             match play.waiting.take() {
                 Some(Due::Item(at, item)) => {
-                    play.last = at;
+                    play.last_byte = at;
                     if matches!(item, Some(Err(_))) {
                         // A failure ends the body: nothing follows it.
                         (play.next, play.tail) = (usize::MAX, Some(Tail::End));
@@ -579,15 +623,18 @@ impl futures_util::Stream for Play {
                     let arrived = Some(play.start + at);
                     return Poll::Ready(item.map(|item| item.map(|bytes| Chunk { bytes, arrived })));
                 }
-                Some(Due::PastRecording(at)) => {
+                Some(Due::PastRecording(_)) => {
                     // The play reached where the recording stops: from here
                     // on it plays what is assumed.
                     let assumption = play.playback.assumptions.stall;
                     play.playback.log.went_past_recording(play.ids.0, play.ids.1, assumption);
+                    if play.keepalive.is_some() && play.playback.only_idle_ends {
+                        play.playback.log.never_ends(play.ids.0, play.ids.1);
+                        return Poll::Ready(Some(Err(Failure::Cancelled)));
+                    }
                     if assumption == StallAssumption::Stop {
                         return Poll::Ready(Some(Err(Failure::Cancelled)));
                     }
-                    play.last = at - RECORDING_GRACE;
                 }
                 Some(Due::Never) | None => return Poll::Pending,
             }
@@ -647,13 +694,19 @@ impl Recorded {
             Some(RecordedBody::Text { texts, .. }) => texts.clone(),
             _ => Vec::new(),
         };
-        let message = recorded.message.clone().unwrap_or_default();
+        let described = recorded.message.as_deref().unwrap_or_default();
         let ending = match end {
             Some(AttemptEnd::Done) => {
                 recorded.stop_reason.iter().cloned().map(Decoded::StopReason).chain([Decoded::Done]).collect()
             }
-            Some(AttemptEnd::InStream { code }) => vec![Decoded::Error { code: code.clone(), message }],
-            Some(AttemptEnd::Malformed) => vec![Decoded::Malformed(message)],
+            Some(AttemptEnd::InStream { code }) => {
+                let shape = Failure::InStream { code: code.clone(), message: String::new() };
+                vec![Decoded::Error { code: code.clone(), message: recorded_message(&shape, described) }]
+            }
+            Some(AttemptEnd::Malformed) => {
+                let shape = Failure::Malformed { message: String::new() };
+                vec![Decoded::Malformed(recorded_message(&shape, described))]
+            }
             _ => Vec::new(),
         };
         Recorded {
@@ -742,6 +795,7 @@ mod tests {
                 content_type: Some("text/event-stream".into()),
                 headers: vec![],
                 error_body: None,
+                error_body_cut: false,
             }),
             chunks: chunks
                 .iter()
@@ -760,6 +814,10 @@ mod tests {
     }
 
     fn playback(attempt: RecordedAttempt) -> Arc<Playback> {
+        playback_with(attempt, None)
+    }
+
+    fn playback_with(attempt: RecordedAttempt, read_backstop: Option<Duration>) -> Arc<Playback> {
         let stream = RecordedStream {
             id: 0,
             target: attempt.target.clone(),
@@ -791,7 +849,8 @@ mod tests {
             recording: Arc::new(recording),
             assumptions: Assumptions::default(),
             connect_timeout: Duration::from_secs(10),
-            read_backstop: None,
+            read_backstop,
+            only_idle_ends: false,
             epoch: Instant::now(),
             horizon: Instant::now() + Duration::from_secs(3600),
             log: PlayLog::default(),
@@ -845,5 +904,68 @@ mod tests {
                 (Bytes::from_static(b"oaded_erro"), Duration::from_millis(25))
             ]
         );
+    }
+
+    /// A failure as the test reads it: what it says and when it came.
+    type Failed = (String, Duration);
+
+    /// Opens the attempt and reads its body: each chunk's offset from the
+    /// open, or the failure and when it came.
+    async fn read(up: &RecordedUpstream) -> Result<Vec<Result<Duration, Failed>>, Failed> {
+        let target = Target::new("p", "m");
+        let input = crate::core::upstream::CallInput::default();
+        let request = AttemptRequest { stream: 0, attempt: 1, target: &target, credential: None, input: &input };
+        let started = Instant::now();
+        let response = up.open(request).await.map_err(|f| (f.to_string(), started.elapsed()))?;
+        let items: Vec<Result<crate::core::upstream::Chunk, Failure>> = response.body.collect().await;
+        Ok(items
+            .into_iter()
+            .map(|item| match item {
+                Ok(chunk) => Ok(chunk.arrived.map_or_else(|| started.elapsed(), |at| at - started)),
+                Err(failure) => Err((failure.to_string(), started.elapsed())),
+            })
+            .collect())
+    }
+
+    /// Review D4: the client's read backstop bounds the wait for headers
+    /// from the request, and then each gap from the headers or the last
+    /// byte, as reqwest arms it; past the recording it still runs from
+    /// the last byte.
+    #[tokio::test(start_paused = true)]
+    async fn the_read_backstop_runs_from_the_request_then_from_the_headers_and_each_byte() {
+        let ms = Duration::from_millis;
+        let content: &[(EventClass, u32)] = &[(EventClass::Content, 2)];
+        // Headers 10 ms in, the first byte 25 ms after them (35 ms in).
+        let healthy = attempt(&[(135, 10, content)], Some((135, AttemptEnd::Done)));
+        let up = RecordedUpstream::new(None, playback_with(healthy, Some(ms(30))));
+        assert_eq!(read(&up).await.unwrap(), [Ok(ms(35))]);
+
+        // No headers before our idle timer gave up at 50 ms: the backstop
+        // ends the wait at 30 ms.
+        let mut waiting = attempt(&[], Some((150, AttemptEnd::Timer { timer: TimerKind::Idle })));
+        waiting.response = None;
+        let up = RecordedUpstream::new(None, playback_with(waiting, Some(ms(30))));
+        assert_eq!(read(&up).await.unwrap_err(), ("idle timer fired after 0.030 s".to_owned(), ms(30)));
+
+        // The last byte 20 ms in, our data-stall timer gave up at 70 ms; a
+        // 100 ms backstop ends the silence 100 ms after the last byte.
+        let stalled = attempt(&[(120, 10, content)], Some((170, AttemptEnd::Timer { timer: TimerKind::DataStall })));
+        let up = RecordedUpstream::new(None, playback_with(stalled, Some(ms(100))));
+        let backstop = ("idle timer fired after 0.100 s".to_owned(), ms(120));
+        assert_eq!(read(&up).await.unwrap(), [Ok(ms(20)), Err(backstop)]);
+    }
+
+    /// Review D7: a failure rebuilt from its recorded description carries
+    /// the message it described, not the description again.
+    #[tokio::test(start_paused = true)]
+    async fn a_replayed_break_carries_its_recorded_message_once() {
+        let content: &[(EventClass, u32)] = &[(EventClass::Content, 2)];
+        let mut reset =
+            attempt(&[(120, 10, content)], Some((130, AttemptEnd::Transport { kind: TransportKind::Reset })));
+        reset.message =
+            Some(Failure::Transport { kind: TransportKind::Reset, message: "peer reset".into() }.to_string());
+        let up = RecordedUpstream::new(None, playback(reset));
+        let items = read(&up).await.unwrap();
+        assert_eq!(items[1], Err(("connection reset: peer reset".to_owned(), Duration::from_millis(30))));
     }
 }

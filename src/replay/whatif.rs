@@ -201,6 +201,10 @@ pub struct StreamWhatIf {
     /// unknown, or the difference is within what the replay itself does
     /// not reproduce (the timers' tolerance and our own runtime's lag).
     pub ended_sooner_s: Option<f64>,
+    /// What its replay could not take from the recording, in words (an
+    /// error body recorded only in part); unlike an assumption, no choice
+    /// of the operator's.
+    pub notes: Vec<String>,
     /// Its verdict as recorded and under the change, when asked for.
     pub verdict: Option<VerdictChange<Diagnosis>>,
 }
@@ -322,6 +326,13 @@ async fn replay(
         assumptions,
         connect_timeout: policy.transport.connect_timeout,
         read_backstop: policy.transport.read_timeout,
+        only_idle_ends: {
+            let timers = &policy.timers;
+            timers.data_stall.is_none()
+                && timers.total.is_none()
+                && timers.min_rate.is_none()
+                && policy.retry.deadline.is_none()
+        },
         epoch,
         horizon,
         log: Default::default(),
@@ -562,8 +573,11 @@ fn report(
             };
             let played = plays.get(&recorded.id).map_or(&[][..], Vec::as_slice);
             let assumptions = assumptions_used(played);
+            let notes = notes(recording, played);
             let stopped = played.iter().any(|p| {
-                p.chosen_by == Some(AttemptAssumption::Stop) || p.past_recording == Some(StallAssumption::Stop)
+                p.chosen_by == Some(AttemptAssumption::Stop)
+                    || p.past_recording == Some(StallAssumption::Stop)
+                    || p.endless
             });
             let cut_by_horizon =
                 (after.outcome == CourseOutcome::Cancelled || !started) && before.outcome != CourseOutcome::Cancelled;
@@ -615,6 +629,7 @@ fn report(
                 false_positives,
                 sooner_s,
                 ended_sooner_s,
+                notes,
                 verdict,
             }
         })
@@ -713,6 +728,26 @@ fn ended_sooner(before: &StreamCourse, after: &StreamCourse) -> Option<f64> {
     (!decided_alike && sooner.abs() > tolerance).then_some(sooner)
 }
 
+/// What a stream's replay could not take from the recording, in words.
+fn notes(recording: &Recording, played: &[Played]) -> Vec<String> {
+    played
+        .iter()
+        .filter_map(|p| {
+            let (stream, ordinal) = p.source?;
+            let attempt = recording.stream(stream)?.attempts.iter().find(|a| a.ordinal == ordinal)?;
+            attempt.response.as_ref().filter(|r| r.error_body_cut).map(|_| {
+                format!(
+                    "attempt {}: the error body was recorded cut to {} KiB and redacted, so its replay is classified \
+                     from what was kept (live, the classifier read up to {} KiB as it came)",
+                    p.attempt,
+                    crate::core::evidence::ERROR_BODY_RECORDED / 1024,
+                    crate::core::governor::ERROR_BODY_LIMIT / 1024
+                )
+            })
+        })
+        .collect()
+}
+
 /// What a stream's replay assumed, in words.
 fn assumptions_used(played: &[Played]) -> Vec<String> {
     let mut used = Vec::new();
@@ -729,6 +764,13 @@ fn assumptions_used(played: &[Played]) -> Vec<String> {
                 "attempt {} outlived its recording: assumed the stall continues as {}",
                 p.attempt,
                 stall.name()
+            ));
+        }
+        if p.endless {
+            used.push(format!(
+                "attempt {}'s keep-alives would reset the idle timer, the only timer armed to end it: it would \
+                 never end, so its end is unknown",
+                p.attempt
             ));
         }
     }

@@ -33,9 +33,10 @@ use super::reply::{Head, Reply, ReplyBody};
 use super::scenario::{FRAMING_HEADERS, StreamError};
 use super::wire::{Kind, Renderer};
 use crate::core::event::{AttemptEnd, EventClass, RecordedBody, StreamId};
-use crate::core::failure::TransportKind;
+use crate::core::failure::{Failure, TransportKind};
 use crate::core::upstream::{Decoded, Decoder};
 use crate::providers::Dialect;
+use crate::replay::attempt_body::{BodyEnd, BodySource, recorded_message};
 use crate::replay::recording::{RecordedAttempt, RecordedChunk, RecordedResponse, Recording};
 use crate::store::RunId;
 
@@ -126,33 +127,27 @@ impl Timing {
 /// The reply that plays `attempt`; `None` when it must be re-rendered and
 /// no dialect is known.
 fn reply(attempt: &RecordedAttempt, dialect: Option<Dialect>, timing: &Timing) -> Option<Reply> {
-    let end = attempt.ended.as_ref().map(|(at, end)| (*at, end));
+    let ended_at = attempt.ended.as_ref().map(|(at, _)| *at);
     let Some(response) = &attempt.response else {
-        let abort = match end {
-            Some((_, AttemptEnd::Transport { kind: TransportKind::Closed })) => Some(Abort::Hangup),
-            Some((_, AttemptEnd::Transport { .. })) => Some(Abort::Reset),
-            _ => None,
+        let abort = match attempt.body_end() {
+            BodyEnd::Breaks(TransportKind::Closed) => Some(Abort::Hangup),
+            BodyEnd::Breaks(_) => Some(Abort::Reset),
+            BodyEnd::Ends | BodyEnd::Abandoned => None,
         };
-        let delay = match (abort, end) {
-            (Some(_), Some((at, _))) => timing.between(timing.started, at),
+        let delay = match (abort, ended_at) {
+            (Some(_), Some(at)) => timing.between(timing.started, at),
             _ => Duration::ZERO,
         };
         return Some(Reply::Unanswered { delay, abort });
     };
     let delay = timing.between(timing.started, response.at);
     let head = head(response, timing);
-    let raw = match &attempt.body {
-        Some(RecordedBody::Raw { bytes, truncated: false }) => Some(bytes.as_slice()),
-        _ => None,
-    };
-    let streamed = (200..300).contains(&response.status) && !matches!(end, Some((_, AttemptEnd::Status { .. })));
-    if !streamed {
-        let body = raw.map(<[u8]>::to_vec).or_else(|| response.error_body.clone().map(String::into_bytes));
-        return Some(Reply::Respond { delay, head, body: ReplyBody::Fixed(Bytes::from(body.unwrap_or_default())) });
-    }
-    let payloads = match raw {
-        Some(raw) => split(raw, &attempt.chunks),
-        None => rerender(attempt, dialect?),
+    let payloads = match attempt.body_source()? {
+        BodySource::Fixed(body) => {
+            return Some(Reply::Respond { delay, head, body: ReplyBody::Fixed(Bytes::copy_from_slice(body)) });
+        }
+        BodySource::Raw(raw) => split(raw, &attempt.chunks),
+        BodySource::Events => rerender(attempt, dialect?),
     };
     let mut timed = Vec::new();
     let mut last = response.at;
@@ -166,17 +161,17 @@ fn reply(attempt: &RecordedAttempt, dialect: Option<Dialect>, timing: &Timing) -
         }
         last = chunk.at;
     }
-    let ending = match end {
-        None | Some((_, AttemptEnd::Timer { .. } | AttemptEnd::Cancelled)) => Ending::Hold,
-        Some((at, AttemptEnd::Transport { kind })) => {
-            timed.push(Timed::Sleep(timing.between(last, at)));
+    let ending = match attempt.body_end() {
+        BodyEnd::Abandoned => Ending::Hold,
+        BodyEnd::Breaks(kind) => {
+            timed.push(Timed::Sleep(timing.between(last, ended_at.unwrap_or(last))));
             match kind {
                 TransportKind::Closed => Ending::Finish,
                 TransportKind::Reset => Ending::Reset,
                 _ => Ending::Hangup,
             }
         }
-        Some(_) => Ending::Finish,
+        BodyEnd::Ends => Ending::Finish,
     };
     Some(Reply::Respond { delay, head, body: ReplyBody::Timed(Plan { timed, ending }) })
 }
@@ -342,9 +337,8 @@ fn in_stream_error(code: Option<&str>, description: Option<&str>) -> (StreamErro
         Some(code) if code.contains("rate_limit") => StreamError::RateLimit,
         _ => StreamError::ServerError,
     };
-    let prefix = code.map_or_else(|| "in-stream error: ".to_owned(), |code| format!("in-stream error {code}: "));
-    let message = description.map(|d| d.strip_prefix(prefix.as_str()).unwrap_or(d).to_owned());
-    (kind, message)
+    let shape = Failure::InStream { code: code.map(str::to_owned), message: String::new() };
+    (kind, description.map(|d| recorded_message(&shape, d)))
 }
 
 /// Joins each chunk's events. A chunk in which the recording found no
@@ -392,6 +386,7 @@ mod tests {
                 content_type: Some("text/event-stream".into()),
                 headers: vec![("retry-after-ms".into(), "5".into()), ("content-length".into(), "9".into())],
                 error_body: None,
+                error_body_cut: false,
             }),
             chunks: chunks.into(),
             events: events.concat().into(),
