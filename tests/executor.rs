@@ -721,15 +721,89 @@ async fn auth_failures_rotate_to_the_next_key_and_rest_the_refused_one() {
     assert!(!h.sink.kinds().iter().any(|k| matches!(k, EventKind::CredentialCooledDown { .. })));
 }
 
+/// A lone call's fleet budget allows no retry at all: 20 % of one call,
+/// no floor.
+const NO_FLEET_RETRY: [&str; 2] = ["FLEET_RETRY_BUDGET_MIN=0", "FLEET_RETRY_BUDGET_PERCENT=20"];
+
+fn fleet_refusals(h: &Harness) -> usize {
+    h.sink.kinds().iter().filter(|k| matches!(k, EventKind::RetryBudgetRefused { limit: 0, .. })).count()
+}
+
+/// The failures that say the provider is loaded: retrying them is what
+/// multiplies its load, so the fleet budget bounds their retries.
 #[tokio::test(start_paused = true)]
-async fn the_fleet_budget_refuses_retries_beyond_its_share() {
-    let up = Scripted::new(vec![Script::refuse(refused())]);
-    let sets = with(&["FLEET_RETRY_BUDGET_MIN=0", "FLEET_RETRY_BUDGET_PERCENT=20"]);
-    let h = Harness::single(policy(&sets), up.clone());
-    // One active call: 20 % of 1 is 0 and the floor is 0, so no retry.
-    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
-    assert_eq!((report.outcome, up.opened()), (Outcome::Failed, 1));
-    assert!(h.sink.kinds().iter().any(|k| matches!(k, EventKind::RetryBudgetRefused { limit: 0, .. })));
+async fn the_fleet_budget_refuses_retries_of_a_loaded_provider_beyond_its_share() {
+    let loaded = [
+        (Script::status(429, vec![], "slow down"), Category::RateLimit),
+        (Script::status(529, vec![], "overloaded"), Category::Overloaded),
+        (Script::status(500, vec![], "internal error"), Category::ServerError),
+        // No response byte before the TTFB timer (120 s): a queueing server.
+        (Script { headers_after: S(200), ..Script::ok("c:late\n") }, Category::Timeout),
+    ];
+    for (first, category) in loaded {
+        let up = Scripted::new(vec![first, Script::ok("c:ok\n")]);
+        let h = Harness::single(policy(&with(&NO_FLEET_RETRY)), up.clone());
+        let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+        assert_eq!((report.outcome, up.opened()), (Outcome::Failed, 1), "{category}");
+        assert_eq!(report.error.unwrap().category, category);
+        assert_eq!(fleet_refusals(&h), 1, "{category}");
+    }
+}
+
+/// A path gone silent after the response began, a stream of keep-alives
+/// only, a refused connection: none says the provider is loaded, so the
+/// fleet budget neither refuses their retries nor counts them, and the
+/// call recovers however many others are retrying.
+#[tokio::test(start_paused = true)]
+async fn a_stall_or_a_refused_connection_is_retried_whatever_the_fleet_budget_has_left() {
+    let pings: Vec<Step> = (0..20).flat_map(|_| [Step::Send("p\n"), Step::Wait(S(1))]).collect();
+    let path = [
+        (Script::stream(vec![Step::Send("p\n"), Step::Hang]), Some(TimerKind::Idle)),
+        (Script::stream(pings), Some(TimerKind::DataStall)),
+        (Script::refuse(refused()), None),
+    ];
+    for (first, timer) in path {
+        let up = Scripted::new(vec![first, Script::ok("c:ok\n")]);
+        let sets = with(&[NO_FLEET_RETRY[0], NO_FLEET_RETRY[1], "SSE_IDLE_TIMEOUT_S=2", "SSE_DATA_STALL_TIMEOUT_S=5"]);
+        let h = Harness::single(policy(&sets), up.clone());
+        let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+        assert_eq!((report.outcome, up.opened()), (Outcome::Ok, 2), "{timer:?}");
+        let timers: Vec<_> = h
+            .sink
+            .kinds()
+            .into_iter()
+            .filter_map(|k| match k {
+                EventKind::ErrorClassified { timer, .. } => Some(timer),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(timers, [timer]);
+        assert_eq!(fleet_refusals(&h), 0, "{timer:?}");
+    }
+}
+
+/// `FLEET_RETRY_BUDGET_CATEGORIES` says which failures the budget governs:
+/// a category, or a timeout by its timer; empty, it refuses nothing.
+#[tokio::test(start_paused = true)]
+async fn the_failures_the_fleet_budget_governs_are_configurable() {
+    let stall = || Script::stream(vec![Step::Send("p\n"), Step::Hang]);
+    let cases = [
+        ("timeout:idle", stall(), Outcome::Failed),
+        ("timeout", stall(), Outcome::Failed),
+        ("timeout:ttfb,connection", stall(), Outcome::Ok),
+        ("connection", Script::refuse(refused()), Outcome::Failed),
+        ("", Script::status(429, vec![], "slow down"), Outcome::Ok),
+    ];
+    for (list, first, outcome) in cases {
+        let up = Scripted::new(vec![first, Script::ok("c:ok\n")]);
+        let categories = format!("FLEET_RETRY_BUDGET_CATEGORIES={list}");
+        let sets = with(&[NO_FLEET_RETRY[0], NO_FLEET_RETRY[1], "SSE_IDLE_TIMEOUT_S=2"]);
+        let sets: Vec<&str> = sets.into_iter().chain([categories.as_str()]).collect();
+        let h = Harness::single(policy(&sets), up.clone());
+        let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+        assert_eq!(report.outcome, outcome, "{list:?}");
+        assert_eq!(fleet_refusals(&h), usize::from(outcome == Outcome::Failed), "{list:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

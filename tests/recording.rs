@@ -76,7 +76,12 @@ async fn a_retry_the_server_forces_is_counted_and_bounded() {
 #[tokio::test(start_paused = true)]
 async fn a_fleet_budget_refusal_never_hops_to_the_same_provider() {
     let refused = || Script::refuse(Failure::Transport { kind: TransportKind::Refused, message: "refused".into() });
-    let sets = ["FLEET_RETRY_BUDGET_MIN=0", "FLEET_RETRY_BUDGET_PERCENT=20", "FALLBACK_MODELS=p/m2,q/m1"];
+    let sets = [
+        "FLEET_RETRY_BUDGET_MIN=0",
+        "FLEET_RETRY_BUDGET_PERCENT=20",
+        "FLEET_RETRY_BUDGET_CATEGORIES=connection",
+        "FALLBACK_MODELS=p/m2,q/m1",
+    ];
     let (p, q) = (Scripted::new(vec![refused()]), Scripted::new(vec![Script::ok("c:ok\n")]));
     let h = Harness::new(policy(&sets), vec![("p", vec!["m1", "m2"], p.clone(), 0), ("q", vec!["m1"], q.clone(), 0)]);
     let report = call(&h).await;
@@ -86,7 +91,12 @@ async fn a_fleet_budget_refusal_never_hops_to_the_same_provider() {
 
     // With only the same provider's models left, the call ends.
     let p = Scripted::new(vec![refused()]);
-    let sets = ["FLEET_RETRY_BUDGET_MIN=0", "FLEET_RETRY_BUDGET_PERCENT=20", "FALLBACK_MODELS=p/m2"];
+    let sets = [
+        "FLEET_RETRY_BUDGET_MIN=0",
+        "FLEET_RETRY_BUDGET_PERCENT=20",
+        "FLEET_RETRY_BUDGET_CATEGORIES=connection",
+        "FALLBACK_MODELS=p/m2",
+    ];
     let h = Harness::new(policy(&sets), vec![("p", vec!["m1", "m2"], p.clone(), 0)]);
     let report = call(&h).await;
     assert_eq!((report.outcome, p.opened(), report.hops.len()), (Outcome::Failed, 1, 0));

@@ -10,9 +10,12 @@ use stallscope::core::event::{EventKind, Outcome, VecSink};
 use stallscope::core::executor::{Call, CallReport, Origin};
 use stallscope::core::transport::ClientCache;
 use stallscope::core::upstream::CallInput;
+use stallscope::diagnosis::VerdictKind;
+use stallscope::gui::live::{Choice, FIRST_RUN, RunForm};
 use stallscope::providers::Dialect;
+use stallscope::report::RunReport;
 use stallscope::run::{executor, rig};
-use stallscope::session::{RunSource, settings_for};
+use stallscope::session::{RunSource, SessionPlan, run_session, settings_for};
 use stallscope::sim::builtin;
 use tokio_util::sync::CancellationToken;
 
@@ -101,6 +104,64 @@ async fn a_silent_stall_is_caught_by_the_idle_timer() {
         assert_eq!(categories(&p), [(Category::Timeout, Some(TimerKind::Idle))], "{:?}", p.dialect);
         assert!(p.report.elapsed >= Duration::from_secs(1), "{:?}", p.dialect);
     }
+}
+
+/// Runs `plan` unrecorded: its report, and how many retries the fleet
+/// budget refused.
+async fn session(plan: &SessionPlan) -> (RunReport, usize) {
+    let events = Arc::new(VecSink::new());
+    let outcome = run_session(plan, &[], Some(events.clone()), &CancellationToken::new(), |_, _| {}).await.unwrap();
+    let refused = events.kinds().iter().filter(|k| matches!(k, EventKind::RetryBudgetRefused { .. })).count();
+    (outcome.report, refused)
+}
+
+fn scenario_plan(name: &str, calls: usize) -> SessionPlan {
+    SessionPlan {
+        source: RunSource::Scenario { name: name.to_owned(), dialect: Dialect::OpenAiChat },
+        requests: calls,
+        concurrency: calls,
+        prompt: "Say hello.".to_owned(),
+        overrides: Vec::new(),
+        edits: Vec::new(),
+        recording: None,
+        seed: Some(7),
+    }
+}
+
+/// The app's first run (its form's defaults on the first-run scenario):
+/// every call's stall is caught and retried, and the fleet budget, which
+/// governs the retries that load a provider, refuses none of a silent
+/// path's.
+#[tokio::test]
+async fn the_first_run_recovers_every_stall_without_a_fleet_refusal() {
+    let form = RunForm { choice: Choice::Scenario(FIRST_RUN.to_owned()), ..RunForm::default() };
+    let plans = form.plans(None, Vec::new(), Vec::new(), None);
+    let [(_, plan)] = plans.as_slice() else { panic!("one part: {plans:?}") };
+    assert_eq!(plan.source, RunSource::Scenario { name: "silent-stall".to_owned(), dialect: Dialect::OpenAiChat });
+    let (report, refused) = session(plan).await;
+    assert_eq!((report.summary.ok, report.summary.failed, refused), (form.requests as usize, 0, 0));
+    let verdicts = report.diagnosis.unwrap();
+    assert!(verdicts.groups.iter().all(|g| g.kind != VerdictKind::RetryDenied), "{verdicts:?}");
+}
+
+/// A hundred calls stalling at once are a hundred retries at once, far
+/// past the budget's share (20 of 100): each is still retried, as a path
+/// that went silent says nothing about the provider's load.
+#[tokio::test]
+async fn a_mass_silent_stall_is_not_failed_by_the_fleet_budget() {
+    let (report, refused) = session(&scenario_plan("silent-stall", 100)).await;
+    assert_eq!((report.summary.ok, report.summary.failed, refused), (100, 0, 0));
+}
+
+/// Where the budget protects a provider: four calls refused with 429 at
+/// once may not all retry (three may, the floor), so the fourth fails at
+/// once instead of adding to the load of a provider asking for less.
+#[tokio::test]
+async fn a_429_storm_is_where_the_fleet_budget_refuses() {
+    let (report, refused) = session(&scenario_plan("rate-limited-ms", 4)).await;
+    assert_eq!((report.summary.ok, report.summary.failed, refused), (3, 1, 1));
+    let denied = report.diagnosis.unwrap().groups.into_iter().find(|g| g.kind == VerdictKind::RetryDenied);
+    assert!(denied.is_some_and(|g| g.summary.contains("fleet retry budget")));
 }
 
 #[tokio::test]

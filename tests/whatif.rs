@@ -12,12 +12,13 @@ use std::time::Duration;
 use recorded::{record, record_with_lag};
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::{EventKind, VecSink};
-use stallscope::diagnosis::{CourseOutcome, VerdictKind};
+use stallscope::diagnosis::{CourseOutcome, StreamCourse, VerdictKind};
 use stallscope::providers::Dialect;
 use stallscope::replay::recording::Recording;
 use stallscope::replay::upstream::{Assumptions, StallAssumption};
 use stallscope::replay::whatif::{FIDELITY_TOLERANCE, Fidelity, WhatIf, WhatIfReport, what_if, what_if_watched};
 use stallscope::sim::builtin_names;
+use stallscope::tunables::Tunables;
 
 fn whatif(recording: &Recording, sets: &[&str], assumptions: Assumptions) -> WhatIfReport {
     let whatif = WhatIf { overrides: sets.iter().map(|s| (*s).to_owned()).collect(), assumptions, verdicts: true };
@@ -314,4 +315,34 @@ async fn keepalives_assumed_forever_stop_where_only_the_idle_timer_could_end_the
     let recorded: usize =
         recording.streams.iter().map(|s| s.attempts.iter().map(|a| a.events.len() * 3).sum::<usize>()).sum();
     assert!(sink.events().len() < recorded + 200, "{} events", sink.events().len());
+}
+
+/// A run recorded before the fleet budget's categories could be chosen ran
+/// with the budget over every retry, a silent stall's included: its
+/// snapshot lacks `FLEET_RETRY_BUDGET_CATEGORIES`, and it replays as it ran
+/// (the refusal again), not as today's default would have run it.
+#[tokio::test]
+async fn a_run_recorded_before_the_fleet_budget_had_categories_replays_as_it_ran() {
+    const CATEGORIES: &str = "STALLSCOPE_FLEET_RETRY_BUDGET_CATEGORIES";
+    // Two calls stalling at once, one retry in flight allowed: as before.
+    let before = "FLEET_RETRY_BUDGET_CATEGORIES=connection,timeout,rate_limit,overloaded,server_error,auth,\
+                  invalid_request,permanent";
+    let mut recording = record("silent-stall", Dialect::OpenAiChat, &["FLEET_RETRY_BUDGET_MIN=1", before]).await;
+    let outcomes = |courses: Vec<&StreamCourse>| courses.iter().map(|c| c.outcome).collect::<Vec<_>>();
+    let recorded = outcomes(recording.streams.iter().map(|s| &s.course).collect());
+    assert_eq!(recorded.iter().filter(|&&o| o == CourseOutcome::Failed).count(), 1, "{recorded:?}");
+    let mut older = recording.tunables.sourced_snapshot();
+    older.remove(CATEGORIES);
+    recording.tunables = Tunables::from_snapshot(&older).unwrap();
+
+    let replayed = whatif(&recording, &[], Assumptions::default());
+    assert!(Fidelity::of(&replayed).is_exact(), "{:?}", replayed.streams);
+    assert_eq!(outcomes(replayed.streams.iter().map(|s| &s.after).collect()), recorded);
+    // Under today's default the stall's retry is not the budget's to refuse:
+    // it is made, and what it met was never recorded, which the report says.
+    let today = ["FLEET_RETRY_BUDGET_CATEGORIES=timeout:ttfb,rate_limit,overloaded,server_error"];
+    let today = whatif(&recording, &today, Assumptions::default());
+    let refused = today.streams.iter().find(|s| s.before.outcome == CourseOutcome::Failed).unwrap();
+    assert!(refused.changed && refused.after.attempts > 1, "{refused:?}");
+    assert!(refused.assumptions.iter().any(|a| a.starts_with("attempt 2 was never recorded")), "{refused:?}");
 }

@@ -167,8 +167,9 @@ pub struct Executor {
 
 /// What the loop decided after a failure.
 enum Next {
-    /// Sleep, then retry the same target.
-    Retry { sleep: Duration, requested: Option<Duration>, permit: RetryPermit },
+    /// Sleep, then retry the same target (holding the fleet budget's permit
+    /// when the budget governs the failure).
+    Retry { sleep: Duration, requested: Option<Duration>, permit: Option<RetryPermit> },
     /// Move to this target of the chain now.
     Failover {
         /// Its index in the chain.
@@ -353,7 +354,7 @@ impl<'a> CallState<'a> {
                     if !self.sleep(category, sleep, requested, reason, cancel).await {
                         return self.finish(Outcome::Cancelled);
                     }
-                    permit = Some(granted);
+                    permit = granted;
                 }
                 Next::Failover { to: hop } => {
                     let to = self.chain[hop].clone();
@@ -601,7 +602,7 @@ impl<'a> CallState<'a> {
             self.report.refused_wait = Some(wanted);
             return Err(Refusal::Bound);
         }
-        let permit = match exec.fleet.try_retry(&target.provider) {
+        let permit = match exec.fleet.try_retry(&target.provider, c.category, c.timer) {
             Ok(permit) => permit,
             Err(refusal) => {
                 self.emit(EventKind::RetryBudgetRefused {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::backoff::{BackoffPolicy, Jitter, ServerJitter};
-use super::category::Category;
+use super::category::{Category, TimerKind};
 use super::credentials::Rotation;
 use super::escalation::{Escalation, EscalationStrategy};
 use super::event::EventClass;
@@ -189,13 +189,52 @@ pub struct CredentialSettings {
 }
 
 /// The fleet-wide retry budget (Envoy's: a share of active calls, with a
-/// floor).
+/// floor), over the failures it governs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FleetBudgetSettings {
     /// Share of active calls, in percent.
     pub percent: f64,
     /// The floor.
     pub min: usize,
+    /// The failures whose retries it bounds and counts.
+    pub governs: BudgetScope,
+}
+
+/// The failures whose retries the fleet budget governs
+/// (`STALLSCOPE_FLEET_RETRY_BUDGET_CATEGORIES`): whole categories, and
+/// timeouts by the timer that fired.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BudgetScope {
+    /// A bit per category (its place in the enum): every failure of it.
+    categories: u16,
+    /// A bit per timer: the timeouts it fired.
+    timers: u8,
+}
+
+impl BudgetScope {
+    /// The scope a list names: `rate_limit`, `timeout` (whichever timer
+    /// fired), `timeout:ttfb` (that timer only), … Words outside the list
+    /// are skipped: the tunable's check has refused them already.
+    pub fn parse(list: &str) -> BudgetScope {
+        let mut scope = BudgetScope::default();
+        for word in list.split(',').map(str::trim) {
+            if let Some(timer) = word.strip_prefix("timeout:") {
+                if let Some(&timer) = TimerKind::ALL.iter().find(|t| t.name() == timer) {
+                    scope.timers |= 1 << timer as u8;
+                }
+            } else if let Ok(category) = word.parse::<Category>() {
+                scope.categories |= 1 << category as u16;
+            }
+        }
+        scope
+    }
+
+    /// Whether a retry of a failure of `category` (a timeout: fired by
+    /// `timer`) is the budget's to bound.
+    pub fn covers(&self, category: Category, timer: Option<TimerKind>) -> bool {
+        self.categories & (1 << category as u16) != 0
+            || (category == Category::Timeout && timer.is_some_and(|t| self.timers & (1 << t as u8) != 0))
+    }
 }
 
 /// What of each attempt's response body the governor keeps for the
@@ -371,6 +410,7 @@ impl CorePolicy {
         let fleet = FleetBudgetSettings {
             percent: t.get("STALLSCOPE_FLEET_RETRY_BUDGET_PERCENT").value.as_f64(),
             min: usize::try_from(t.get("STALLSCOPE_FLEET_RETRY_BUDGET_MIN").value.as_i64()).unwrap_or(0),
+            governs: BudgetScope::parse(&text("STALLSCOPE_FLEET_RETRY_BUDGET_CATEGORIES")),
         };
         let proxy_text = text("STALLSCOPE_PROXY");
         let transport = TransportSettings {
@@ -438,6 +478,39 @@ mod tests {
         assert_eq!(policy.failover.on.len(), 5);
         assert_eq!(policy.timers.progress_classes, [EventClass::Reasoning, EventClass::Content, EventClass::ToolCall]);
         assert_eq!(policy.timers.min_rate, None, "the throughput floor is off by default");
+    }
+
+    #[test]
+    fn the_fleet_budget_governs_the_failures_that_say_the_provider_is_loaded() {
+        let governs = CorePolicy::default().fleet.governs;
+        for category in [Category::RateLimit, Category::Overloaded, Category::ServerError] {
+            assert!(governs.covers(category, None), "{category}");
+        }
+        assert!(governs.covers(Category::Timeout, Some(TimerKind::Ttfb)));
+        let path = [TimerKind::Connect, TimerKind::Idle, TimerKind::DataStall, TimerKind::MinRate, TimerKind::Total];
+        for timer in path {
+            assert!(!governs.covers(Category::Timeout, Some(timer)), "{timer}");
+        }
+        for category in [Category::Connection, Category::Auth, Category::InvalidRequest, Category::Permanent] {
+            assert!(!governs.covers(category, None), "{category}");
+        }
+    }
+
+    #[test]
+    fn every_item_of_the_fleet_budget_list_names_failures() {
+        let everything = BudgetScope::parse(&spec::FLEET_BUDGET_CATEGORIES.join(","));
+        for item in spec::FLEET_BUDGET_CATEGORIES {
+            assert_ne!(BudgetScope::parse(item), BudgetScope::default(), "{item} names nothing");
+        }
+        for category in Category::ALL.into_iter().filter(|&c| c != Category::Cancelled) {
+            for timer in TimerKind::ALL.into_iter().map(Some).chain([None]) {
+                assert!(everything.covers(category, timer), "{category} {timer:?}");
+            }
+        }
+        let ttfb = BudgetScope::parse("timeout:ttfb");
+        assert!(ttfb.covers(Category::Timeout, Some(TimerKind::Ttfb)));
+        assert!(!ttfb.covers(Category::Timeout, Some(TimerKind::Idle)) && !ttfb.covers(Category::Timeout, None));
+        assert!(!ttfb.covers(Category::Connection, None));
     }
 
     #[test]

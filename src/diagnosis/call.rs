@@ -383,7 +383,8 @@ fn denial(facts: &CallFacts, t: &Try, limits: Option<&RetrySettings>) -> Option<
             tunable: Some("STALLSCOPE_FLEET_RETRY_BUDGET_PERCENT"),
             suggestion: "many calls to this provider were retrying at once; the fleet budget keeps retries from \
                          multiplying the load: raise STALLSCOPE_FLEET_RETRY_BUDGET_PERCENT (or _MIN) only if the \
-                         provider can take it"
+                         provider can take it, or leave this failure out of STALLSCOPE_FLEET_RETRY_BUDGET_CATEGORIES \
+                         if it says nothing about the provider's load"
                 .to_owned(),
         });
     }

@@ -33,12 +33,15 @@ pub enum Source {
     Override,
     /// An edit in the app's tunables editor.
     Edit,
+    /// Absent from a stored run's snapshot, which predates the tunable: the
+    /// value the run had then ([`spec::BEFORE_THEY_EXISTED`]).
+    BeforeItExisted,
 }
 
 impl Source {
     /// True when somebody chose this value (as opposed to a default).
     pub fn is_explicit(&self) -> bool {
-        !matches!(self, Source::Default | Source::Derived)
+        !matches!(self, Source::Default | Source::Derived | Source::BeforeItExisted)
     }
 }
 
@@ -52,6 +55,7 @@ impl Source {
             "--set" => Source::Override,
             // Runs recorded before the plain words said "app edit".
             "the app's Tunables view" | "app edit" => Source::Edit,
+            "before it existed" => Source::BeforeItExisted,
             _ => match text.split_once(' ') {
                 Some(("scenario", name)) => Source::Scenario(name.to_owned()),
                 Some(("config", path)) => Source::ConfigFile(PathBuf::from(path)),
@@ -71,6 +75,7 @@ impl fmt::Display for Source {
             Source::Environment => f.write_str("env"),
             Source::Override => f.write_str("--set"),
             Source::Edit => f.write_str("the app's Tunables view"),
+            Source::BeforeItExisted => f.write_str("before it existed"),
         }
     }
 }
@@ -168,8 +173,11 @@ impl Tunables {
     /// ([`Tunables::sourced_snapshot`]: name → `{"value", "source"}`),
     /// values and sources alike, so a value set explicitly to its default
     /// stays distinguishable from the default. Tunables the snapshot lacks
-    /// (added after it was stored) take their defaults; derived values are
-    /// kept as stored, not recomputed.
+    /// (added after it was stored) take their defaults, unless their default
+    /// differs from what the run did before they existed: those take that
+    /// value ([`spec::BEFORE_THEY_EXISTED`], source
+    /// [`Source::BeforeItExisted`]), so an old run replays as it ran.
+    /// Derived values are kept as stored, not recomputed.
     ///
     /// URL credentials were masked before the snapshot was stored (`***`):
     /// such a value is rebuilt masked, naming the proxy the run used with
@@ -177,6 +185,12 @@ impl Tunables {
     pub fn from_snapshot(snapshot: &serde_json::Map<String, serde_json::Value>) -> Result<Tunables, TunableError> {
         const ORIGIN: &str = "a stored snapshot";
         let mut tunables = Tunables::defaults();
+        for &(name, text) in spec::BEFORE_THEY_EXISTED {
+            if let Some(spec) = spec::find(name) {
+                let value = Value::parse(&spec.kind, text).unwrap_or(Value::Text(text.to_owned()));
+                tunables.values.insert(spec.name, Effective { value, source: Source::BeforeItExisted });
+            }
+        }
         for (name, entry) in snapshot {
             let spec = spec::find(name).ok_or_else(|| TunableError::Unknown {
                 name: name.clone(),
@@ -501,6 +515,17 @@ mod tests {
         assert!(err.contains("one of none, full, equal, decorrelated, symmetric, positive-only"), "{err}");
         let err = t.apply_override("STALLSCOPE_FALLBACK_MODELS=gpt-4o").unwrap_err().to_string();
         assert!(err.contains("provider/model"), "{err}");
+        let err = t.apply_override("FLEET_RETRY_BUDGET_CATEGORIES=rate_limit,idle").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "STALLSCOPE_FLEET_RETRY_BUDGET_CATEGORIES=\"rate_limit,idle\" (from --set) is not accepted: `idle` is not \
+             one of the items; allowed: a comma-separated list of connection, timeout, timeout:connect, timeout:ttfb, \
+             timeout:idle, timeout:data_stall, timeout:min_rate, timeout:total, rate_limit, overloaded, server_error, \
+             auth, invalid_request, permanent"
+        );
+        t.apply_override("FLEET_RETRY_BUDGET_CATEGORIES=Rate_Limit, timeout:idle").unwrap();
+        let categories = t.get("STALLSCOPE_FLEET_RETRY_BUDGET_CATEGORIES");
+        assert_eq!(categories.value, Value::Text("timeout:idle,rate_limit".into()), "listing order, lower case");
         assert!(matches!(t.apply_override("NOEQUALS"), Err(TunableError::NotAnAssignment(_))));
     }
 
@@ -549,6 +574,29 @@ mod tests {
         older.remove("STALLSCOPE_RECORD_BODIES");
         let rebuilt = Tunables::from_snapshot(&older).unwrap();
         assert_eq!(rebuilt.get("STALLSCOPE_RECORD_BODIES"), Tunables::defaults().get("STALLSCOPE_RECORD_BODIES"));
+    }
+
+    /// A run recorded before the fleet budget's categories could be chosen
+    /// ran with the budget over every retry: its snapshot lacks the
+    /// tunable, and it must replay as it ran, not under today's default.
+    #[test]
+    fn a_snapshot_from_before_a_tunable_existed_keeps_what_the_run_did() {
+        const NAME: &str = "STALLSCOPE_FLEET_RETRY_BUDGET_CATEGORIES";
+        let mut older = Tunables::defaults().sourced_snapshot();
+        older.remove(NAME);
+        let rebuilt = Tunables::from_snapshot(&older).unwrap();
+        let categories = rebuilt.get(NAME);
+        assert_eq!(categories.source, Source::BeforeItExisted);
+        assert_eq!(
+            categories.value.as_str(),
+            "connection,timeout,rate_limit,overloaded,server_error,auth,invalid_request,permanent"
+        );
+        assert!(!categories.source.is_explicit());
+        // Stored again, it reads back the same.
+        assert_eq!(Tunables::from_snapshot(&rebuilt.sourced_snapshot()).unwrap(), rebuilt);
+        // A snapshot that has it keeps its value, the default included.
+        let current = Tunables::from_snapshot(&Tunables::defaults().sourced_snapshot()).unwrap();
+        assert_eq!(current.get(NAME), Tunables::defaults().get(NAME));
     }
 
     #[test]
@@ -601,6 +649,7 @@ mod tests {
             Source::Environment,
             Source::Override,
             Source::Edit,
+            Source::BeforeItExisted,
         ];
         for source in sources {
             assert_eq!(Source::parse(&source.to_string()), Some(source));

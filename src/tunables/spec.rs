@@ -154,6 +154,27 @@ pub const URL_VALUED: &[&str] = &["STALLSCOPE_PROXY"];
 pub const EVENT_CLASSES: &[&str] = &["keepalive", "lifecycle", "reasoning", "content", "tool_call"];
 /// Categories failover may act on.
 pub const FAILOVER_CATEGORIES: &[&str] = &["connection", "timeout", "rate_limit", "overloaded", "server_error", "auth"];
+/// Failures whose retries the fleet retry budget may govern (see
+/// `core::policy::BudgetScope`): a category, or a timeout by the timer that
+/// fired (`timeout` alone: whichever fired). `auth`, `invalid_request` and
+/// `permanent` are retried only by rotating to another key (auth) or when a
+/// server forces it.
+pub const FLEET_BUDGET_CATEGORIES: &[&str] = &[
+    "connection",
+    "timeout",
+    "timeout:connect",
+    "timeout:ttfb",
+    "timeout:idle",
+    "timeout:data_stall",
+    "timeout:min_rate",
+    "timeout:total",
+    "rate_limit",
+    "overloaded",
+    "server_error",
+    "auth",
+    "invalid_request",
+    "permanent",
+];
 /// When the throughput floor starts judging (see `core::policy::RateStart`).
 pub const RATE_STARTS: &[&str] = &["content", "progress", "headers"];
 /// Backoff jitter kinds.
@@ -543,9 +564,17 @@ pub static TUNABLES: &[TunableSpec] = &[
         "%",
         "20",
         Fleet,
-        "Retries in flight per provider may be at most this share of its active calls…"
+        "Retries in flight per provider (of the failures FLEET_RETRY_BUDGET_CATEGORIES names) may be at most this share of its active calls…"
     ),
     tunable!("FLEET_RETRY_BUDGET_MIN", int(0, 1_000_000), "count", "3", Fleet, "…or this many, whichever is larger."),
+    tunable!(
+        "FLEET_RETRY_BUDGET_CATEGORIES",
+        Kind::List(FLEET_BUDGET_CATEGORIES),
+        "",
+        "timeout:ttfb,rate_limit,overloaded,server_error",
+        Fleet,
+        "The failures whose retries the fleet budget governs: those that say the provider is loaded (429, overloaded, 5xx, no response byte before the TTFB timer), whose retries would add to that load. A stall after the response began, a refused connection or a key rotation says nothing about its load, so their retries are neither refused nor counted. Empty: the budget refuses nothing."
+    ),
     // Recording (SPEC §6: a crash loses at most the last unflushed batch).
     tunable!(
         "RECORDER_FLUSH_MS",
@@ -580,6 +609,15 @@ pub static TUNABLES: &[TunableSpec] = &[
         "Body bytes waiting for the recorder at once, at most; a body over it is dropped and counted, never waited for."
     ),
 ];
+
+/// Tunables whose absence from a run's stored snapshot does not mean their
+/// default: the run was recorded before the tunable existed and ran with
+/// this value, which its replay must keep. The fleet budget governed every
+/// retry before its categories could be chosen.
+pub const BEFORE_THEY_EXISTED: &[(&str, &str)] = &[(
+    "STALLSCOPE_FLEET_RETRY_BUDGET_CATEGORIES",
+    "connection,timeout,rate_limit,overloaded,server_error,auth,invalid_request,permanent",
+)];
 
 /// Looks up a tunable by its full or short name (case-insensitive).
 pub fn find(name: &str) -> Option<&'static TunableSpec> {
@@ -669,6 +707,17 @@ mod tests {
         }
         let read = find("HTTP_READ_TIMEOUT_S").unwrap();
         assert!(matches!(read.default, DefaultValue::Offset { from: "STALLSCOPE_SSE_IDLE_TIMEOUT_S", plus: 60.0 }));
+    }
+
+    #[test]
+    fn what_runs_did_before_a_tunable_existed_is_a_value_it_accepts_and_not_its_default() {
+        for &(name, before) in BEFORE_THEY_EXISTED {
+            let spec = find(name).unwrap_or_else(|| panic!("{name} is no tunable"));
+            assert_eq!(spec.name, name, "the full name");
+            let DefaultValue::Fixed(default) = spec.default else { panic!("{name} has a derived default") };
+            let parse = |text| Value::parse(&spec.kind, text).unwrap_or_else(|e| panic!("{name} {text:?}: {e}"));
+            assert_ne!(parse(before), parse(default), "{name}: the same as the default needs no entry");
+        }
     }
 
     #[test]
