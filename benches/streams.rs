@@ -764,6 +764,7 @@ async fn governor_in_memory(frames: Arc<Vec<Bytes>>, settings: Arc<Settings>, ex
         wall_epoch: std::time::SystemTime::now(),
         bodies: stallscope::core::policy::BodySettings::default(),
         lag: None,
+        rule_headers: &[],
     };
     let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
     let mut progress = AttemptProgress::default();

@@ -446,21 +446,28 @@ fn processes_opening_a_new_database_at_once_all_succeed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A key from the environment reaches the provider and nothing else: not
-/// the database, not an export, not the output.
-#[test]
-fn keys_never_reach_the_database_exports_or_output() {
+/// `stallscope sim ARGS` serving on loopback, and the URL it prints.
+fn serve_sim(args: &[&str]) -> (std::process::Child, String) {
     use std::io::BufRead;
-    const KEY: &str = "sk-test-RECOGNISABLE-4f1c9a77e2";
-    let dir = temp("secrets");
     let mut sim = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["sim", "--scenario", "auth-expired"])
+        .arg("sim")
+        .args(args)
         .env_clear()
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let url = std::io::BufReader::new(sim.stdout.take().unwrap()).lines().next().unwrap().unwrap();
+    (sim, url)
+}
+
+/// A key from the environment reaches the provider and nothing else: not
+/// the database, not an export, not the output.
+#[test]
+fn keys_never_reach_the_database_exports_or_output() {
+    const KEY: &str = "sk-test-RECOGNISABLE-4f1c9a77e2";
+    let dir = temp("secrets");
+    let (mut sim, url) = serve_sim(&["--scenario", "auth-expired"]);
     let config = dir.join("c.toml");
     std::fs::write(
         &config,
@@ -896,5 +903,58 @@ fn explain_names_each_rule_tried_and_the_match() {
         assert!(!output.status.success() && err.contains(wanted), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Review D5 and R2, through the whole path: a user rule on a header
+/// outside the recorder's allowlist (`x-envoy-overloaded`) classifies the
+/// replay as it did live, and a key a gateway echoes in its error body
+/// reaches neither the database nor an export, bodies recorded raw.
+#[test]
+fn a_rule_on_an_unlisted_header_replays_and_an_echoed_key_is_never_recorded() {
+    const ECHOED: &str = "sk-proj-ECHOEDKEY0123456789";
+    let dir = temp("rule-header");
+    let scenario = dir.join("envoy.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "description = \"An Envoy that sheds load\"\n\n[[attempts]]\nstatus = 503\nheaders = {{ \
+             \"x-envoy-overloaded\" = \"true\" }}\nbody = \"Incorrect API key provided: {ECHOED}\"\n\n[[attempts]]\n\
+             steps = [{{ content = \"tok \", count = 5, every_ms = 10 }}]\n"
+        ),
+    )
+    .unwrap();
+    let (mut sim, url) = serve_sim(&["--scenario-file", scenario.to_str().unwrap()]);
+    let config = dir.join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[provider]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\n\n\
+             [[classifier.rule]]\nname = \"envoy\"\nheader = \"X-Envoy-Overloaded\"\ncategory = \"rate_limit\"\n\n\
+             [tunables]\nSTALLSCOPE_RECORD_BODIES = \"raw\"\nSTALLSCOPE_PROVIDER_STREAM_BACKOFF_S = 0.01\n"
+        ),
+    )
+    .unwrap();
+    let db = dir.join("r.db");
+    let (config, path) = (config.to_str().unwrap(), db.to_str().unwrap());
+    let run = stdout(&stallscope(&["--config", config, "run", "--db", path, "--json"], &[]));
+    let whatif = stdout(&stallscope(&["whatif", "1", "--db", path, "--json"], &[]));
+    let export = stdout(&stallscope(&["export", "1", "--db", path, "--format", "jsonl", "--bodies"], &[]));
+    let _ = sim.kill();
+    let _ = sim.wait();
+
+    let report: serde_json::Value = serde_json::from_str(&run).unwrap();
+    assert_eq!(report["streams"][0]["outcome"], "ok", "{run}");
+    let live = export.lines().find(|l| l.contains("\"error_classified\"")).unwrap_or_else(|| panic!("{export}"));
+    assert!(live.contains("\"rate_limit\"") && live.contains("envoy"), "the rule classified live: {live}");
+    let replayed: serde_json::Value = serde_json::from_str(&whatif).unwrap();
+    assert_eq!(replayed["changed"], false, "{whatif}");
+    let stream = &replayed["streams"][0];
+    assert_eq!(stream["before"]["categories"], serde_json::json!(["rate_limit"]), "{whatif}");
+    assert_eq!(stream["after"]["categories"], stream["before"]["categories"], "{whatif}");
+
+    let mut kept = std::fs::read(&db).unwrap();
+    kept.extend(export.as_bytes());
+    assert!(!String::from_utf8_lossy(&kept).contains("ECHOEDKEY"), "the echoed key was recorded");
     let _ = std::fs::remove_dir_all(&dir);
 }

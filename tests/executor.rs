@@ -298,6 +298,7 @@ async fn one_attempt(
         wall_epoch: std::time::SystemTime::now(),
         bodies: policy.bodies,
         lag: None,
+        rule_headers: &[],
     };
     let (target, input) = (Target::new("p", "m1"), CallInput::default());
     let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };

@@ -53,6 +53,7 @@ pub async fn govern_all(timers: &AttemptTimers, cancel: &CancellationToken) -> u
         wall_epoch: std::time::SystemTime::now(),
         bodies: stallscope::core::policy::BodySettings::default(),
         lag: None,
+        rule_headers: &[],
         stream: 1,
         attempt: 1,
         deadline: None,

@@ -693,6 +693,7 @@ mod tests {
             wall_epoch: SystemTime::UNIX_EPOCH,
             bodies: crate::core::policy::BodySettings::default(),
             lag: None,
+            rule_headers: &[],
         };
         let (target, input) = (Target::new("p", "m"), CallInput::default());
         let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };

@@ -264,6 +264,10 @@ impl Classification {
 #[derive(Debug, Clone, Default)]
 pub struct Classifier {
     rules: Vec<Rule>,
+    /// The headers the user rules read, lower-case: the recording keeps
+    /// them beside its allowlist, so a rule classifies in replay as it did
+    /// live.
+    headers_read: Vec<String>,
 }
 
 /// How one failure would be classified, rule by rule:
@@ -318,12 +322,21 @@ impl Classifier {
         for (index, rule) in rules.iter().enumerate() {
             rule.validate(index)?;
         }
-        Ok(Classifier { rules })
+        let mut headers_read: Vec<String> =
+            rules.iter().filter_map(|r| r.header.as_deref()).map(|h| h.trim().to_ascii_lowercase()).collect();
+        headers_read.sort();
+        headers_read.dedup();
+        Ok(Classifier { rules, headers_read })
     }
 
     /// The user rules, in the order they are checked.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// The response headers the user rules read, lower-case.
+    pub fn headers_read(&self) -> &[String] {
+        &self.headers_read
     }
 
     /// Classifies one failure. `now` is the wall clock, for HTTP-date

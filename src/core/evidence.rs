@@ -5,12 +5,18 @@
 //!
 //! Replay needs exactly what the core's decisions depended on; nothing here
 //! may ever carry a credential, so headers are allowed in by name, never
-//! filtered out, and every kept value goes through [`redact_secrets`].
+//! filtered out, and every kept value goes through [`redact::text`]: header
+//! values, the start of an error body, and under `RECORD_BODIES=raw` a
+//! body that is not an event stream (an error body, where providers and
+//! gateways echo a key). A raw event stream is kept as it came, byte for
+//! byte, for the replay's real decoder: it is the provider's answer, and
+//! `RECORD_BODIES=raw` says so where it is chosen.
 
 use http::HeaderMap;
 
 use super::event::RecordedBody;
 use super::policy::{BodyMode, BodySettings};
+use super::redact;
 
 /// Headers kept by exact name.
 const KEPT: &[&str] = &[
@@ -36,16 +42,19 @@ const KEPT_PREFIXES: &[&str] = &["x-ratelimit-", "anthropic-ratelimit-"];
 /// How much of an error body is recorded.
 pub const ERROR_BODY_RECORDED: usize = 4 * 1024;
 
-/// The allowlisted headers of a response, lower-case, in the order
-/// received, values redacted.
-pub fn recorded_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+/// The allowlisted headers of a response, and those the user rules read
+/// (`rule_headers`, lower-case), lower-case, in the order received, values
+/// redacted.
+pub fn recorded_headers(headers: &HeaderMap, rule_headers: &[String]) -> Vec<(String, String)> {
     headers
         .iter()
         .filter(|(name, _)| {
             let name = name.as_str();
-            KEPT.contains(&name) || KEPT_PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+            KEPT.contains(&name)
+                || KEPT_PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+                || rule_headers.iter().any(|h| h == name)
         })
-        .map(|(name, value)| (name.as_str().to_owned(), redact_secrets(&String::from_utf8_lossy(value.as_bytes()))))
+        .map(|(name, value)| (name.as_str().to_owned(), redact::text(&String::from_utf8_lossy(value.as_bytes()))))
         .collect()
 }
 
@@ -59,61 +68,7 @@ pub fn recorded_error_body(body: &[u8]) -> (String, bool) {
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
-    (redact_secrets(&text[..cut]), truncated)
-}
-
-/// Prefixes of provider API keys and tokens.
-const KEY_PREFIXES: &[&str] = &["sk-", "sk_", "pk-", "rk-", "xai-", "gsk_", "ghp_", "gho_", "AIza", "hf_", "eyJ"];
-
-/// Schemes after which the next token is a credential (`Bearer …`).
-const SCHEMES: &[&str] = &["bearer", "basic"];
-
-/// Names whose assigned value is a credential (`"api_key": "…"`, `key=…`).
-const KEY_NAMES: &[&str] = &["api_key", "api-key", "apikey", "x-api-key", "token", "access_token", "key", "password"];
-
-/// A run of characters this long with letters and digits mixed is treated
-/// as a key even without a known prefix (request ids are shorter).
-const ANONYMOUS_KEY_LEN: usize = 40;
-
-/// `text` with every token that looks like a credential replaced by `***`:
-/// known key prefixes, the token after `Bearer` or assigned to a name such
-/// as `api_key`, and long runs of mixed letters and digits.
-pub fn redact_secrets(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut value_follows = false;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let token_len = rest.find(|c: char| !is_token_char(c)).unwrap_or(rest.len());
-        let (token, after) = rest.split_at(token_len);
-        let looks_like_key = KEY_PREFIXES.iter().any(|p| token.starts_with(p) && token.len() >= p.len() + 8)
-            || (token.len() >= ANONYMOUS_KEY_LEN
-                && token.bytes().any(|b| b.is_ascii_digit())
-                && token.bytes().any(|b| b.is_ascii_alphabetic()));
-        let lower = token.to_ascii_lowercase();
-        if (value_follows && !token.is_empty()) || looks_like_key {
-            out.push_str("***");
-        } else {
-            out.push_str(token);
-        }
-        let gap = after.find(is_token_char).unwrap_or(after.len());
-        let (separators, next) = after.split_at(gap);
-        // Only separators may stand between the word and its value: a
-        // scheme is followed by spaces, a name by an `=` or a `:`.
-        value_follows = if SCHEMES.contains(&lower.as_str()) {
-            !separators.is_empty() && separators.chars().all(|c| c == ' ')
-        } else if KEY_NAMES.contains(&lower.as_str()) {
-            separators.chars().all(|c| matches!(c, ' ' | '"' | '\'' | ':' | '=')) && separators.contains([':', '='])
-        } else {
-            false
-        };
-        out.push_str(separators);
-        rest = next;
-    }
-    out
-}
-
-fn is_token_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+' | '/')
+    (redact::text(&text[..cut]), truncated)
 }
 
 /// An attempt's body being kept for the recording, up to a cap.
@@ -122,6 +77,9 @@ pub struct BodyCapture {
     max_bytes: usize,
     kept: usize,
     truncated: bool,
+    /// The body is not an event stream (an error body, most often): its
+    /// raw bytes are redacted when the capture ends.
+    not_a_stream: bool,
     body: RecordedBody,
 }
 
@@ -133,7 +91,16 @@ impl BodyCapture {
             BodyMode::Text => RecordedBody::Text { texts: Vec::new(), truncated: false },
             BodyMode::Raw => RecordedBody::Raw { bytes: Vec::new(), truncated: false },
         };
-        Some(BodyCapture { max_bytes: settings.max_bytes, kept: 0, truncated: false, body })
+        Some(BodyCapture { max_bytes: settings.max_bytes, kept: 0, truncated: false, not_a_stream: false, body })
+    }
+
+    /// Says the body being kept is not an event stream: an error body, or
+    /// an answer that does not stream. Raw bytes of such a body are
+    /// redacted like the error body the recording keeps, as they are where
+    /// providers and gateways echo a key ("Incorrect API key provided:
+    /// sk-…"); an event stream's bytes are kept as they came.
+    pub fn not_a_stream(&mut self) {
+        self.not_a_stream = true;
     }
 
     /// Keeps a chunk's bytes (raw mode).
@@ -164,7 +131,13 @@ impl BodyCapture {
     /// What was kept.
     pub fn finish(mut self) -> RecordedBody {
         match &mut self.body {
-            RecordedBody::Text { truncated, .. } | RecordedBody::Raw { truncated, .. } => *truncated = self.truncated,
+            RecordedBody::Text { truncated, .. } => *truncated = self.truncated,
+            RecordedBody::Raw { truncated, bytes } => {
+                *truncated = self.truncated;
+                if self.not_a_stream {
+                    *bytes = redact::text(&String::from_utf8_lossy(bytes)).into_bytes();
+                }
+            }
         }
         self.body
     }
@@ -186,35 +159,36 @@ mod tests {
         headers.insert("anthropic-ratelimit-tokens-reset", HeaderValue::from_static("2026-12-01T00:00:00Z"));
         headers.insert("x-request-id", HeaderValue::from_static("req_123"));
         headers.insert("openai-organization", HeaderValue::from_static("org-secret"));
-        let kept = recorded_headers(&headers);
+        headers.insert("x-envoy-overloaded", HeaderValue::from_static("true"));
+        let kept = recorded_headers(&headers, &[]);
         let names: Vec<&str> = kept.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
             ["retry-after-ms", "x-ratelimit-remaining-requests", "anthropic-ratelimit-tokens-reset", "x-request-id"]
         );
         assert_eq!(kept[0].1, "700");
+        // Review D5: a header a user rule reads is kept too.
+        let kept = recorded_headers(&headers, &["x-envoy-overloaded".to_owned()]);
+        assert!(kept.contains(&("x-envoy-overloaded".to_owned(), "true".to_owned())), "{kept:?}");
     }
 
+    /// Review R2: a raw error body is redacted as the error body the
+    /// recording keeps is; a raw event stream is kept byte for byte.
     #[test]
-    fn keys_in_bodies_are_redacted() {
-        let cases = [
-            (r#"{"error":"Incorrect API key provided: sk-proj-abcdefghijklmnop"}"#, "sk-proj"),
-            ("Authorization: Bearer abcdefgh12345678", "abcdefgh12345678"),
-            (r#"{"api_key": "zzzzzzzzzzzz"}"#, "zzzzzzzzzzzz"),
-            ("url?key=AIzaSyA-1234567890abcdef", "AIzaSy"),
-            ("id 0123456789abcdef0123456789abcdef01234567", "0123456789abcdef"),
-        ];
-        for (text, secret) in cases {
-            let shown = redact_secrets(text);
-            assert!(!shown.contains(secret), "{text} → {shown}");
-            assert!(shown.contains("***"), "{text} → {shown}");
-        }
-        let plain = r#"{"error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}"#;
-        assert_eq!(redact_secrets(plain), plain);
-        let words = "Incorrect API key provided: check the key. Bearer tokens expire.";
-        // Over-redacting a word after "Bearer" is the price of never missing a token.
-        assert_eq!(redact_secrets(words), "Incorrect API key provided: check the key. Bearer *** expire.");
-        assert_eq!(redact_secrets("ünïcode — fine"), "ünïcode — fine");
+    fn raw_error_bodies_are_redacted_and_streams_kept_as_they_came() {
+        let settings = BodySettings { mode: BodyMode::Raw, max_bytes: 1024 };
+        let echoed = br#"{"error":{"message":"Incorrect API key provided: sk-proj-abcdefghijklmnop"}}"#;
+        let mut error = BodyCapture::new(settings).unwrap();
+        error.not_a_stream();
+        error.chunk(echoed);
+        let RecordedBody::Raw { bytes, .. } = error.finish() else { panic!("raw") };
+        let kept = String::from_utf8(bytes).unwrap();
+        assert_eq!(kept, r#"{"error":{"message":"Incorrect API key provided: ***"}}"#);
+
+        let mut stream = BodyCapture::new(settings).unwrap();
+        stream.chunk(b"data: {\"id\":\"sk-not-a-key-but-bytes\"}\n\n");
+        let RecordedBody::Raw { bytes, .. } = stream.finish() else { panic!("raw") };
+        assert_eq!(bytes, b"data: {\"id\":\"sk-not-a-key-but-bytes\"}\n\n");
     }
 
     #[test]

@@ -276,6 +276,7 @@ impl<'a> CallState<'a> {
             wall_epoch: self.exec.wall_epoch,
             bodies: self.exec.policy.bodies,
             lag: self.exec.lag.as_ref(),
+            rule_headers: self.exec.classifier.headers_read(),
         }
     }
 

@@ -7,7 +7,7 @@ use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 
 use super::category::TimerKind;
-use super::evidence::redact_secrets;
+use super::redact;
 
 /// A transport-level failure, as far as the HTTP stack and the kernel let
 /// us tell. None of these is one of our timers: a kernel timeout is the
@@ -240,9 +240,9 @@ impl fmt::Display for Failure {
                 snippet(body)
             ),
             Failure::InStream { code: Some(code), message } => {
-                write!(f, "in-stream error {code}: {}", redact_secrets(message))
+                write!(f, "in-stream error {code}: {}", redact::text(message))
             }
-            Failure::InStream { code: None, message } => write!(f, "in-stream error: {}", redact_secrets(message)),
+            Failure::InStream { code: None, message } => write!(f, "in-stream error: {}", redact::text(message)),
             Failure::Malformed { message } => write!(f, "malformed stream: {message}"),
             Failure::Cancelled => f.write_str("cancelled"),
         }
@@ -256,7 +256,7 @@ fn snippet(body: &str) -> String {
     const MAX: usize = 200;
     let line = body.trim().lines().next().unwrap_or("");
     match line.char_indices().nth(MAX) {
-        Some((cut, _)) => format!("{}…", redact_secrets(&line[..cut])),
-        None => redact_secrets(line),
+        Some((cut, _)) => format!("{}…", redact::text(&line[..cut])),
+        None => redact::text(line),
     }
 }

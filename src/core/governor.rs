@@ -67,6 +67,9 @@ pub struct AttemptScope<'a> {
     /// The run's lag probe, read when a timer fires; `None` reports no lag
     /// (virtual time).
     pub lag: Option<&'a LagMeter>,
+    /// The response headers the user rules read, kept beside the
+    /// allowlist ([`super::classify::Classifier::headers_read`]).
+    pub rule_headers: &'a [String],
 }
 
 impl AttemptScope<'_> {
@@ -377,7 +380,7 @@ async fn govern(
     let content_type =
         response.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     scope.emit_at(now, EventKind::HeadersReceived { status: response.status, content_type: content_type.clone() });
-    scope.emit_at(now, EventKind::ResponseHeaders { headers: recorded_headers(&response.headers) });
+    scope.emit_at(now, EventKind::ResponseHeaders { headers: recorded_headers(&response.headers, scope.rule_headers) });
     observe_rate_limits(scope, &response.headers, now, &mut progress.low_buckets);
     let is_stream = content_type.as_deref().is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
     // The data-stall clock runs for every body. An error or non-stream body
@@ -395,6 +398,9 @@ async fn govern(
         }
         Reading::Stream
     } else {
+        if let Some(capture) = capture {
+            capture.not_a_stream();
+        }
         Reading::ErrorBody(ErrorBody {
             status: response.status,
             headers: response.headers,

@@ -590,7 +590,7 @@ pub static TUNABLES: &[TunableSpec] = &[
         "",
         "off",
         Recorder,
-        "Record response bodies: off; text (each event's text); raw (the exact bytes, compressed). Replay plays raw bodies through the real decoder."
+        "Record response bodies: off; text (each event's text); raw (the exact bytes of an event stream, compressed; an error body with anything that looks like a key redacted, as the recorded error body is). Replay plays raw bodies through the real decoder."
     ),
     tunable!(
         "RECORD_BODY_MAX_KB",
