@@ -19,7 +19,7 @@
 //! | `silent_stall` | headers or some bytes, then nothing until a timer fired |
 //! | `keepalive_only_stall` | keep-alives but no progress until the data-stall timer fired |
 //! | `no_response` | no response headers before a timer fired |
-//! | `proxy_buffering` | a long wait for the first body byte, then most of the body within 50 ms |
+//! | `proxy_buffering` | a wait for the first body byte (1 s, or 250 ms behind a `via` / `x-cache`), then most of the body, 5 progress events or more, within 50 ms |
 //! | `slow_drip` | many small reads per parsed event while progress continued |
 //! | `healthy_slow` | healthy but within half a timer's budget of firing, long reasoning, or progress cut by the total timer or the deadline |
 //! | `healthy` | nothing worth naming |
@@ -27,7 +27,7 @@
 //! | `keepalive_dead_peer` | the kernel's TCP keepalive or user timeout declared the peer dead |
 //! | `transport_failure` | another transport failure |
 //! | `rate_limited` | a rate limit, with the wait asked for and whether it was honoured or refused by the cap |
-//! | `overloaded`, `server_error`, `malformed_stream` | the provider's side failed |
+//! | `overloaded`, `server_error`, `malformed_stream` | the provider's side failed (a 502, 504 or 524 says it may be a gateway on the path, naming it by its headers) |
 //! | `auth`, `invalid_request`, `context_overflow`, `permanent_error` | the request or its credential was refused |
 //! | `refused`, `unreachable`, `dns_failure`, `tls_failure`, `proxy_failure`, `connect_timeout` | no connection was made |
 //! | `retry_denied` | a limit beyond the failure's own budget refused its retry (`basis.denied_by`: `fleet_budget`, `deadline`, `total_retries`, `server_wait_cap`) |

@@ -18,8 +18,23 @@ use super::text::{budget, bytes, count, fact, percent, secs, timer, timer_tunabl
 use super::verdict::{Evidence, Topic, VerdictKind};
 
 /// A wait for the first body byte at least this long, before a burst, reads
-/// as buffering; shorter ones are a model's ordinary think time.
+/// as buffering when a header names a proxy or cache on the path (`via`,
+/// `x-cache`); shorter ones are a model's ordinary think time.
 const BUFFERED_WAIT: Duration = Duration::from_millis(250);
+
+/// Without a header naming a hop, the wait must be this long: a fast
+/// provider's short answer (a canary's few words) or an edge that packs
+/// frames into one read arrives in a burst after a few hundred
+/// milliseconds, which is no sign of buffering.
+const BUFFERED_WAIT_UNNAMED: Duration = Duration::from_secs(1);
+
+/// The headers that name a hop which may hold a stream back.
+const HOP_HEADERS: [&str; 2] = ["via", "x-cache"];
+
+/// Statuses a gateway sends when its upstream did not answer, or not in
+/// time: 502 (bad gateway), 504 (gateway timeout), Cloudflare's 524 (a
+/// timeout occurred).
+const GATEWAY_STATUSES: [u16; 3] = [502, 504, 524];
 
 /// Progress events a burst must carry to read as a held-back stream rather
 /// than a short answer sent in one piece.
@@ -262,9 +277,17 @@ fn timed_out(t: &Try, timer_kind: TimerKind) -> Reading {
             ),
         )
     };
-    if matches!(timer_kind, TimerKind::Ttfb | TimerKind::Idle) && t.headers_at.is_some() && t.chunks == 0 {
+    // Headers and then not one body byte is how a buffering proxy looks
+    // whichever clock runs out first: the data-stall timer's, with TTFB
+    // off for a large prompt and idle's budget longer, as often as the
+    // others.
+    if matches!(timer_kind, TimerKind::Ttfb | TimerKind::Idle | TimerKind::DataStall)
+        && t.headers_at.is_some()
+        && t.chunks == 0
+    {
+        let hop = hop_named(t).map_or_else(|| "see `via`".to_owned(), |(name, value)| format!("{name}: {value}"));
         reading.suggestion = Some(format!(
-            "headers came but no body byte: a buffering proxy (see `via`) holds streams like this; \
+            "headers came but no body byte: a buffering proxy ({hop}) holds streams like this; \
              if so, raise {tunable} above its delay or switch its buffering off; otherwise a lower {tunable} \
              notices a dead peer sooner"
         ));
@@ -307,6 +330,11 @@ fn crawled(t: &Try, fired_at: Duration, named: &str) -> Reading {
     )
 }
 
+/// The first header that names a hop able to hold a stream back.
+fn hop_named(t: &Try) -> Option<(&'static str, &str)> {
+    HOP_HEADERS.into_iter().find_map(|name| t.header(name).map(|value| (name, value)))
+}
+
 fn is_drip(t: &Try) -> bool {
     let parsed = t.events.max(1);
     t.chunks >= DRIP_READS && t.chunks >= parsed * DRIP_READS_PER_EVENT && t.bytes / t.chunks <= DRIP_MEAN_BYTES
@@ -331,7 +359,7 @@ fn success(t: &Try) -> Reading {
     let n = Some(t.number);
     let first_byte = t.first_byte_at.map(|at| t.offset(at));
     if let Some(wait) = first_byte
-        && wait >= BUFFERED_WAIT
+        && wait >= if hop_named(t).is_some() { BUFFERED_WAIT } else { BUFFERED_WAIT_UNNAMED }
         && t.burst_bytes * 10 >= t.bytes * 9
         && t.burst_progress >= BUFFERED_EVENTS
     {
@@ -621,6 +649,10 @@ fn by_category(t: &Try, category: Category, what: String) -> Reading {
             "the provider sheds load: retries back off under the overloaded budget; a fallback model \
              (STALLSCOPE_FALLBACK_MODELS) takes the call elsewhere",
         ),
+        Category::ServerError if t.status.is_some_and(|s| GATEWAY_STATUSES.contains(&s)) => {
+            Reading::new(VerdictKind::ServerError, what)
+                .governed("STALLSCOPE_RETRY_BUDGET_SERVER_ERROR", gateway_words(t))
+        }
         Category::ServerError => Reading::new(VerdictKind::ServerError, what).governed(
             "STALLSCOPE_RETRY_BUDGET_SERVER_ERROR",
             "a fault on the provider's side: retried under the server-error budget",
@@ -646,6 +678,25 @@ fn by_category(t: &Try, category: Category, what: String) -> Reading {
             .suggest("no rule calls this transient; a classifier rule can if it is (see `stallscope explain`)"),
     };
     server_wait(t, reading)
+}
+
+/// What to make of a 502, 504 or 524: the status a gateway sends when its
+/// upstream did not answer in time, so it may be a hop on the path and not
+/// the provider.
+fn gateway_words(t: &Try) -> String {
+    let status = t.status.unwrap_or_default();
+    let who = PEER_HEADERS
+        .into_iter()
+        .find_map(|name| t.header(name).map(|value| format!("`{name}: {value}` answered")))
+        .unwrap_or_else(|| "no header names who answered".to_owned());
+    let waited = secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())));
+    format!(
+        "HTTP {status} is what a gateway sends when its upstream did not answer, or not in time ({who}, after \
+         {waited}): it may be a hop on the path rather than the provider. If it comes after the same wait on \
+         every attempt, that wait is the hop's timeout (nginx `proxy_read_timeout` 60 s, Cloudflare 100 s): \
+         raise it above this provider's time to first byte, or fail over (STALLSCOPE_FALLBACK_MODELS); \
+         retries under the server-error budget meet the same timeout"
+    )
 }
 
 /// What the server asked about waiting (`retry-after*`, an exhausted

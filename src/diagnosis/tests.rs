@@ -388,3 +388,73 @@ fn the_longest_silence_restarts_at_the_headers_as_the_idle_timer_does() {
     assert_eq!(d.kind, VerdictKind::HealthySlow, "{d:?}");
     assert!(d.summary.contains("the longest silence (40.0 s) used 67% of the idle timer's 60 s"), "{}", d.summary);
 }
+
+/// A healthy attempt whose body came in one burst of 5 events after
+/// `wait_ms`, with `headers` recorded.
+fn burst_after(wait_ms: u64, headers: &[(&str, &str)]) -> Diagnosis {
+    let mut s = Script::new();
+    s.attempt(0, 30).headers(10, 200);
+    let headers = headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
+    s.at(10, EventKind::ResponseHeaders { headers });
+    s.content(wait_ms, 5);
+    s.at(wait_ms + 50, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: None });
+    s.finished(wait_ms + 50, Outcome::Ok);
+    s.diagnose()
+}
+
+/// Review R5: a fast provider's short answer (a canary's few words after
+/// 400 ms) is not buffering; the same burst behind a `via` is, and so is a
+/// burst after a long wait with no header at all.
+#[test]
+fn a_short_answer_that_came_fast_is_not_proxy_buffering() {
+    assert_eq!(burst_after(400, &[]).kind, VerdictKind::Healthy);
+    assert_eq!(burst_after(400, &[("via", "1.1 squid")]).kind, VerdictKind::ProxyBuffering);
+    assert_eq!(burst_after(1500, &[]).kind, VerdictKind::ProxyBuffering);
+}
+
+/// Review R3: headers and then no body byte until the data-stall timer
+/// fired (TTFB off for a large prompt) reads as possible buffering, with
+/// the hop the headers name, not as a dead peer to catch sooner.
+#[test]
+fn no_body_byte_until_the_data_stall_timer_may_be_a_buffering_proxy() {
+    let mut s = Script::new();
+    s.attempt(0, 1800).headers(10, 200);
+    s.at(10, EventKind::ResponseHeaders { headers: vec![("via".to_owned(), "1.1 proxy.corp (squid/5.7)".to_owned())] });
+    let fired = 900_010;
+    s.at(fired, EventKind::TimerFired { timer: TimerKind::DataStall, after: Duration::from_secs(900), lag: None });
+    s.at(fired, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::DataStall }, stop_reason: None });
+    s.classified(fired, Category::Timeout, Some(TimerKind::DataStall), "builtin: timer fired");
+    s.finished(fired, Outcome::Failed);
+    let d = s.diagnose();
+    let suggestion = d.suggestion.unwrap_or_default();
+    assert!(
+        suggestion.starts_with("headers came but no body byte: a buffering proxy (via: 1.1 proxy.corp (squid/5.7))"),
+        "{suggestion}"
+    );
+    assert!(!suggestion.contains("a dead peer or a dropped route"), "{suggestion}");
+}
+
+/// Review R4: a 504 that nginx sent reads as what a gateway sends, naming
+/// it and the hop's knob, not as a fault on the provider's side; a 500
+/// stays the provider's.
+#[test]
+fn a_gateway_status_names_the_hop_that_may_have_sent_it() {
+    let answer = |status| {
+        let mut s = Script::new();
+        s.attempt(0, 30).headers(60_000, status);
+        s.at(60_000, EventKind::ResponseHeaders { headers: vec![("server".to_owned(), "nginx".to_owned())] });
+        s.at(60_001, EventKind::AttemptEnded { end: AttemptEnd::Status { status }, stop_reason: None });
+        s.classified(60_001, Category::ServerError, None, &format!("builtin: status {status}"));
+        s.finished(60_001, Outcome::Failed);
+        s.diagnose()
+    };
+    let gateway = answer(504);
+    assert_eq!(gateway.kind, VerdictKind::ServerError);
+    let suggestion = gateway.suggestion.unwrap_or_default();
+    assert!(suggestion.starts_with("HTTP 504 is what a gateway sends"), "{suggestion}");
+    assert!(suggestion.contains("`server: nginx` answered, after 60.0 s"), "{suggestion}");
+    assert!(suggestion.contains("proxy_read_timeout"), "{suggestion}");
+    assert!(!suggestion.contains("provider's side"), "{suggestion}");
+    let provider = answer(500).suggestion.unwrap_or_default();
+    assert!(provider.contains("a fault on the provider's side"), "{provider}");
+}
