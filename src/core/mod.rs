@@ -53,6 +53,7 @@ pub mod fleet;
 pub mod governor;
 pub mod lag;
 pub mod lag_probe;
+pub mod per_stream;
 pub mod policy;
 pub mod rate_window;
 pub mod ratelimit;

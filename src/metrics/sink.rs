@@ -2,22 +2,18 @@
 //! come: a sink beside the recorder, so counters move while a long stall
 //! is still going, and each call's report and verdict as the call ends.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::event::{AttemptEnd, Event, EventKind, EventSink, SleepReason, StreamId};
+use crate::core::event::{AttemptEnd, Event, EventKind, EventSink, SleepReason};
 use crate::core::executor::CallReport;
 use crate::core::lag_probe::LagSample;
+use crate::core::per_stream::PerStream;
 use crate::diagnosis::{Diagnosis, StreamFold};
 
 use super::Metrics;
 use super::labels::{AttemptLabels, CallLabels, CategoryLabels, HopLabels, OutcomeLabels, Route, SleepLabels};
 use super::labels::{SiteLabels, TimerLabels};
-
-/// Streams hash to this many independently locked maps, as in the
-/// diagnosis collector: concurrent streams rarely wait on one another.
-const SHARDS: usize = 64;
 
 /// What is kept of a stream while it runs.
 struct StreamState {
@@ -34,7 +30,7 @@ struct StreamState {
 pub struct CallMetrics {
     metrics: Arc<Metrics>,
     site: String,
-    shards: Vec<Mutex<HashMap<StreamId, StreamState>>>,
+    streams: PerStream<StreamState>,
 }
 
 impl std::fmt::Debug for CallMetrics {
@@ -65,11 +61,7 @@ fn sleep_name(reason: &SleepReason) -> &'static str {
 
 impl CallMetrics {
     pub(super) fn new(metrics: Arc<Metrics>, site: &str) -> CallMetrics {
-        CallMetrics { metrics, site: site.to_owned(), shards: (0..SHARDS).map(|_| Mutex::default()).collect() }
-    }
-
-    fn shard(&self, stream: StreamId) -> &Mutex<HashMap<StreamId, StreamState>> {
-        &self.shards[(stream % SHARDS as u64) as usize]
+        CallMetrics { metrics, site: site.to_owned(), streams: PerStream::default() }
     }
 
     /// Counts a call that ended, with its verdict: under the route it was
@@ -143,34 +135,35 @@ impl EventSink for CallMetrics {
         if !wanted {
             return;
         }
-        let Ok(mut streams) = self.shard(event.stream).lock() else { return };
-        if let EventKind::Finished { .. } = event.kind {
-            streams.remove(&event.stream);
-            return;
-        }
-        let state = match &event.kind {
-            EventKind::CallStarted { target, .. } | EventKind::AttemptStarted { target, .. } => {
-                let route = Route::new(&self.site, target);
-                let state = streams.entry(event.stream).or_insert_with(|| StreamState {
-                    route: route.clone(),
-                    awaiting_first_byte: None,
-                    fold: StreamFold::default(),
-                });
-                state.route = route;
-                if let EventKind::AttemptStarted { .. } = event.kind {
-                    state.awaiting_first_byte = Some(event.at);
-                }
-                state
+        self.streams.with(event.stream, |streams| {
+            if let EventKind::Finished { .. } = event.kind {
+                streams.remove(&event.stream);
+                return;
             }
-            // A stream whose start this sink never saw has no target to
-            // count under.
-            _ => match streams.get_mut(&event.stream) {
-                Some(state) => state,
-                None => return,
-            },
-        };
-        state.fold.push(&event);
-        self.count(state, &event);
+            let state = match &event.kind {
+                EventKind::CallStarted { target, .. } | EventKind::AttemptStarted { target, .. } => {
+                    let route = Route::new(&self.site, target);
+                    let state = streams.entry(event.stream).or_insert_with(|| StreamState {
+                        route: route.clone(),
+                        awaiting_first_byte: None,
+                        fold: StreamFold::default(),
+                    });
+                    state.route = route;
+                    if let EventKind::AttemptStarted { .. } = event.kind {
+                        state.awaiting_first_byte = Some(event.at);
+                    }
+                    state
+                }
+                // A stream whose start this sink never saw has no target to
+                // count under.
+                _ => match streams.get_mut(&event.stream) {
+                    Some(state) => state,
+                    None => return,
+                },
+            };
+            state.fold.push(&event);
+            self.count(state, &event);
+        });
     }
 
     fn runtime_lag(&self, sample: LagSample) {
