@@ -904,3 +904,33 @@ fn the_marks_have_a_legible_legend_a_bytes_scale_and_a_visible_burst() {
     h.run();
     assert_eq!(h.state().prefs.timeline.bytes_scale, BytesScale::Shared);
 }
+
+/// History's multi-select → **Tune on these**: the runs picked are tuned
+/// together, as `stallscope tune --runs` does, and the window says what
+/// the CLI would, with the `--set` lines to copy.
+#[test]
+fn runs_picked_in_the_history_are_tuned_together() {
+    let dir = Scratch::new("tune-these");
+    {
+        let mut store = stallscope::store::Store::open(dir.path().join("runs.db")).unwrap();
+        for (index, stalled) in [(0, true), (1, false), (2, true)] {
+            history::round(&mut store, index, index as i64 * 60_000_000_000, stalled);
+        }
+    }
+    let mut h = app(dir.path());
+    h.get_by_label("History").click();
+    wait_for(&mut h, "the history to list run 3", |h| h.query_by_label("Tune on run 3").is_some());
+    assert!(h.query_by_label("Tune (pick runs)").is_some(), "nothing picked yet");
+    for run in [1, 3] {
+        h.get_by_label(&format!("Tune on run {run}")).click();
+        h.run();
+    }
+    h.get_by_label("Tune on these 2 runs").click();
+    wait_for(&mut h, "the tune", |h| h.query_by_label_contains("tune 2 runs over").is_some());
+    h.get_by_label("Tune on runs 1, 3");
+    h.get_by_label_contains("4 healthy attempts, 2 stalls");
+    h.get_by_label_contains("SSE_DATA_STALL_TIMEOUT_S=300");
+    h.get_by_label("Copy --set lines").click();
+    h.step();
+    assert_eq!(copied(&h).as_deref(), Some("--set SSE_DATA_STALL_TIMEOUT_S=300 --set SSE_TOTAL_TIMEOUT_S=600"));
+}

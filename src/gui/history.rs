@@ -4,7 +4,8 @@
 //! become a replay with each stream's verdict, built off the UI thread),
 //! running it again with its settings, exporting its Perfetto trace,
 //! sending it as OpenTelemetry traces to an OTLP receiver and
-//! deleting it (after a confirmation); and comparing two runs (every
+//! deleting it (after a confirmation); tuning the runs picked together
+//! ([`super::tune_runs`]); and comparing two runs (every
 //! figure side by side with its change and unit, tunables that differ,
 //! streams whose outcome changed, and both runs' lanes stream by stream on
 //! one axis in the Live view). Every database access runs on a
@@ -23,6 +24,7 @@ use super::lanes::{Side, Timeline};
 use super::live::Choice;
 use super::replay::Replay;
 use super::save::{Overwrite, full_path};
+use super::tune_runs::TuneRuns;
 use crate::diagnosis::RecordedRun;
 use crate::export::otlp;
 use crate::sim::builtin_names;
@@ -132,6 +134,8 @@ pub struct HistoryView {
     #[serde(skip)]
     selected: [Option<RunId>; 2],
     #[serde(skip)]
+    tuning: TuneRuns,
+    #[serde(skip)]
     comparison: Option<Comparison>,
     #[serde(skip)]
     deleting: Option<Vec<RunId>>,
@@ -155,6 +159,7 @@ impl Default for HistoryView {
             runs: Vec::new(),
             unfolded: BTreeSet::new(),
             selected: [None; 2],
+            tuning: TuneRuns::default(),
             comparison: None,
             deleting: None,
             overwrite: Overwrite::default(),
@@ -231,6 +236,7 @@ impl HistoryView {
             || p.compared.is_some()
             || p.again.is_some()
             || p.done.is_some()
+            || self.tuning.is_running()
     }
 
     /// Reloads the list of runs in the background.
@@ -248,6 +254,9 @@ impl HistoryView {
                 Ok(runs) => self.runs = runs,
                 Err(e) => self.status = Some(e),
             }
+        }
+        if let Some(error) = self.tuning.poll() {
+            self.status = Some(error);
         }
         if let Some(result) = take(&mut self.pending.compare) {
             match result {
@@ -316,6 +325,7 @@ impl HistoryView {
 
     fn delete(&mut self, ids: Vec<RunId>, db: &Option<PathBuf>, ctx: &egui::Context) {
         self.selected = self.selected.map(|s| s.filter(|id| !ids.contains(id)));
+        self.tuning.forget(&ids);
         self.pending.done = Some(background(db, ctx, move |db| {
             let mut store = existing_store(db)?;
             for id in &ids {
@@ -406,6 +416,7 @@ impl HistoryView {
             {
                 self.compare(a, b, db, &ctx);
             }
+            self.tuning.button_ui(ui, db);
             let folder = full_path(&self.export_dir).display().to_string();
             labelled(ui, "Export folder", 120.0, |ui| {
                 ui.add(egui::TextEdit::singleline(&mut self.export_dir).desired_width(120.0))
@@ -423,6 +434,7 @@ impl HistoryView {
             RichText::new(db.as_ref().map_or_else(|| "no database".to_owned(), |p| p.display().to_string())).weak(),
         );
         self.status_line(ui, db, &ctx);
+        self.tuning.window_ui(&ctx);
         if let Some(comparison) = &self.comparison {
             let (mut open, mut lanes) = (true, false);
             egui::Window::new("Comparison")
@@ -471,6 +483,7 @@ impl HistoryView {
                 .resizable(true)
                 .column(Column::exact(26.0))
                 .column(Column::exact(26.0))
+                .column(Column::exact(38.0))
                 .column(Column::initial(80.0).at_least(40.0))
                 .column(Column::initial(140.0).at_least(60.0))
                 .column(Column::initial(90.0).at_least(40.0))
@@ -482,7 +495,7 @@ impl HistoryView {
                 .column(Column::initial(60.0).at_least(40.0))
                 .column(Column::initial(190.0).at_least(120.0))
                 .header(22.0, |mut header| {
-                    for name in ["A", "B", "ID"] {
+                    for name in ["A", "B", "Tune", "ID"] {
                         header.col(|ui| {
                             ui.strong(name);
                         });
@@ -527,6 +540,11 @@ impl HistoryView {
                         };
                         let summary = &summary;
                         let batch = (!parts.is_empty()).then_some(summary.batch).flatten();
+                        // A batch's row stands for all its parts.
+                        let ids: Vec<RunId> = match parts {
+                            [] => vec![summary.id],
+                            parts => parts.iter().map(|&p| self.runs[p].id).collect(),
+                        };
                         for slot in 0..2 {
                             row.col(|ui| {
                                 if batch.is_none() {
@@ -534,6 +552,10 @@ impl HistoryView {
                                 }
                             });
                         }
+                        row.col(|ui| {
+                            let name = if parts.is_empty() { "run" } else { "batch" };
+                            self.tuning.checkbox_ui(ui, &ids, &format!("{name} {}", summary.id));
+                        });
                         row.col(|ui| match batch {
                             Some(b) => {
                                 let verb = if self.unfolded.contains(&b) { "Hide" } else { "Show" };
@@ -581,10 +603,6 @@ impl HistoryView {
                             ui.label(summary.retries.map_or("-".to_owned(), |n| n.to_string()));
                         });
                         row.col(|ui| {
-                            let ids: Vec<RunId> = match parts {
-                                [] => vec![summary.id],
-                                parts => parts.iter().map(|&p| self.runs[p].id).collect(),
-                            };
                             asked = actions_ui(ui, summary, ids).or(asked.take());
                         });
                     });

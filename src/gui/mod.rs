@@ -29,6 +29,7 @@ pub mod save;
 pub mod timeline;
 pub mod transport;
 pub mod tunables;
+pub mod tune_runs;
 pub mod verdicts;
 pub mod viewport;
 pub mod whatif;

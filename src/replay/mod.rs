@@ -11,5 +11,6 @@ pub mod advice;
 pub mod attempt_body;
 pub mod recording;
 pub mod tune;
+pub mod tune_text;
 pub mod upstream;
 pub mod whatif;
