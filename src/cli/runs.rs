@@ -319,9 +319,7 @@ pub(super) fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     let recorded = store.recorded_run(args.id)?;
     let text = if args.format.as_deref() == Some("jsonl") {
         let events = store.run_events(args.id)?;
-        let collector = recorded.collector();
-        events.iter().for_each(|e| collector.push(e));
-        export::jsonl(&events, args.bodies, &recorded.diagnoses(&collector))?
+        export::jsonl(&events, args.bodies, &recorded.diagnose_all(&events))?
     } else {
         if args.bodies {
             bail!("--bodies is for --format jsonl: a chrome-trace never holds bodies");

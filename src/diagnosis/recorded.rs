@@ -45,14 +45,11 @@ impl RecordedRun {
         self.annotate(stream, fold.verdict(self.limits.as_ref()))
     }
 
-    /// A collector for the run's events read in one flow (any order of
-    /// streams).
-    pub fn collector(&self) -> Collector {
-        Collector::new(self.limits.clone())
-    }
-
-    /// The verdicts of what `collector` gathered.
-    pub fn diagnoses(&self, collector: &Collector) -> Vec<(StreamId, Diagnosis)> {
+    /// The verdict on every stream of the run's events read in one flow
+    /// (any order of streams), in stream order.
+    pub fn diagnose_all(&self, events: &[Event]) -> Vec<(StreamId, Diagnosis)> {
+        let collector = Collector::new(self.limits.clone());
+        events.iter().for_each(|e| collector.push(e));
         collector.diagnoses().into_iter().map(|(stream, d)| (stream, self.annotate(stream, d))).collect()
     }
 

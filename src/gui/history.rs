@@ -220,9 +220,7 @@ fn stored_side(store: &Store, id: RunId, label: String) -> Result<Side, String> 
     // Verdicts read retry denials against the run's own limits.
     let record = read_record(store, id)?;
     let recorded = RecordedRun::new(&record.tunables, &record.dropped_by_stream);
-    let collector = recorded.collector();
-    events.iter().for_each(|e| collector.push(e));
-    let verdicts = recorded.diagnoses(&collector).into_iter().collect();
+    let verdicts = recorded.diagnose_all(&events).into_iter().collect();
     Ok(Side { label, events, verdicts })
 }
 
