@@ -117,7 +117,7 @@ use stallscope::providers::sse::SseParser;
 use stallscope::recorder::Recorder;
 use stallscope::report::RunReport;
 use stallscope::run::{RunPlan, executor, run_calls};
-use stallscope::session::{Recording, RunSource, SessionPlan, run_session};
+use stallscope::session::{RecordTo, RunSource, SessionPlan, run_session};
 use stallscope::sim::{STREAM_HEADER, Scenario, SimServer, builtin};
 use stallscope::store::runs::RunStart;
 use tokio::net::{TcpListener, TcpStream};
@@ -1503,7 +1503,7 @@ fn core_trial(streams: usize) -> Trial {
         prompt: "Say hello.".to_owned(),
         overrides: Vec::new(),
         edits: Vec::new(),
-        recording: Some(Recording { db: dir.join("runs.db"), label: None, batch: None }),
+        recording: Some(RecordTo { db: dir.join("runs.db"), label: None, batch: None }),
         seed: Some(1),
     };
     let started = Instant::now();

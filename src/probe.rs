@@ -70,7 +70,7 @@ use crate::providers::setup::{ProviderConfig, connect};
 use crate::report::{RunReport, StreamReport};
 use crate::run::estimated_tokens;
 use crate::session::{
-    CallList, Recording, RunSource, SessionError, SessionOutcome, run_call_list_recorded, settings_for,
+    CallList, RecordTo, RunSource, SessionError, SessionOutcome, run_call_list_recorded, settings_for,
 };
 
 /// The realistic payload's size when neither `--context-tokens` nor the
@@ -126,7 +126,7 @@ pub struct ProbePlan {
     /// Probes at once.
     pub concurrency: usize,
     /// Record the probe (labelled [`run_label`] of its label), or not.
-    pub recording: Option<Recording>,
+    pub recording: Option<RecordTo>,
     /// The seed of the calls' random draws; `None` draws one.
     pub seed: Option<u64>,
 }
@@ -328,7 +328,7 @@ pub async fn probe_run(
             });
         }
     }
-    let recording = plan.recording.clone().map(|r| Recording { label: Some(run_label(r.label.as_deref())), ..r });
+    let recording = plan.recording.clone().map(|r| RecordTo { label: Some(run_label(r.label.as_deref())), ..r });
     let providers = rows.into_iter().filter(|r| !problems.contains_key(&r.name)).collect();
     let list = CallList {
         settings,

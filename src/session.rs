@@ -64,7 +64,7 @@ pub enum RunSource {
 
 /// Where a run is recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recording {
+pub struct RecordTo {
     /// The database file.
     pub db: PathBuf,
     /// A free label for the run.
@@ -89,7 +89,7 @@ pub struct SessionPlan {
     /// `NAME=VALUE` edits from the app, the top tunable layer.
     pub edits: Vec<String>,
     /// Record the run, or not.
-    pub recording: Option<Recording>,
+    pub recording: Option<RecordTo>,
     /// The seed of every call's random draws; `None` draws one (it is
     /// recorded either way, so a run can be repeated with `--seed`).
     pub seed: Option<u64>,
@@ -190,7 +190,7 @@ pub struct CallList {
     /// How many at once.
     pub concurrency: usize,
     /// Record the run, or not.
-    pub recording: Option<Recording>,
+    pub recording: Option<RecordTo>,
     /// The seed of every call's random draws; `None` draws one.
     pub seed: Option<u64>,
 }

@@ -15,7 +15,7 @@ use stallscope::diagnosis::{DeniedBy, Diagnosis, Severity, Topic, UNTRUSTED, Ver
 use stallscope::providers::Dialect;
 use stallscope::report::RunReport;
 use stallscope::run::rig;
-use stallscope::session::{Recording, RunSource, SessionPlan, run_session};
+use stallscope::session::{RecordTo, RunSource, SessionPlan, run_session};
 use stallscope::sim::builtin;
 use stallscope::store::Store;
 use stallscope::store::runs::RunStart;
@@ -59,7 +59,7 @@ async fn record_source(
         prompt: "Say hello.".to_owned(),
         overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
         edits: Vec::new(),
-        recording: Some(Recording { db: db.clone(), label: None, batch: None }),
+        recording: Some(RecordTo { db: db.clone(), label: None, batch: None }),
         seed: Some(7),
     };
     let live = run_session(&plan, &[], watcher, &cancel, |_, _| {}).await.unwrap().report;

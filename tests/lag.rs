@@ -20,7 +20,7 @@ use stallscope::core::event::{Event, EventKind, Outcome};
 use stallscope::core::lag::lag_untrusts;
 use stallscope::core::lag_probe::LagMeter;
 use stallscope::providers::Dialect;
-use stallscope::session::{Recording, RunSource, SessionOutcome, SessionPlan, run_session};
+use stallscope::session::{RecordTo, RunSource, SessionOutcome, SessionPlan, run_session};
 use stallscope::store::Store;
 use support::{Harness, Script, Scripted, Step, policy};
 use tokio::time::Instant;
@@ -126,7 +126,7 @@ fn plan(scenario: &str, streams: usize, sets: &[&str], db: &TempDb) -> SessionPl
         prompt: "Say hello.".to_owned(),
         overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
         edits: Vec::new(),
-        recording: Some(Recording { db: db.0.clone(), label: None, batch: None }),
+        recording: Some(RecordTo { db: db.0.clone(), label: None, batch: None }),
         seed: Some(13),
     }
 }

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use stallscope::diagnosis::Severity;
 use stallscope::probe::{ProbePlan, Readiness, probe};
-use stallscope::session::Recording;
+use stallscope::session::RecordTo;
 use stallscope::sim::{Scenario, SimServer};
 use stallscope::store::Store;
 use tokio_util::sync::CancellationToken;
@@ -98,7 +98,7 @@ async fn the_matrix_names_the_route_that_stalls_only_on_a_realistic_payload() {
         edits: Vec::new(),
         context_tokens: None,
         concurrency: 4,
-        recording: Some(Recording { db: db.clone(), label: Some("nightly".to_owned()), batch: None }),
+        recording: Some(RecordTo { db: db.clone(), label: Some("nightly".to_owned()), batch: None }),
         seed: Some(3),
     };
     let readiness = probe(&plan, &env(), None, &CancellationToken::new()).await.unwrap();

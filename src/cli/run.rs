@@ -15,7 +15,7 @@ use crate::core::event::{Outcome, StreamId};
 use crate::diagnosis::{Diagnosis, RunDiagnosis};
 use crate::providers::Dialect;
 use crate::report::RunReport;
-use crate::session::{Recording, RunSource, SessionPlan, run_session};
+use crate::session::{RecordTo, RunSource, SessionPlan, run_session};
 use crate::store::Store;
 
 /// Options of `stallscope run`.
@@ -71,7 +71,7 @@ pub(super) struct RecordArgs {
 
 impl RecordArgs {
     /// Where to record, or `None` with `--no-record`.
-    pub(super) fn recording(&self) -> Result<Option<Recording>> {
+    pub(super) fn recording(&self) -> Result<Option<RecordTo>> {
         if self.no_record {
             return Ok(None);
         }
@@ -80,7 +80,7 @@ impl RecordArgs {
             .clone()
             .or_else(Store::default_path)
             .context("no platform data directory to keep the run in: give --db PATH, or --no-record")?;
-        Ok(Some(Recording { db, label: self.label.clone(), batch: None }))
+        Ok(Some(RecordTo { db, label: self.label.clone(), batch: None }))
     }
 }
 

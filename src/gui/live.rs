@@ -26,7 +26,7 @@ use super::transport;
 use super::whatif::WhatIfView;
 use crate::probe::ProbePlan;
 use crate::providers::Dialect;
-use crate::session::{Recording, RunSource, SessionPlan};
+use crate::session::{RecordTo, RunSource, SessionPlan};
 use crate::sim::{builtin, builtin_names};
 use crate::store::RunId;
 
@@ -99,7 +99,7 @@ impl RunForm {
         let label = (!self.label.trim().is_empty()).then(|| self.label.trim().to_owned());
         // The parts of one press of Run are one batch in the history.
         let batch = (matches!(self.choice, Choice::AllStories)).then(|| (rand::random::<u64>() >> 1) as i64);
-        let recording = db.filter(|_| self.record).map(|db| Recording { db, label, batch });
+        let recording = db.filter(|_| self.record).map(|db| RecordTo { db, label, batch });
         let plan = |source| SessionPlan {
             source,
             requests: self.requests.max(1) as usize,

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{ConfigFile, Layers, Settings, default_path, process_env};
 use crate::probe::{DEFAULT_CONCURRENCY, ProbePlan};
-use crate::session::{Recording, RunSource, settings_for};
+use crate::session::{RecordTo, RunSource, settings_for};
 use crate::store::Store;
 use budget::BudgetView;
 use history::{HistoryView, Picked, RunAgain};
@@ -283,7 +283,7 @@ impl App {
             edits: self.prefs.tunables.assignments(),
             context_tokens: None,
             concurrency: DEFAULT_CONCURRENCY,
-            recording: recording.map(|db| Recording { db, label: None, batch: None }),
+            recording: recording.map(|db| RecordTo { db, label: None, batch: None }),
             seed: None,
         };
         self.live.start_probe(plan, self.env.clone(), ctx);

@@ -410,8 +410,11 @@ async fn play(
     let pings_past_recording =
         playback.assumptions.stall == StallAssumption::Keepalives && matches!(tail, Tail::Abandoned);
     let keepalive = if pings_past_recording { keepalive_rhythm(recorded) } else { None };
-    let decoder: Option<Box<dyn Decoder>> =
-        if real_bytes { None } else { Some(Box::new(Recorded::new(recorded, end.as_ref(), keepalive.is_some()))) };
+    let decoder: Option<Box<dyn Decoder>> = if real_bytes {
+        None
+    } else {
+        Some(Box::new(RecordedEventsDecoder::new(recorded, end.as_ref(), keepalive.is_some())))
+    };
     let play = Play {
         playback: Arc::clone(playback),
         chunks: Arc::clone(&recorded.chunks),
@@ -673,7 +676,7 @@ fn long_filler(size: usize) -> Bytes {
 
 /// A decoder that finds in each chunk the events the recording says the
 /// live decoder found there (the chunk's bytes are filler).
-struct Recorded {
+struct RecordedEventsDecoder {
     /// The recorded attempt's chunks and events (held here for the reason
     /// [`Play`] holds its chunks).
     chunks: Arc<[RecordedChunk]>,
@@ -688,7 +691,7 @@ struct Recorded {
     keepalives_after: bool,
 }
 
-impl Recorded {
+impl RecordedEventsDecoder {
     fn new(recorded: &RecordedAttempt, end: Option<&AttemptEnd>, keepalives_after: bool) -> Self {
         let texts = match &recorded.body {
             Some(RecordedBody::Text { texts, .. }) => texts.clone(),
@@ -709,7 +712,7 @@ impl Recorded {
             }
             _ => Vec::new(),
         };
-        Recorded {
+        RecordedEventsDecoder {
             chunks: Arc::clone(&recorded.chunks),
             events: Arc::clone(&recorded.events),
             chunk: 0,
@@ -746,7 +749,7 @@ fn filler_text(class: EventClass, chars: u32) -> Cow<'static, str> {
     }
 }
 
-impl Decoder for Recorded {
+impl Decoder for RecordedEventsDecoder {
     fn feed(&mut self, _chunk: &[u8], out: &mut Vec<Decoded>) {
         let Some(chunk) = self.chunks.get(self.chunk) else {
             if self.keepalives_after {
@@ -861,7 +864,7 @@ mod tests {
     async fn a_recorded_decoder_finds_each_chunks_events_and_the_end_in_the_last() {
         let content: &[(EventClass, u32)] = &[(EventClass::Content, 2)];
         let a = attempt(&[(120, 10, content), (130, 4, &[])], Some((130, AttemptEnd::Done)));
-        let mut decoder = Recorded::new(&a, Some(&AttemptEnd::Done), false);
+        let mut decoder = RecordedEventsDecoder::new(&a, Some(&AttemptEnd::Done), false);
         let mut out = Vec::new();
         decoder.feed(b"xxxxxxxxxx", &mut out);
         assert_eq!(out, [Decoded::Event { class: EventClass::Content, text: "  ".into() }]);

@@ -43,7 +43,7 @@ use crate::export::otlp::{self, OtlpError, Sent};
 use crate::metrics::{Metrics, MetricsServer, RoundResult, ServeError};
 use crate::probe::{self, Readiness};
 use crate::report::RunReport;
-use crate::session::{Recording, SessionError, settings_for};
+use crate::session::{RecordTo, SessionError, settings_for};
 use crate::store::{RunId, Store};
 
 pub use retention::Retention;
@@ -214,7 +214,7 @@ impl Watcher<'_> {
         let (plan, started) = (self.plan, Instant::now());
         let label = round_label(&plan.round, &plan.site);
         let sink = Arc::new(self.metrics.calls(&plan.site));
-        let recording = plan.db.clone().map(|db| Recording { db, label: Some(label.clone()), batch: None });
+        let recording = plan.db.clone().map(|db| RecordTo { db, label: Some(label.clone()), batch: None });
         let mut ran = plan.round.run(&plan.calls, recording, &sink, self.env, cancel).await;
         let mut store_error = None;
         if let Err(RoundError::Session(SessionError::Store(error))) = &ran.result {

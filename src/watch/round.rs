@@ -12,7 +12,7 @@ use crate::core::event::EventSink;
 use crate::metrics::CallMetrics;
 use crate::probe::{self, ProbeError, ProbePlan, Probed, Readiness};
 use crate::providers::Dialect;
-use crate::session::{Recording, RunSource, SessionError, SessionOutcome, SessionPlan, run_session};
+use crate::session::{RecordTo, RunSource, SessionError, SessionOutcome, SessionPlan, run_session};
 
 /// The kinds of round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +104,7 @@ impl Round {
     pub(super) async fn run(
         &self,
         calls: &CallPlan,
-        recording: Option<Recording>,
+        recording: Option<RecordTo>,
         metrics: &Arc<CallMetrics>,
         env: &[(String, String)],
         cancel: &CancellationToken,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use stallscope::providers::Dialect;
 use stallscope::replay::recording::Recording;
-use stallscope::session::{Recording as Record, RunSource, SessionPlan, run_session};
+use stallscope::session::{RecordTo, RunSource, SessionPlan, run_session};
 use stallscope::store::Store;
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +28,7 @@ pub async fn record_with_lag(scenario: &str, dialect: Dialect, sets: &[&str]) ->
         prompt: "Say hello.".to_owned(),
         overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
         edits: Vec::new(),
-        recording: Some(Record { db: db.clone(), label: None, batch: None }),
+        recording: Some(RecordTo { db: db.clone(), label: None, batch: None }),
         seed: Some(7),
     };
     let outcome = run_session(&plan, &[], None, &CancellationToken::new(), |_, _| {}).await.unwrap();
