@@ -334,6 +334,8 @@ fn a_recorded_run_is_listed_shown_exported_and_deleted() {
     stdout(&stallscope(&["run", "--scenario", "healthy", "--db", db, "--set", "SSE_IDLE_TIMEOUT_S=5"], &[]));
     let compared = stdout(&stallscope(&["runs", "--db", db, "compare", &id.to_string(), &(id + 1).to_string()], &[]));
     assert!(compared.contains("STALLSCOPE_SSE_IDLE_TIMEOUT_S: 1.0 → 5.0"), "{compared}");
+    // Review S7: the streams whose outcome changed, as the app lists them.
+    assert!(compared.contains(&format!("streams whose outcome changed (run {id} → run {}): ", id + 1)), "{compared}");
     stdout(&stallscope(&["runs", "--db", db, "delete", &id.to_string()], &[]));
     let gone = stallscope(&["runs", "--db", db, "show", &id.to_string()], &[]);
     assert_eq!(gone.status.code(), Some(2));

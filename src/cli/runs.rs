@@ -127,6 +127,11 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
                     s.retries.map_or("-".to_owned(), |r| r.to_string())
                 )?;
             }
+            let changes = store.outcome_changes(*a, *b)?;
+            writeln!(out, "streams whose outcome changed (run {a} → run {b}): {}", changes.len())?;
+            for (stream, x, y) in &changes {
+                writeln!(out, "  stream {stream}: {x} → {y}")?;
+            }
         }
         RunsCommand::Delete { id } => {
             if !store.delete_run(*id)? {

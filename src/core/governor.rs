@@ -413,24 +413,24 @@ async fn govern(
     let mut decoded = Vec::new();
     let mut body = response.body;
     // The body is the busy source. The sleep and the token are polled with
-    // `quiet`'s waker, and only once they have woken the task or the sleep
+    // `sleep_and_cancel_woke`'s waker, and only once they have woken the task or the sleep
     // has moved, so a flowing stream pays for neither (see `wake_flag`).
-    let mut quiet = WakeFlag::new();
+    let mut sleep_and_cancel_woke = WakeFlag::new();
     // How far the attempt got: a body that hands its chunks over ahead of
     // the clock (a replay) takes the attempt past "now".
-    let mut reached = now;
+    let mut ahead_until = now;
     let read = async {
         loop {
             let next = std::future::poll_fn(|cx| {
                 if let Poll::Ready(chunk) = body.poll_next_unpin(cx) {
                     return Poll::Ready(Wait::Chunk(chunk));
                 }
-                if quiet.take(cx) {
-                    let mut quiet_cx = Context::from_waker(quiet.waker());
-                    if cancelled.as_mut().poll(&mut quiet_cx).is_ready() {
+                if sleep_and_cancel_woke.take(cx) {
+                    let mut woke_cx = Context::from_waker(sleep_and_cancel_woke.waker());
+                    if cancelled.as_mut().poll(&mut woke_cx).is_ready() {
                         return Poll::Ready(Wait::Cancelled);
                     }
-                    if sleep.as_mut().poll(&mut quiet_cx).is_ready() {
+                    if sleep.as_mut().poll(&mut woke_cx).is_ready() {
                         return Poll::Ready(Wait::Timer);
                     }
                 }
@@ -445,7 +445,7 @@ async fn govern(
                 Wait::Timer => match on_wake(&mut clocks, sleep.as_mut(), Instant::now()) {
                     Some(fired) => return Err(timed_out_reading(scope, fired, body)),
                     None => {
-                        quiet.raise();
+                        sleep_and_cancel_woke.raise();
                         continue;
                     }
                 },
@@ -455,10 +455,10 @@ async fn govern(
                 _ => None,
             };
             let now = arrived.unwrap_or_else(Instant::now);
-            reached = now;
+            ahead_until = now;
             // A token cancelled while chunks keep coming has raised the flag
             // (which starts raised, before the token was first polled with it).
-            if quiet.is_raised() && scope.cancel.is_cancelled() {
+            if sleep_and_cancel_woke.is_raised() && scope.cancel.is_cancelled() {
                 return Err(Failure::Cancelled);
             }
             // The sleep is never later than the earliest clock, so a chunk that
@@ -469,10 +469,10 @@ async fn govern(
             while sleep.deadline() <= now {
                 let woke = if arrived.is_some() { sleep.deadline() } else { now };
                 if let Some(fired) = on_wake(&mut clocks, sleep.as_mut(), woke) {
-                    reached = woke;
+                    ahead_until = woke;
                     return Err(timed_out_reading(scope, fired, body));
                 }
-                quiet.raise();
+                sleep_and_cancel_woke.raise();
             }
             let chunk = match chunk {
                 Some(Ok(Chunk { bytes, .. })) => bytes,
@@ -538,8 +538,8 @@ async fn govern(
     let result = read.await;
     // What follows the attempt meets the rest of the run at the moment it
     // ended, not before.
-    if reached > Instant::now() {
-        tokio::time::sleep_until(reached).await;
+    if ahead_until > Instant::now() {
+        tokio::time::sleep_until(ahead_until).await;
     }
     result
 }

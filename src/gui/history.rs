@@ -363,25 +363,7 @@ impl HistoryView {
         self.pending.compare = Some(background(db, ctx, move |db| {
             let store = existing_store(db)?;
             let (ra, rb) = (read_record(&store, a)?, read_record(&store, b)?);
-            let outcomes = |id| -> Result<BTreeMap<u64, String>, String> {
-                let report = store.run_report(id).map_err(|e| e.to_string())?;
-                Ok(report
-                    .map(|r| r.streams.iter().map(|s| (s.index, s.outcome.to_owned())).collect())
-                    .unwrap_or_default())
-            };
-            let (oa, ob) = (outcomes(a)?, outcomes(b)?);
-            let missing = || "-".to_owned();
-            let changed_streams = oa
-                .keys()
-                .chain(ob.keys())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .filter_map(|i| {
-                    let (x, y) =
-                        (oa.get(i).cloned().unwrap_or_else(missing), ob.get(i).cloned().unwrap_or_else(missing));
-                    (x != y).then_some((*i, x, y))
-                })
-                .collect();
+            let changed_streams = store.outcome_changes(a, b).map_err(|e| e.to_string())?;
             let tunables = tunables_diff(&ra.tunables, &rb.tunables);
             Ok(Comparison { a: ra, b: rb, tunables, changed_streams })
         }));

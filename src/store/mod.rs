@@ -25,6 +25,7 @@ pub mod migrations;
 mod report;
 pub mod runs;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -518,6 +519,26 @@ impl Store {
     pub fn run_report(&self, id: RunId) -> Result<Option<RunReport>, StoreError> {
         let Some(text) = self.run_report_json(id)? else { return Ok(None) };
         report::decode(&text).map(Some).map_err(|what| StoreError::Format { path: self.path.clone(), run: id, what })
+    }
+
+    /// The streams whose outcome differs between runs `a` and `b`, in
+    /// stream order: (stream, outcome in `a`, outcome in `b`), `-` where a
+    /// run has no such stream (or no report). For `runs compare` and the
+    /// app's comparison alike.
+    pub fn outcome_changes(&self, a: RunId, b: RunId) -> Result<Vec<(StreamId, String, String)>, StoreError> {
+        let outcomes = |id| -> Result<BTreeMap<StreamId, &'static str>, StoreError> {
+            let report = self.run_report(id)?;
+            Ok(report.map(|r| r.streams.iter().map(|s| (s.index, s.outcome)).collect()).unwrap_or_default())
+        };
+        let (oa, ob) = (outcomes(a)?, outcomes(b)?);
+        let streams: BTreeSet<StreamId> = oa.keys().chain(ob.keys()).copied().collect();
+        Ok(streams
+            .into_iter()
+            .filter_map(|i| {
+                let (x, y) = (oa.get(&i).copied().unwrap_or("-"), ob.get(&i).copied().unwrap_or("-"));
+                (x != y).then(|| (i, x.to_owned(), y.to_owned()))
+            })
+            .collect())
     }
 
     /// The stored report text (what `runs show --json` prints).
