@@ -129,18 +129,21 @@ impl TuneRuns {
             _ => format!("Tune on runs {}", runs.join(", ")),
         };
         let running = self.pending.is_some();
-        egui::Window::new(title).open(&mut open).default_width(640.0).vscroll(true).show(ctx, |ui| {
-            if running {
-                ui.label(RichText::new("Checking every timer by what-if on these runs…").weak());
-                return;
-            }
-            if let Some(lines) = &found.set_lines
-                && ui.button("Copy --set lines").clicked()
-            {
-                ui.ctx().copy_text(lines.clone());
-            }
-            ui.add(egui::Label::new(RichText::new(&found.text).monospace()).wrap());
-        });
+        egui::Window::new(title).open(&mut open).default_width(640.0).default_height(520.0).vscroll(true).show(
+            ctx,
+            |ui| {
+                if running {
+                    ui.label(RichText::new("Checking every timer by what-if on these runs…").weak());
+                    return;
+                }
+                if let Some(lines) = &found.set_lines
+                    && ui.button("Copy --set lines").clicked()
+                {
+                    ui.ctx().copy_text(lines.clone());
+                }
+                ui.add(egui::Label::new(RichText::new(&found.text).monospace()).wrap());
+            },
+        );
         if !open {
             self.stop.cancel();
             self.pending = None;
