@@ -48,7 +48,7 @@ use crate::store::{RunId, Store};
 
 pub use retention::Retention;
 pub use round::{CallPlan, Round, RoundError};
-pub use schedule::{Schedule, Slot, parse_every};
+pub use schedule::{MAX_EVERY, Schedule, Slot, parse_every};
 
 /// Everything a watch needs.
 #[derive(Debug, Clone)]
