@@ -7,8 +7,10 @@
 //! and the stream's verdict is an event on the call span (its kind is also
 //! an attribute, to filter on). Provider and model follow the OpenTelemetry
 //! GenAI semantic conventions (`gen_ai.*`); the rest is `stallscope.*`.
-//! Nothing carries a key: events name a pool key by index at most, and
-//! neither error bodies nor recorded bodies are exported.
+//! Nothing carries a key: events name a pool key by index at most. No
+//! failure message is exported, as one quotes the error body: a failed
+//! attempt's status names its category, HTTP status and classifying rule.
+//! Recorded bodies are not exported either.
 //!
 //! Ids are derived from the run's epoch, its id and the stream, so sending
 //! a run twice gives the same trace and span ids (a receiver that keys on
@@ -24,6 +26,7 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use prost::Message;
 
+use crate::core::category::Category;
 use crate::core::event::{Event, EventKind, Outcome, SleepReason, StreamId};
 use crate::diagnosis::Diagnosis;
 use crate::store::{RunId, Store, StoreError};
@@ -114,7 +117,8 @@ pub fn send_runs(store: &Store, ids: &[RunId], endpoint: &str) -> Result<Sent, O
 pub fn run_traces(store: &Store, id: RunId) -> Result<RunTraces, OtlpError> {
     let record = store.run(id)?.ok_or(OtlpError::NoRun(id))?;
     // Runs recorded before the epoch was kept start at their start time.
-    let epoch_unix_ns = record.meta.as_ref().map_or(record.summary.started_at_ms * 1_000_000, |m| m.epoch_unix_ns);
+    let epoch_unix_ns =
+        record.meta.as_ref().map_or(record.summary.started_at_ms.saturating_mul(1_000_000), |m| m.epoch_unix_ns);
     let recorded = store.recorded_run(id)?;
     let mut calls = Vec::new();
     for stream in store.streams(id)? {
@@ -246,7 +250,7 @@ fn mix(mut x: u64) -> u64 {
 /// The spans of one call from its events (in time order): the call's span
 /// first, then its attempts' and sleeps'.
 fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Option<&Diagnosis>) -> Vec<Span> {
-    let ns = |at: Duration| (epoch_unix_ns as u64).saturating_add(at.as_nanos() as u64);
+    let ns = |at: Duration| unix_ns(epoch_unix_ns, at);
     let call = Span {
         trace_id: ids.trace.clone(),
         span_id: ids.span(),
@@ -255,8 +259,10 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
         ..Span::default()
     };
     let mut spans = vec![call];
-    // The latest attempt: its classification follows its end.
+    // The latest attempt: what it counts, and whether its span is open.
     let mut attempt: Option<Attempt> = None;
+    // Each attempt's number and span, for events that name their attempt.
+    let mut numbered: Vec<(u32, usize)> = Vec::new();
     let mut ended = false;
     for event in events {
         let t = ns(event.at);
@@ -265,13 +271,16 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
             EventKind::CallStarted { target, context_tokens } => {
                 let call = &mut spans[0];
                 call.name = format!("chat {}", target.model);
-                call.attributes.extend([
-                    string("gen_ai.operation.name", "chat"),
-                    string("gen_ai.provider.name", &target.provider),
-                    string("gen_ai.request.model", &target.model),
-                    int("stallscope.stream", event.stream),
-                ]);
-                call.attributes.extend(context_tokens.map(|n| int("stallscope.context_tokens", n)));
+                set(
+                    call,
+                    [
+                        string("gen_ai.operation.name", "chat"),
+                        string("gen_ai.provider.name", &target.provider),
+                        string("gen_ai.request.model", &target.model),
+                        int("stallscope.stream", event.stream),
+                    ],
+                );
+                set(call, context_tokens.map(|n| int("stallscope.context_tokens", n)));
             }
             EventKind::AttemptStarted { target, credential } => {
                 if let Some(a) = &mut attempt {
@@ -294,9 +303,10 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
                     ..Span::default()
                 });
                 attempt = Some(Attempt { index: spans.len() - 1, open: true, bytes: 0, events: 0, output: false });
+                numbered.push((event.attempt, spans.len() - 1));
             }
             EventKind::HeadersReceived { status, .. } => {
-                spans[open].attributes.push(int("http.response.status_code", *status));
+                set(&mut spans[open], [int("http.response.status_code", *status)]);
                 mark(&mut spans[open], t, "response headers", vec![int("http.response.status_code", *status)]);
             }
             EventKind::ChunkReceived { bytes } => {
@@ -319,24 +329,33 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
                 attributes.extend(lag.map(|lag| seconds("stallscope.runtime_lag_s", lag)));
                 mark(&mut spans[open], t, "timer fired", attributes);
             }
-            EventKind::ErrorClassified { category, retryable, rule, message, .. } => {
-                let index = attempt.as_ref().map_or(0, |a| a.index);
+            EventKind::ErrorClassified { category, status, retryable, rule, .. } => {
+                // A failure between attempts (attempt 0) is the call's.
+                let index = numbered.iter().find(|(n, _)| *n == event.attempt).map_or(0, |(_, index)| *index);
+                let span = &mut spans[index];
                 let attributes = vec![
                     string("error.type", category.name()),
                     string("stallscope.rule", rule),
                     bool("stallscope.retryable", *retryable),
                 ];
-                mark(&mut spans[index], t, "error classified", attributes);
-                if index > 0 {
-                    spans[index].attributes.push(string("error.type", category.name()));
-                    spans[index].status = Some(Status { code: StatusCode::Error as i32, message: message.clone() });
+                mark(span, t, "error classified", attributes);
+                // The first classification is the failure; a later one for
+                // the same attempt is the executor's reading after it (a
+                // backoff that would cross the deadline, a cancel during
+                // the backoff), an event only.
+                if !has(span, "error.type") {
+                    set(span, [string("error.type", category.name())]);
+                    if index > 0 {
+                        let message = failure_status(*category, *status, rule);
+                        span.status = Some(Status { code: StatusCode::Error as i32, message });
+                    }
                 }
             }
             EventKind::AttemptEnded { end, stop_reason } => {
                 if let Some(a) = attempt.as_mut().filter(|a| a.open) {
                     let span = &mut spans[a.index];
-                    span.attributes.push(string("stallscope.attempt_end", &end.to_string()));
-                    span.attributes.extend(stop_reason.as_deref().map(|r| string("stallscope.stop_reason", r)));
+                    set(span, [string("stallscope.attempt_end", &end.to_string())]);
+                    set(span, stop_reason.as_deref().map(|r| string("stallscope.stop_reason", r)));
                     a.close(&mut spans, t);
                 }
             }
@@ -360,7 +379,7 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
                     name: "backoff".to_owned(),
                     kind: SpanKind::Internal as i32,
                     start_time_unix_nano: t,
-                    end_time_unix_nano: t + sleep.as_nanos() as u64,
+                    end_time_unix_nano: t.saturating_add(u64::try_from(sleep.as_nanos()).unwrap_or(u64::MAX)),
                     attributes,
                     ..Span::default()
                 });
@@ -403,11 +422,8 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
                 }
                 let call = &mut spans[0];
                 call.end_time_unix_nano = t;
-                call.attributes
-                    .extend([string("stallscope.outcome", outcome.name()), int("stallscope.attempts", *attempts)]);
-                if let Some(reason) = stop_reason {
-                    call.attributes.push(strings("gen_ai.response.finish_reasons", [reason.as_str()]));
-                }
+                set(call, [string("stallscope.outcome", outcome.name()), int("stallscope.attempts", *attempts)]);
+                set(call, stop_reason.as_deref().map(|r| strings("gen_ai.response.finish_reasons", [r])));
                 call.status = Some(match outcome {
                     Outcome::Ok | Outcome::Partial => Status { code: StatusCode::Ok as i32, message: String::new() },
                     _ => Status { code: StatusCode::Error as i32, message: outcome.name().to_owned() },
@@ -425,10 +441,10 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
     if !ended {
         // The recording stops before the call ended (a run interrupted).
         call.end_time_unix_nano = last;
-        call.attributes.push(bool("stallscope.incomplete", true));
+        set(call, [bool("stallscope.incomplete", true)]);
     }
     if let Some(d) = verdict {
-        call.attributes.push(string("stallscope.verdict", d.kind.name()));
+        set(call, [string("stallscope.verdict", d.kind.name())]);
         let mut attributes = vec![
             string("stallscope.verdict", d.kind.name()),
             string("stallscope.severity", d.severity.name()),
@@ -439,6 +455,40 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
         mark(call, last, "verdict", attributes);
     }
     spans
+}
+
+/// Unix nanoseconds of `at` after a run's epoch, within what OTLP carries:
+/// a wall clock before 1970 (`epoch_unix_ns` below 0) reads as 1970.
+fn unix_ns(epoch_unix_ns: i64, at: Duration) -> u64 {
+    let ns = i128::from(epoch_unix_ns).saturating_add(i128::try_from(at.as_nanos()).unwrap_or(i128::MAX));
+    u64::try_from(ns.max(0)).unwrap_or(u64::MAX)
+}
+
+/// What a failed attempt's span status says: its category, its HTTP
+/// status and the rule that classified it. Not the failure's message: for
+/// an HTTP failure it quotes the error body.
+fn failure_status(category: Category, status: Option<u16>, rule: &str) -> String {
+    match status {
+        Some(status) => format!("{}: HTTP {status} ({rule})", category.name()),
+        None => format!("{} ({rule})", category.name()),
+    }
+}
+
+/// Sets `attributes` on `span`, each replacing one of the same key: OTLP
+/// keys are unique within a span, and receivers differ in which of two
+/// they keep.
+fn set(span: &mut Span, attributes: impl IntoIterator<Item = KeyValue>) {
+    for attribute in attributes {
+        match span.attributes.iter_mut().find(|a| a.key == attribute.key) {
+            Some(old) => *old = attribute,
+            None => span.attributes.push(attribute),
+        }
+    }
+}
+
+/// Whether `span` has an attribute `key`.
+fn has(span: &Span, key: &str) -> bool {
+    span.attributes.iter().any(|a| a.key == key)
 }
 
 /// Adds an event named `name` at `at` to `span`.
@@ -463,7 +513,7 @@ impl Attempt {
         if std::mem::take(&mut self.open) {
             let span = &mut spans[self.index];
             span.end_time_unix_nano = end_unix_ns;
-            span.attributes.extend([int("stallscope.bytes", self.bytes), int("stallscope.sse_events", self.events)]);
+            set(span, [int("stallscope.bytes", self.bytes), int("stallscope.sse_events", self.events)]);
         }
     }
 }
@@ -583,5 +633,114 @@ mod tests {
         let error = url("ftp://h").unwrap_err().to_string();
         assert!(error.contains("\"ftp://h\"") && error.contains("allowed: an http://"), "{error}");
         assert!(url("127.0.0.1:6006").is_err());
+    }
+
+    fn classified(ms: u64, attempt: u32, category: Category, status: Option<u16>, message: &str) -> Event {
+        let (retryable, rule) = (category.is_retryable(), format!("builtin: {}", category.name()));
+        at(
+            ms,
+            attempt,
+            EventKind::ErrorClassified { category, timer: None, status, retryable, rule, message: message.into() },
+        )
+    }
+
+    fn keys(span: &Span) -> Vec<&str> {
+        span.attributes.iter().map(|a| a.key.as_str()).collect()
+    }
+
+    fn value<'a>(span: &'a Span, key: &str) -> Option<&'a any_value::Value> {
+        span.attributes.iter().find(|a| a.key == key)?.value.as_ref()?.value.as_ref()
+    }
+
+    /// Review D11: a failure between attempts (attempt 0) was pinned on
+    /// the attempt before it, and a second classification of one attempt
+    /// (the executor's reading after it) repeated `error.type`.
+    #[test]
+    fn a_failure_between_attempts_is_the_calls_and_a_span_has_each_key_once() {
+        let t = Target::new("p", "m");
+        let events = vec![
+            at(0, 0, EventKind::CallStarted { target: t.clone(), context_tokens: None }),
+            at(0, 1, EventKind::AttemptStarted { target: t.clone(), credential: Some(0) }),
+            at(100, 1, EventKind::HeadersReceived { status: 429, content_type: None }),
+            at(100, 1, EventKind::AttemptEnded { end: AttemptEnd::Status { status: 429 }, stop_reason: None }),
+            classified(100, 1, Category::RateLimit, Some(429), "HTTP 429: slow down"),
+            // The executor's own reading of the same attempt.
+            classified(100, 1, Category::Timeout, None, "a 2.000 s backoff would cross the 3.000 s call deadline"),
+            // Every key rests: no attempt 2 is made.
+            classified(200, 0, Category::RateLimit, None, "every key of `p` rests after rate_limit failures"),
+            at(200, 0, EventKind::Finished { outcome: Outcome::Failed, attempts: 1, stop_reason: None }),
+        ];
+        let spans = call_spans(Ids::new(1_800_000_000_000_000_000, 1, 7), 1_800_000_000_000_000_000, &events, None);
+        let [call, attempt] = &spans[..] else { panic!("{spans:?}") };
+        for span in [call, attempt] {
+            let (all, unique) = (keys(span), keys(span).into_iter().collect::<HashSet<_>>());
+            assert_eq!(all.len(), unique.len(), "{}: {all:?}", span.name);
+        }
+        // The attempt keeps its own failure; the reading after it is an event.
+        assert_eq!(names(attempt), ["response headers", "error classified", "error classified"]);
+        assert_eq!(value(attempt, "error.type"), Some(&any_value::Value::StringValue("rate_limit".into())));
+        let status = attempt.status.as_ref().unwrap();
+        assert_eq!(
+            (status.code, status.message.as_str()),
+            (StatusCode::Error as i32, "rate_limit: HTTP 429 (builtin: rate_limit)")
+        );
+        // The failure between attempts is the call's.
+        assert_eq!(names(call), ["error classified"]);
+        assert_eq!(call.events[0].time_unix_nano, 1_800_000_000_200_000_000);
+        assert_eq!(value(call, "error.type"), Some(&any_value::Value::StringValue("rate_limit".into())));
+    }
+
+    /// Review R10: an HTTP failure's message quotes the error body, and
+    /// the span status carried it.
+    #[test]
+    fn no_failure_message_is_exported_only_its_category_status_and_rule() {
+        let t = Target::new("p", "m");
+        let body = "HTTP 500: {\"error\": \"zebra-quartz-7 at db-42.internal\"}";
+        let events = vec![
+            at(0, 0, EventKind::CallStarted { target: t.clone(), context_tokens: None }),
+            at(0, 1, EventKind::AttemptStarted { target: t.clone(), credential: None }),
+            at(50, 1, EventKind::AttemptEnded { end: AttemptEnd::Status { status: 500 }, stop_reason: None }),
+            classified(50, 1, Category::ServerError, Some(500), body),
+            classified(60, 0, Category::Permanent, None, "zebra-quartz-7 between attempts"),
+        ];
+        let spans = call_spans(Ids::new(1, 1, 7), 1, &events, None);
+        let request = RunTraces::new(1, None, vec![spans.clone()]).requests[0].encode_to_vec();
+        assert!(!request.windows(13).any(|w| w == b"zebra-quartz-"), "{spans:?}");
+        let status = spans[1].status.as_ref().unwrap();
+        assert_eq!(status.message, "server_error: HTTP 500 (builtin: server_error)");
+    }
+
+    /// Review D10: a run whose wall clock read before 1970 overflowed (a
+    /// backoff's end) or read as the year 2554.
+    #[test]
+    fn a_run_from_before_1970_exports_from_1970_without_overflowing() {
+        let t = Target::new("p", "m");
+        let epoch = -5_000_000_000; // 5 s before 1970
+        let events = vec![
+            at(0, 0, EventKind::CallStarted { target: t.clone(), context_tokens: None }),
+            at(0, 1, EventKind::AttemptStarted { target: t.clone(), credential: None }),
+            at(100, 1, EventKind::AttemptEnded { end: AttemptEnd::Status { status: 503 }, stop_reason: None }),
+            at(
+                100,
+                1,
+                EventKind::BackoffScheduled {
+                    retry: 1,
+                    category: Category::Overloaded,
+                    nominal: Duration::from_secs(1),
+                    sleep: Duration::from_secs(1),
+                    reason: SleepReason::Backoff,
+                },
+            ),
+            at(7_000, 2, EventKind::AttemptStarted { target: t.clone(), credential: None }),
+            at(7_500, 0, EventKind::Finished { outcome: Outcome::Ok, attempts: 2, stop_reason: None }),
+        ];
+        let spans = call_spans(Ids::new(epoch, 1, 7), epoch, &events, None);
+        let times = |s: &Span| (s.start_time_unix_nano, s.end_time_unix_nano);
+        let [call, first, backoff, second] = &spans[..] else { panic!("{spans:?}") };
+        assert_eq!(times(call), (0, 2_500_000_000));
+        assert_eq!(times(first), (0, 0));
+        assert_eq!(times(backoff), (0, 1_000_000_000));
+        assert_eq!(times(second), (2_000_000_000, 2_500_000_000));
+        assert_eq!(unix_ns(i64::MAX, Duration::MAX), u64::MAX);
     }
 }
