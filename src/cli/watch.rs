@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Cli;
 use crate::config::process_env;
+use crate::export::otlp::Destination;
 use crate::metrics::{DEFAULT_ADDR, Metrics, RoundResult};
 use crate::probe::MAX_CONTEXT_TOKENS;
 use crate::providers::Dialect;
@@ -76,6 +77,12 @@ pub struct Args {
     /// appended) or its traces URL. Phoenix: http://127.0.0.1:6006
     #[arg(long, value_name = "URL", conflicts_with = "no_record")]
     otlp: Option<String>,
+    /// A header sent with every OTLP request, NAME=VALUE (repeatable), for
+    /// a receiver's API key: NAME=env:VAR reads the value from the
+    /// environment variable VAR, so the key is on no command line. Values
+    /// are never printed.
+    #[arg(long, value_name = "NAME=VALUE", requires = "otlp")]
+    otlp_header: Vec<String>,
 }
 
 fn positive_days(text: &str) -> Result<f64, String> {
@@ -114,6 +121,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
                 .context("no platform data directory to keep the rounds in: give --db PATH, or --no-record")?,
         ),
     };
+    let env = process_env();
     let plan = WatchPlan {
         round,
         calls: CallPlan {
@@ -126,7 +134,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         db,
         retention: args.keep_days.map_or(Retention::Rounds(args.keep.unwrap_or(1000) as usize), Retention::Days),
         metrics_addr: Some(args.metrics_addr),
-        otlp: args.otlp.clone(),
+        otlp: args.otlp.as_deref().map(|url| Destination::parse(url, &args.otlp_header, &env)).transpose()?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut failed_write = None;
@@ -140,7 +148,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
                 ctrl_c.cancel();
             }
         });
-        watch(&plan, &process_env(), Arc::new(Metrics::new()), &cancel, |event| {
+        watch(&plan, &env, Arc::new(Metrics::new()), &cancel, |event| {
             if let Err(e) = print_event(&event, out) {
                 failed_write.get_or_insert(e);
                 cancel.cancel();

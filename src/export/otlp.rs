@@ -15,6 +15,12 @@
 //! Ids are derived from the run's epoch, its id and the stream, so sending
 //! a run twice gives the same trace and span ids (a receiver that keys on
 //! them keeps one copy).
+//!
+//! A receiver is a [`Destination`]: its endpoint, and headers sent with
+//! every request ([`Header`], for a receiver's API key, so that none has
+//! to sit in the URL). Every URL shown (errors, [`Sent`]) has its
+//! credentials masked ([`crate::core::redact`]), and header values are
+//! never shown.
 
 use std::time::Duration;
 
@@ -25,16 +31,32 @@ use opentelemetry_proto::tonic::trace::v1::span::{Event as SpanEvent, SpanKind};
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use prost::Message;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::core::category::Category;
 use crate::core::event::{Event, EventKind, Outcome, SleepReason, StreamId};
+use crate::core::redact;
+use crate::core::transport::error_chain;
 use crate::diagnosis::Diagnosis;
 use crate::store::{RunId, Store, StoreError};
 
 /// Calls per request: receivers cap a request's size (4 MiB is common).
 const CALLS_PER_REQUEST: usize = 200;
 
-/// What can go wrong exporting a run.
+/// How long connecting to a receiver may take. reqwest sets no limit, and
+/// the kernel retries a SYN that is dropped for about two minutes; a watch
+/// round must not wait that long for a receiver that is not there.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one request may take in all, connecting included, until its
+/// answer is read. A receiver that accepts and never answers would
+/// otherwise hold a watch round, or the app's "sending traces…", for ever;
+/// a request of `CALLS_PER_REQUEST` calls takes well under a second on a
+/// receiver that works.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What can go wrong exporting a run. URLs in it have their credentials
+/// masked; header values are never in it.
 #[derive(Debug, thiserror::Error)]
 pub enum OtlpError {
     /// The store could not be read.
@@ -48,30 +70,223 @@ pub enum OtlpError {
         "OTLP endpoint {value:?} is not accepted: {why}; allowed: an http:// or https:// URL, the receiver's base (…/v1/traces is appended) or its traces path"
     )]
     Endpoint {
-        /// What was given.
+        /// What was given, its credentials masked.
         value: String,
         /// What is wrong with it.
         why: String,
     },
+    /// A header to send is not one.
+    #[error(
+        "OTLP header `{shown}` is not accepted: {why}; allowed: NAME=VALUE, or NAME=env:VAR to read the value from the environment variable VAR"
+    )]
+    Header {
+        /// What was given, its value left out (`NAME=…`).
+        shown: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// No client to send with (its TLS could not be set up).
+    #[error("cannot set up a client to send traces: {}", error_chain(.0))]
+    Client(reqwest::Error),
     /// No runtime to send from.
     #[error("cannot start a runtime to send traces: {0}")]
     Runtime(std::io::Error),
     /// The request could not be sent or its answer not read.
-    #[error("cannot send traces to {url}: {source}")]
+    #[error("cannot send traces to {url}: {}", error_chain(source))]
     Send {
-        /// Where.
+        /// Where, its credentials masked.
         url: String,
-        /// Why.
+        /// Why (it carries no URL).
         source: reqwest::Error,
+    },
+    /// The receiver did not connect or answer within the timeouts.
+    #[error(
+        "{url} did not answer in time (allowed: {} s to connect, {} s for each request)",
+        CONNECT_TIMEOUT.as_secs(),
+        request.as_secs_f64()
+    )]
+    Timeout {
+        /// Where, its credentials masked.
+        url: String,
+        /// The request timeout.
+        request: Duration,
+    },
+    /// Sending was cancelled before the receiver answered, or before it
+    /// began.
+    #[error("sending traces to {url} was cancelled")]
+    Cancelled {
+        /// Where, its credentials masked.
+        url: String,
     },
     /// The receiver refused the traces, or some of their spans.
     #[error("{url} refused the traces: {answer}")]
     Refused {
-        /// Where.
+        /// Where, its credentials masked.
         url: String,
         /// Its status and what it said.
         answer: String,
     },
+}
+
+/// A header sent with every request to a receiver (an API key, a tenant).
+/// Its value is never shown: not by `Debug`, not in an error.
+#[derive(Clone)]
+pub struct Header {
+    name: HeaderName,
+    value: HeaderValue,
+}
+
+impl std::fmt::Debug for Header {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ***", self.name)
+    }
+}
+
+impl Header {
+    /// Reads `NAME=VALUE`, or `NAME=env:VAR` whose value is the variable
+    /// `VAR` of `env` (so that a key needs to be on no command line).
+    pub fn parse(text: &str, env: &[(String, String)]) -> Result<Header, OtlpError> {
+        let Some((name, value)) = text.split_once('=') else {
+            // Without `=` there is no telling a name from a value: show neither.
+            let why = "there is no `=` (the text is not shown: it may hold a credential)".to_owned();
+            return Err(OtlpError::Header { shown: "…".to_owned(), why });
+        };
+        let bad = |shown: &str, why: String| OtlpError::Header { shown: shown.to_owned(), why };
+        let name = HeaderName::from_bytes(name.trim().as_bytes())
+            .map_err(|_| bad("…=…", "the part before `=` is not a header name".to_owned()))?;
+        let shown = format!("{name}=…");
+        let value = match value.strip_prefix("env:") {
+            Some(var) => env
+                .iter()
+                .find(|(k, _)| k == var)
+                .map(|(_, v)| v.as_str())
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| bad(&shown, format!("the environment variable {var} is not set or empty")))?,
+            None => value,
+        };
+        let mut value = HeaderValue::from_str(value.trim())
+            .map_err(|_| bad(&shown, "the value holds characters a header cannot carry".to_owned()))?;
+        value.set_sensitive(true);
+        Ok(Header { name, value })
+    }
+}
+
+/// Where traces go: an OTLP/HTTP receiver's endpoint (see [`traces_url`])
+/// and the headers sent with every request. `Debug` masks the endpoint's
+/// credentials.
+#[derive(Clone, Default)]
+pub struct Destination {
+    /// The endpoint as given.
+    pub endpoint: String,
+    /// Sent with every request.
+    pub headers: Vec<Header>,
+}
+
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let endpoint = redact::url(&self.endpoint);
+        f.debug_struct("Destination").field("endpoint", &endpoint).field("headers", &self.headers).finish()
+    }
+}
+
+impl Destination {
+    /// A destination without headers.
+    pub fn new(endpoint: &str) -> Destination {
+        Destination { endpoint: endpoint.to_owned(), headers: Vec::new() }
+    }
+
+    /// `endpoint` with `headers` read by [`Header::parse`] (`env` is the
+    /// process environment), as the command line gives them.
+    pub fn parse(endpoint: &str, headers: &[String], env: &[(String, String)]) -> Result<Destination, OtlpError> {
+        let headers = headers.iter().map(|h| Header::parse(h, env)).collect::<Result<_, _>>()?;
+        Ok(Destination { endpoint: endpoint.to_owned(), headers })
+    }
+
+    /// A sender to it, with the timeouts every OTLP request has.
+    pub fn sender(&self) -> Result<Sender, OtlpError> {
+        self.sender_within(REQUEST_TIMEOUT)
+    }
+
+    /// A sender to it whose requests may take `request_timeout` each (the
+    /// tests' short limit takes this path too).
+    fn sender_within(&self, request_timeout: Duration) -> Result<Sender, OtlpError> {
+        let url = traces_url(&self.endpoint)?;
+        let headers: HeaderMap = self.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect();
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(request_timeout)
+            .default_headers(headers)
+            .build()
+            .map_err(OtlpError::Client)?;
+        Ok(Sender { shown: redact::masked(&url), url, client, request_timeout })
+    }
+}
+
+/// Posts runs' traces to one receiver: the one client the CLI, the app and
+/// the watch send with, so each request has the same timeouts and headers.
+/// `Debug` shows its URL masked.
+#[derive(Clone)]
+pub struct Sender {
+    url: reqwest::Url,
+    /// `url` with its credentials masked.
+    shown: String,
+    client: reqwest::Client,
+    request_timeout: Duration,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender").field("url", &self.shown).field("request_timeout", &self.request_timeout).finish()
+    }
+}
+
+impl Sender {
+    /// The traces URL, its credentials masked.
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
+    /// Posts every request of `traces`.
+    pub async fn send(&self, traces: &RunTraces) -> Result<Sent, OtlpError> {
+        for request in &traces.requests {
+            self.post(request).await?;
+        }
+        Ok(Sent { url: self.shown.clone(), calls: traces.calls, spans: traces.spans })
+    }
+
+    async fn post(&self, request: &ExportTraceServiceRequest) -> Result<(), OtlpError> {
+        let failed = |source: reqwest::Error| match source.is_timeout() {
+            true => OtlpError::Timeout { url: self.shown.clone(), request: self.request_timeout },
+            // reqwest's own text names the URL, credentials and all.
+            false => OtlpError::Send { url: self.shown.clone(), source: source.without_url() },
+        };
+        let response = self
+            .client
+            .post(self.url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+            .body(request.encode_to_vec())
+            .send()
+            .await
+            .map_err(failed)?;
+        let status = response.status();
+        let protobuf = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
+        let body = response.bytes().await.map_err(failed)?;
+        let refused = |answer| Err(OtlpError::Refused { url: self.shown.clone(), answer });
+        if !status.is_success() {
+            return refused(format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(500)])));
+        }
+        // A receiver that keeps only some spans says so in a successful answer.
+        if protobuf
+            && let Ok(answer) = ExportTraceServiceResponse::decode(body.as_ref())
+            && let Some(partial) = answer.partial_success.filter(|p| p.rejected_spans > 0)
+        {
+            return refused(format!("{} spans rejected: {}", partial.rejected_spans, partial.error_message));
+        }
+        Ok(())
+    }
 }
 
 /// A run's traces, ready to send: its requests, each holding up to
@@ -89,26 +304,24 @@ pub struct RunTraces {
 /// What was sent, and where.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sent {
-    /// The traces URL.
-    pub url: reqwest::Url,
+    /// The traces URL, its credentials masked.
+    pub url: String,
     /// Calls (traces) sent.
     pub calls: usize,
     /// Spans sent.
     pub spans: usize,
 }
 
-/// Sends stored runs `ids` to `endpoint` (see [`traces_url`]), one after
-/// the other, from a thread that runs no async runtime (the CLI's, a
-/// background thread of the app's).
-pub fn send_runs(store: &Store, ids: &[RunId], endpoint: &str) -> Result<Sent, OtlpError> {
-    let url = traces_url(endpoint)?;
+/// Sends stored runs `ids` to `destination`, one after the other, from a
+/// thread that runs no async runtime (the CLI's, a background thread of
+/// the app's).
+pub fn send_runs(store: &Store, ids: &[RunId], destination: &Destination) -> Result<Sent, OtlpError> {
+    let sender = destination.sender()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(OtlpError::Runtime)?;
-    let client = reqwest::Client::new();
-    let mut sent = Sent { url, calls: 0, spans: 0 };
+    let mut sent = Sent { url: sender.url().to_owned(), calls: 0, spans: 0 };
     for &id in ids {
-        let traces = run_traces(store, id)?;
-        runtime.block_on(traces.send(&client, &sent.url))?;
-        (sent.calls, sent.spans) = (sent.calls + traces.calls, sent.spans + traces.spans);
+        let run = runtime.block_on(sender.send(&run_traces(store, id)?))?;
+        (sent.calls, sent.spans) = (sent.calls + run.calls, sent.spans + run.spans);
     }
     Ok(sent)
 }
@@ -158,21 +371,13 @@ impl RunTraces {
             .collect();
         RunTraces { requests, calls: calls.len(), spans }
     }
-
-    /// Posts every request to `url`, a receiver's traces URL ([`traces_url`]).
-    pub async fn send(&self, client: &reqwest::Client, url: &reqwest::Url) -> Result<(), OtlpError> {
-        for request in &self.requests {
-            post(client, url, request).await?;
-        }
-        Ok(())
-    }
 }
 
 /// The traces URL of an OTLP/HTTP receiver: `endpoint` as given when its
 /// path ends in `/v1/traces`, else with `/v1/traces` appended (as
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` is read).
 pub fn traces_url(endpoint: &str) -> Result<reqwest::Url, OtlpError> {
-    let bad = |why: String| OtlpError::Endpoint { value: endpoint.to_owned(), why };
+    let bad = |why: String| OtlpError::Endpoint { value: redact::url(endpoint), why };
     let mut url = reqwest::Url::parse(endpoint).map_err(|e| bad(e.to_string()))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(bad(format!("the scheme is {}", url.scheme())));
@@ -182,39 +387,6 @@ pub fn traces_url(endpoint: &str) -> Result<reqwest::Url, OtlpError> {
         url.set_path(&path);
     }
     Ok(url)
-}
-
-async fn post(
-    client: &reqwest::Client,
-    url: &reqwest::Url,
-    request: &ExportTraceServiceRequest,
-) -> Result<(), OtlpError> {
-    let send = |source| OtlpError::Send { url: url.to_string(), source };
-    let response = client
-        .post(url.clone())
-        .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
-        .body(request.encode_to_vec())
-        .send()
-        .await
-        .map_err(send)?;
-    let status = response.status();
-    let protobuf = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
-    let body = response.bytes().await.map_err(send)?;
-    let refused = |answer| Err(OtlpError::Refused { url: url.to_string(), answer });
-    if !status.is_success() {
-        return refused(format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(500)])));
-    }
-    // A receiver that keeps only some spans says so in a successful answer.
-    if protobuf
-        && let Ok(answer) = ExportTraceServiceResponse::decode(body.as_ref())
-        && let Some(partial) = answer.partial_success.filter(|p| p.rejected_spans > 0)
-    {
-        return refused(format!("{} spans rejected: {}", partial.rejected_spans, partial.error_message));
-    }
-    Ok(())
 }
 
 /// Trace and span ids of one call.
@@ -631,7 +803,7 @@ mod tests {
         assert_eq!(url("https://otel.example/otlp/").unwrap(), "https://otel.example/otlp/v1/traces");
         assert_eq!(url("http://h:4318/v1/traces").unwrap(), "http://h:4318/v1/traces");
         let error = url("ftp://h").unwrap_err().to_string();
-        assert!(error.contains("\"ftp://h\"") && error.contains("allowed: an http://"), "{error}");
+        assert!(error.contains("\"ftp://h/\"") && error.contains("allowed: an http://"), "{error}");
         assert!(url("127.0.0.1:6006").is_err());
     }
 
@@ -742,5 +914,81 @@ mod tests {
         assert_eq!(times(backoff), (0, 1_000_000_000));
         assert_eq!(times(second), (2_000_000_000, 2_500_000_000));
         assert_eq!(unix_ns(i64::MAX, Duration::MAX), u64::MAX);
+    }
+
+    /// A loopback receiver that accepts connections and never answers
+    /// (the kernel would complete the handshake alone; accepting too is
+    /// what a hung receiver does); its base URL.
+    fn silent_receiver() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        std::thread::spawn(move || {
+            let held: Vec<_> = listener.incoming().collect();
+            drop(held);
+        });
+        url
+    }
+
+    /// Review D3: no timeout at all, so such a receiver held a watch round
+    /// for ever. The limit here is short, on the same path as the real one.
+    #[tokio::test]
+    async fn a_receiver_that_never_answers_costs_a_request_its_timeout() {
+        let traces = RunTraces::new(1, None, vec![call_spans(Ids::new(1, 1, 7), 1, &[], None)]);
+        let sender = Destination::new(&silent_receiver()).sender_within(Duration::from_millis(200)).unwrap();
+        let error = sender.send(&traces).await.unwrap_err();
+        assert!(matches!(error, OtlpError::Timeout { .. }), "{error:?}");
+        assert!(error.to_string().contains("did not answer in time (allowed: 10 s to connect, 0.2 s"), "{error}");
+        let real = Destination::new("http://127.0.0.1:4318").sender().unwrap();
+        assert_eq!(real.request_timeout, REQUEST_TIMEOUT);
+    }
+
+    /// Review R1: the URL's credentials were in every error, reqwest's own
+    /// text included.
+    #[tokio::test]
+    async fn errors_show_the_url_with_its_credentials_masked() {
+        let traces = RunTraces::new(1, None, vec![call_spans(Ids::new(1, 1, 7), 1, &[], None)]);
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let sender =
+            Destination::new(&format!("http://otel:pa55word@127.0.0.1:{closed}/?token=t0ken")).sender().unwrap();
+        assert_eq!(sender.url(), format!("http://***@127.0.0.1:{closed}/v1/traces?***"));
+        let env = [("KEY".to_owned(), "k3y".to_owned())];
+        let destination =
+            Destination::parse(&format!("http://otel:pa55word@127.0.0.1:{closed}"), &["x-key=env:KEY".into()], &env);
+        let debug = format!("{:?} {sender:?}", destination.unwrap());
+        assert!(debug.contains("***") && !debug.contains("pa55word") && !debug.contains("k3y"), "{debug}");
+        let error = sender.send(&traces).await.unwrap_err();
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            text.push_str(&format!(" / {cause} / {cause:?}"));
+            source = cause.source();
+        }
+        text.push_str(&format!(" / {error:?}"));
+        assert!(matches!(error, OtlpError::Send { .. }), "{text}");
+        assert!(
+            text.contains("http://***@127.0.0.1:") && !text.contains("pa55word") && !text.contains("t0ken"),
+            "{text}"
+        );
+        let bad = traces_url("ftp://otel:pa55word@h").unwrap_err().to_string();
+        assert!(bad.contains("ftp://***@h/") && !bad.contains("pa55word"), "{bad}");
+    }
+
+    #[test]
+    fn a_header_is_name_and_value_or_name_and_a_variable_and_its_value_is_never_shown() {
+        let env = [("OTLP_KEY".to_owned(), "s3cret".to_owned())];
+        let header = Header::parse("x-api-key=env:OTLP_KEY", &env).unwrap();
+        assert_eq!((header.name.as_str(), header.value.to_str().unwrap()), ("x-api-key", "s3cret"));
+        assert_eq!(format!("{header:?}"), "x-api-key: ***");
+        let header = Header::parse("Authorization=Bearer s3cret", &env).unwrap();
+        assert_eq!((header.name.as_str(), header.value.to_str().unwrap()), ("authorization", "Bearer s3cret"));
+        for (bad, why) in [
+            ("Authorization: Bearer s3cret", "`…` is not accepted: there is no `=`"),
+            ("x-key=env:MISSING", "`x-key=…` is not accepted: the environment variable MISSING is not set"),
+            ("bad name=s3cret", "`…=…` is not accepted: the part before `=` is not a header name"),
+            ("x-key=s3c\u{1}ret", "`x-key=…` is not accepted: the value holds characters"),
+        ] {
+            let error = Header::parse(bad, &env).unwrap_err().to_string();
+            assert!(error.contains(why) && error.contains("NAME=env:VAR") && !error.contains("s3cret"), "{error}");
+        }
     }
 }
