@@ -7,20 +7,29 @@
 //! the virtualenv `.ci/run` installs (`~/.cache/stallscope-phoenix`). Where
 //! it is absent the test says so and passes, unless
 //! `STALLSCOPE_REQUIRE_EXTERNAL=1`.
+//!
+//! The other tests send to a loopback receiver of our own
+//! ([`receiver`]): headers, credentials that never show, no error body in
+//! a span, and Ctrl-C ending a watch whose receiver never answers.
 
 mod app;
 mod programs;
+mod receiver;
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use app::{Scratch, wait_for};
+use egui::accesskit::Role;
 use egui_kittest::Harness;
-use egui_kittest::kittest::{NodeT, Queryable};
+use egui_kittest::kittest::{NodeT, Queryable, by};
 use programs::{Running, external, free_port, on_path, temp_dir, wait_for_port};
+use receiver::{Answer, Receiver};
 use serde_json::Value;
+use stallscope::export::otlp::REQUEST_TIMEOUT;
 use stallscope::gui::{App, Launch};
 
 fn phoenix() -> Option<PathBuf> {
@@ -66,10 +75,64 @@ fn history(db: PathBuf) -> Harness<'static, App> {
 }
 
 fn stallscope(args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_stallscope")).args(args).env_clear().output().unwrap();
+    let output = stallscope_with(args, &[]);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "stallscope {args:?}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     stdout
+}
+
+/// `stallscope ARGS` with only the environment `env`, however it ends.
+fn stallscope_with(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_stallscope"));
+    command.args(args).env_clear().envs(env.iter().copied());
+    command.output().unwrap()
+}
+
+/// Its standard output and error, one after the other.
+fn printed(output: &Output) -> String {
+    format!("{}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// `stallscope watch ARGS --db DB` (one round an hour, metrics on any port,
+/// only the environment `env`), running.
+fn start_watch(args: &[&str], db: &Path, env: &[(&str, &str)]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["watch", "--every", "1h", "--metrics-addr", "127.0.0.1:0"])
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Sends `watch` SIGINT (Ctrl-C) and waits for it to end, for at most
+/// `limit` (a guard against a hang: past it, it is killed and the test
+/// fails).
+fn interrupt(mut watch: Child, limit: Duration) -> Output {
+    let kill = Command::new("kill").args(["-INT", &watch.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + limit;
+    while watch.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = watch.kill();
+            let _ = watch.wait();
+            panic!("watch still ran {limit:?} after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    watch.wait_with_output().unwrap()
+}
+
+/// The first line `watch` prints on standard output: round 0's.
+fn first_round(watch: &mut Child) -> String {
+    let stdout = watch.stdout.as_mut().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    line
 }
 
 /// Every span Phoenix lists, once it lists `expected` of them.
@@ -184,4 +247,176 @@ async fn a_recorded_run_reaches_phoenix_as_a_trace_per_call() {
     let sent: usize = first.rsplit(", ").next().and_then(|s| s.split(' ').next()).unwrap().parse().unwrap();
     assert_eq!(listed(&base, total + sent).await.len(), total + sent);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A scratch database holding run 1, of `scenario` (one call).
+fn recorded(name: &str, scenario: &[&str]) -> (PathBuf, String) {
+    let dir = temp_dir(name);
+    let db = dir.join("runs.db").to_str().unwrap().to_owned();
+    stallscope(&[&["run", "--db", &db, "--requests", "1"], scenario].concat());
+    (dir, db)
+}
+
+/// Review R1: the only way to authenticate was credentials in the URL.
+#[test]
+fn headers_reach_the_receiver_with_values_read_from_the_environment_and_never_shown() {
+    let (dir, db) = recorded("otlp-headers", &["--scenario", "healthy"]);
+    let receiver = Receiver::start(Answer::Status(200));
+    let env = [("OTLP_KEY", "s3cret-key")];
+    let headers = ["--otlp-header", "x-api-key=env:OTLP_KEY", "--otlp-header", "x-tenant=lab"];
+    let output =
+        stallscope_with(&[&["export", "--db", &db, "1", "--otlp", &receiver.base], &headers[..]].concat(), &env);
+    let text = printed(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.starts_with("sent run 1: 1 calls, "), "{text}");
+    assert!(text.contains(&format!(" spans to {}/v1/traces", receiver.base)) && !text.contains("s3cret"), "{text}");
+    let [request] = &receiver.requests()[..] else { panic!("{:?}", receiver.requests()) };
+    assert_eq!((request.header("x-api-key"), request.header("x-tenant")), (Some("s3cret-key"), Some("lab")));
+    assert_eq!(request.header("content-type"), Some("application/x-protobuf"));
+
+    // The canary sends them with each round.
+    let mut watch = start_watch(
+        &[&["--scenario", "healthy", "--otlp", &receiver.base], &headers[..]].concat(),
+        &dir.join("w.db"),
+        &env,
+    );
+    let line = first_round(&mut watch);
+    let output = interrupt(watch, Duration::from_secs(60));
+    assert!(
+        line.starts_with("round 0: recorded") && line.trim_end().ends_with(" spans sent"),
+        "{line}{}",
+        printed(&output)
+    );
+    assert!(!printed(&output).contains("s3cret"));
+    let requests = receiver.wait_for(2, Duration::from_secs(60));
+    assert_eq!(requests[1].header("x-api-key"), Some("s3cret-key"));
+
+    // A variable that is not set is named; no value is shown.
+    let missing = stallscope_with(
+        &["export", "--db", &db, "1", "--otlp", &receiver.base, "--otlp-header", "x-api-key=env:NOPE"],
+        &[],
+    );
+    assert_eq!(missing.status.code(), Some(2));
+    let text = printed(&missing);
+    assert!(
+        text.contains("OTLP header `x-api-key=…` is not accepted: the environment variable NOPE is not set"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Review R1: the URL's password was printed when the receiver refused or
+/// was not there (and on every failing round of `watch`).
+#[test]
+fn no_output_shows_the_credentials_of_an_otlp_url() {
+    let (dir, db) = recorded("otlp-password", &["--scenario", "healthy"]);
+    let refusing = Receiver::start(Answer::Status(401));
+    let with_credentials = |port: u16| format!("http://otel:pa55word@127.0.0.1:{port}/?api_key=t0ken");
+    let clean =
+        |text: &str| text.contains("http://***@127.0.0.1:") && !text.contains("pa55word") && !text.contains("t0ken");
+    for (port, said) in [(refusing.port, "refused the traces: 401"), (free_port(), "cannot send traces to")] {
+        let output = stallscope_with(&["export", "--db", &db, "1", "--otlp", &with_credentials(port)], &[]);
+        let text = printed(&output);
+        assert_eq!(output.status.code(), Some(2), "{text}");
+        assert!(clean(&text) && text.contains(said), "{text}");
+    }
+    // reqwest sends the URL's user info as Basic auth: it is used, not shown.
+    assert!(refusing.requests()[0].header("authorization").is_some_and(|v| v.starts_with("Basic ")));
+
+    let mut watch =
+        start_watch(&["--scenario", "healthy", "--otlp", &with_credentials(refusing.port)], &dir.join("w.db"), &[]);
+    let line = first_round(&mut watch);
+    let output = interrupt(watch, Duration::from_secs(60));
+    let text = format!("{line}{}", printed(&output));
+    assert!(text.contains("stallscope: round 0: traces not sent: http://***@") && clean(&text), "{text}");
+    // A bad endpoint is refused before any round, masked too.
+    let db = dir.join("w.db");
+    let watch = ["watch", "--scenario", "healthy", "--metrics-addr", "127.0.0.1:0", "--db", db.to_str().unwrap()];
+    let output = stallscope_with(&[&watch[..], &["--otlp", "ftp://otel:pa55word@h"]].concat(), &[]);
+    let text = printed(&output);
+    assert!(text.contains("OTLP endpoint \"ftp://***@h/\" is not accepted") && !text.contains("pa55word"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Review R10: a failed attempt's span status was the failure's message,
+/// which quotes the error body.
+#[test]
+fn exported_traces_carry_no_error_body() {
+    let scenario = temp_dir("otlp-body").join("body.toml");
+    let body = r#"{"error": {"message": "zebra-quartz-7 failed at db-42.internal", "type": "server_error"}}"#;
+    let toml = format!(
+        "[run]\nSTALLSCOPE_PROVIDER_STREAM_BACKOFF_S = 0.05\n\n[[attempts]]\nstatus = 500\nbody = '{body}'\n\n[[attempts]]\nsteps = [{{ content = \"ok\" }}]\n"
+    );
+    std::fs::write(&scenario, toml).unwrap();
+    let (dir, db) = recorded("otlp-body", &["--scenario-file", scenario.to_str().unwrap()]);
+    // The recording keeps the message, body and all: the export must leave it out.
+    let events = stallscope(&["export", "--db", &db, "1", "--format", "jsonl"]);
+    assert!(events.contains("zebra-quartz-7"), "{events}");
+    let receiver = Receiver::start(Answer::Status(200));
+    stallscope(&["export", "--db", &db, "1", "--otlp", &receiver.base]);
+    let [request] = &receiver.requests()[..] else { panic!("{:?}", receiver.requests()) };
+    let sent = String::from_utf8_lossy(&request.body);
+    assert!(sent.contains("server_error: HTTP 500 (") && !sent.contains("zebra-quartz-7"), "{sent}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Review D3: Ctrl-C only cancelled the token, and the round's send
+/// listened to neither it nor a clock: with a receiver that accepts and
+/// never answers, `watch` ran on until SIGKILL.
+#[test]
+fn ctrl_c_ends_a_watch_whose_receiver_never_answers() {
+    let dir = temp_dir("otlp-silent");
+    let receiver = Receiver::start(Answer::Never);
+    let watch = start_watch(&["--scenario", "healthy", "--otlp", &receiver.base], &dir.join("w.db"), &[]);
+    // Round 0 is recorded and its traces are on their way.
+    receiver.wait_for(1, Duration::from_secs(60));
+    // The guard is past the request timeout: the message below tells a
+    // cancelled send from one that timed out.
+    let output = interrupt(watch, 2 * REQUEST_TIMEOUT);
+    let text = printed(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.starts_with("round 0: recorded"), "{text}");
+    let said =
+        format!("stallscope: round 0: traces not sent: sending traces to {}/v1/traces was cancelled", receiver.base);
+    assert!(text.contains(&said), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Review R1 (and D3's "sending traces…" for ever): the app showed the
+/// URL's password while sending and after, and saved it with its settings.
+#[test]
+fn the_app_shows_the_refusal_but_neither_shows_nor_saves_the_urls_password() {
+    let refusing = Receiver::start(Answer::Status(401));
+    let scratch = Scratch::new("otlp-password");
+    let db = scratch.db();
+    stallscope(&["run", "--db", db.to_str().unwrap(), "--scenario", "healthy", "--requests", "1"]);
+    let mut h = history(db);
+    let endpoint = format!("http://otel:pa55word@127.0.0.1:{}", refusing.port);
+    h.state_mut().prefs.history.otlp_endpoint = endpoint.clone();
+    wait_for(&mut h, "run 1", |h| h.query_by_label("More on run 1").is_some());
+    h.get_by_label("More on run 1").click();
+    h.run();
+    h.get_by_label("Send run 1 as OpenTelemetry traces").click();
+    wait_for(&mut h, "the refusal", |h| h.query_by_label_contains("refused the traces").is_some());
+    let node = h.get_by_label_contains("refused the traces").accesskit_node();
+    let shown = node.label().or(node.value()).unwrap_or_default();
+    assert!(
+        shown.contains(&format!("http://***@127.0.0.1:{}/v1/traces refused the traces: 401", refusing.port)),
+        "{shown}"
+    );
+    // Only the endpoint's own field holds it, as typed.
+    let leaks = by().predicate(|node| {
+        let field = |n: &egui_kittest::kittest::AccessKitNode<'_>| n.role() == Role::TextInput;
+        let text = format!("{:?} {:?}", node.label(), node.value());
+        text.contains("pa55word") && !field(node) && !node.parent().is_some_and(|p| field(&p))
+    });
+    let leaked: Vec<String> =
+        h.query_all(leaks).map(|n| format!("{:?}", (n.accesskit_node().label(), n.accesskit_node().value()))).collect();
+    assert!(leaked.is_empty(), "{leaked:?}");
+    let saved = serde_json::to_string(&h.state().prefs).unwrap();
+    assert!(
+        !saved.contains("pa55word") && saved.contains(&format!("\"http://127.0.0.1:{}/\"", refusing.port)),
+        "{saved}"
+    );
+    assert_eq!(h.state().prefs.history.otlp_endpoint, endpoint, "kept for this session");
 }

@@ -1,9 +1,12 @@
 //! `stallscope watch` against the simulator on loopback: rounds recorded
 //! like runs and counted into metrics, retention, a database that cannot
 //! be written or whose disk fills up (a real full tmpfs, as root), rounds
-//! that are route probes, and Ctrl-C on the real binary.
+//! that are route probes, Ctrl-C on the real binary, and rounds sent to a
+//! loopback OTLP receiver (before retention, and cancelled while it never
+//! answers).
 
 mod programs;
+mod receiver;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -11,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use stallscope::export::otlp::{Destination, REQUEST_TIMEOUT};
 use stallscope::metrics::{Metrics, RoundResult};
 use stallscope::probe::is_probe_label;
 use stallscope::providers::Dialect;
@@ -21,6 +25,7 @@ use stallscope::watch::{CallPlan, RecordingChange, Retention, Round, RoundReport
 use tokio_util::sync::CancellationToken;
 
 use programs::{Running, free_port, interrupt_once_started, temp_dir, wait_for_port};
+use receiver::{Answer, Receiver};
 
 fn plan(scenario: &str, db: Option<PathBuf>, retention: Retention) -> WatchPlan {
     WatchPlan {
@@ -415,5 +420,55 @@ async fn watch_probe_prints_each_rounds_readiness_and_serves_it_on_metrics() {
     assert_eq!(status.code(), Some(0));
     let runs = Store::open(dir.join("w.db")).unwrap().list_runs().unwrap();
     assert_eq!(runs.iter().map(|r| r.label.as_deref()).collect::<Vec<_>>(), [Some("probe: watch@lab")]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Review D9: retention ran before the send, so a round it deleted at once
+/// was never sent ("no run N").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_is_sent_before_retention_may_delete_it() {
+    let dir = temp_dir("watch-send-first");
+    let receiver = Receiver::start(Answer::Status(200));
+    // So short a retention that a round is past it once it has run.
+    let mut plan = plan("healthy", Some(dir.join("w.db")), Retention::Days(1e-12));
+    plan.otlp = Some(Destination::new(&receiver.base));
+    let (rounds, _) = watch_rounds(&plan, 1, |_| {}).await;
+    let id = rounds[0].report.as_ref().unwrap().run_id.unwrap();
+    assert_eq!(rounds[0].deleted, vec![id], "the round itself is past the retention");
+    let sent = rounds[0].traces.clone().unwrap().unwrap();
+    assert_eq!((sent.calls, sent.url.as_str()), (2, format!("{}/v1/traces", receiver.base).as_str()));
+    assert_eq!(receiver.requests().len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Review D3: the send had no timeout and did not listen to `cancel`, so a
+/// receiver that accepts and never answers held the round, and Ctrl-C,
+/// for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_ends_a_round_whose_receiver_never_answers() {
+    let dir = temp_dir("watch-silent-receiver");
+    let receiver = Arc::new(Receiver::start(Answer::Never));
+    let mut plan = plan("healthy", Some(dir.join("w.db")), Retention::Rounds(5));
+    plan.otlp = Some(Destination::new(&receiver.base));
+    let cancel = CancellationToken::new();
+    let (stop, waiting) = (cancel.clone(), Arc::clone(&receiver));
+    // Cancelled once the round's traces are on their way.
+    tokio::task::spawn_blocking(move || {
+        waiting.wait_for(1, Duration::from_secs(60));
+        stop.cancel();
+    });
+    let mut rounds = Vec::new();
+    let watched = watch(&plan, &[], Arc::new(Metrics::new()), &cancel, |event| {
+        if let WatchEvent::Round(round) = event {
+            rounds.push(*round);
+        }
+    });
+    // A guard against the hang, not a measurement: the message below
+    // tells a cancelled send from one the request timeout ended.
+    let ran = tokio::time::timeout(2 * REQUEST_TIMEOUT, watched).await.expect("the watch ends when cancelled").unwrap();
+    assert_eq!(ran, 1);
+    assert_eq!(rounds[0].result, RoundResult::Recorded);
+    let why = rounds[0].traces.clone().unwrap().unwrap_err();
+    assert!(why.ends_with("/v1/traces was cancelled"), "{why}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -85,7 +85,9 @@ impl RecordArgs {
 }
 
 /// Runs `work` to its end on a runtime of its own; Ctrl-C cancels the
-/// token it is given (the work still ends with what it has).
+/// token it is given (the work still ends with what it has), and a second
+/// Ctrl-C ends the process at once with status 130, as a shell expects:
+/// once tokio holds SIGINT, the default action never comes back.
 pub(super) fn until_ctrl_c<T, F: Future<Output = T>>(work: impl FnOnce(CancellationToken) -> F) -> Result<T> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     Ok(runtime.block_on(async {
@@ -94,6 +96,10 @@ pub(super) fn until_ctrl_c<T, F: Future<Output = T>>(work: impl FnOnce(Cancellat
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 ctrl_c.cancel();
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("stallscope: interrupted again: stopping now");
+                    std::process::exit(130);
+                }
             }
         });
         work(cancel).await

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
+use crate::config::process_env;
 use crate::diagnosis::summarize;
 use crate::export;
 use crate::replay::advice;
@@ -300,6 +301,12 @@ pub struct ExportArgs {
     /// http://127.0.0.1:6006
     #[arg(long, value_name = "URL", conflicts_with_all = ["format", "output", "bodies"])]
     otlp: Option<String>,
+    /// A header sent with every OTLP request, NAME=VALUE (repeatable), for
+    /// a receiver's API key: NAME=env:VAR reads the value from the
+    /// environment variable VAR, so the key is on no command line. Values
+    /// are never printed.
+    #[arg(long, value_name = "NAME=VALUE", requires = "otlp")]
+    otlp_header: Vec<String>,
     /// Write here instead of standard output.
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -317,7 +324,8 @@ pub(super) fn export(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         eprintln!("note: {note}");
     }
     if let Some(endpoint) = &args.otlp {
-        let sent = export::otlp::send_runs(&store, &[args.id], endpoint)?;
+        let destination = export::otlp::Destination::parse(endpoint, &args.otlp_header, &process_env())?;
+        let sent = export::otlp::send_runs(&store, &[args.id], &destination)?;
         writeln!(out, "sent run {}: {} calls, {} spans to {}", args.id, sent.calls, sent.spans, sent.url)?;
         return Ok(());
     }

@@ -8,16 +8,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use tokio_util::sync::CancellationToken;
-
 use super::Cli;
+use super::run::until_ctrl_c;
 use crate::config::process_env;
+use crate::export::otlp::Destination;
 use crate::metrics::{DEFAULT_ADDR, Metrics, RoundResult};
 use crate::probe::MAX_CONTEXT_TOKENS;
 use crate::providers::Dialect;
 use crate::store::Store;
 use crate::watch::{CallPlan, RecordingChange, Retention, Round, WatchEvent, WatchPlan, parse_every, watch};
+use anyhow::{Context, Result, bail};
 
 /// Options of `stallscope watch`.
 #[derive(Debug, clap::Args)]
@@ -76,6 +76,12 @@ pub struct Args {
     /// appended) or its traces URL. Phoenix: http://127.0.0.1:6006
     #[arg(long, value_name = "URL", conflicts_with = "no_record")]
     otlp: Option<String>,
+    /// A header sent with every OTLP request, NAME=VALUE (repeatable), for
+    /// a receiver's API key: NAME=env:VAR reads the value from the
+    /// environment variable VAR, so the key is on no command line. Values
+    /// are never printed.
+    #[arg(long, value_name = "NAME=VALUE", requires = "otlp")]
+    otlp_header: Vec<String>,
 }
 
 fn positive_days(text: &str) -> Result<f64, String> {
@@ -114,6 +120,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
                 .context("no platform data directory to keep the rounds in: give --db PATH, or --no-record")?,
         ),
     };
+    let env = process_env();
     let plan = WatchPlan {
         round,
         calls: CallPlan {
@@ -126,28 +133,21 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         db,
         retention: args.keep_days.map_or(Retention::Rounds(args.keep.unwrap_or(1000) as usize), Retention::Days),
         metrics_addr: Some(args.metrics_addr),
-        otlp: args.otlp.clone(),
+        otlp: args.otlp.as_deref().map(|url| Destination::parse(url, &args.otlp_header, &env)).transpose()?,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut failed_write = None;
-    runtime.block_on(async {
-        let cancel = CancellationToken::new();
-        let ctrl_c = cancel.clone();
-        // Ctrl-C stops the round's calls; the round is still recorded
-        // (as stopped) and the watch ends normally.
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                ctrl_c.cancel();
-            }
-        });
-        watch(&plan, &process_env(), Arc::new(Metrics::new()), &cancel, |event| {
+    let failed = &mut failed_write;
+    // Ctrl-C stops the round's calls; the round is still recorded (as
+    // stopped) and the watch ends normally.
+    until_ctrl_c(|cancel| async move {
+        watch(&plan, &env, Arc::new(Metrics::new()), &cancel, |event| {
             if let Err(e) = print_event(&event, out) {
-                failed_write.get_or_insert(e);
+                failed.get_or_insert(e);
                 cancel.cancel();
             }
         })
         .await
-    })?;
+    })??;
     match failed_write {
         Some(e) => Err(e),
         None => Ok(()),

@@ -358,7 +358,7 @@ fn transport_kind(error: &reqwest::Error, causes: &[&(dyn std::error::Error + 's
 }
 
 /// The error and its sources joined with `: `, the way `{:#}` prints them.
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(err) = source {

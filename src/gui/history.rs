@@ -25,6 +25,7 @@ use super::live::Choice;
 use super::replay::Replay;
 use super::save::{Overwrite, full_path};
 use super::tune_runs::TuneRuns;
+use crate::core::redact;
 use crate::diagnosis::RecordedRun;
 use crate::export::otlp;
 use crate::sim::builtin_names;
@@ -126,6 +127,9 @@ pub struct HistoryView {
     /// Where traces are exported, `run-ID.trace.json` each.
     pub export_dir: String,
     /// The OTLP/HTTP receiver runs are sent to as OpenTelemetry traces.
+    /// Saved without the credentials it may carry (user info, a query):
+    /// eframe keeps settings in a plain file, so those last one session.
+    #[serde(serialize_with = "without_credentials")]
     pub otlp_endpoint: String,
     #[serde(skip)]
     runs: Vec<RunSummary>,
@@ -167,6 +171,11 @@ impl Default for HistoryView {
             pending: Pending::default(),
         }
     }
+}
+
+/// Serializes a URL with its credentials removed ([`redact::without_credentials`]).
+fn without_credentials<S: serde::Serializer>(url: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&redact::without_credentials(url))
 }
 
 #[derive(Debug, Default)]
@@ -346,11 +355,13 @@ impl HistoryView {
         }));
     }
 
+    /// Sends runs `ids` to the OTLP endpoint; within the exporter's
+    /// timeouts, so a receiver that never answers ends in an error shown.
     fn send_traces(&mut self, ids: Vec<RunId>, db: &Option<PathBuf>, ctx: &egui::Context) {
-        let endpoint = self.otlp_endpoint.trim().to_owned();
-        self.status = Some(format!("sending traces to {endpoint}…"));
+        let destination = otlp::Destination::new(self.otlp_endpoint.trim());
+        self.status = Some(format!("sending traces to {}…", redact::url(&destination.endpoint)));
         self.pending.done = Some(background(db, ctx, move |db| {
-            let sent = otlp::send_runs(&existing_store(db)?, &ids, &endpoint).map_err(|e| e.to_string())?;
+            let sent = otlp::send_runs(&existing_store(db)?, &ids, &destination).map_err(|e| e.to_string())?;
             let runs = match ids[..] {
                 [id] => format!("run {id}"),
                 _ => format!("the {} runs of the batch", ids.len()),
@@ -1012,6 +1023,20 @@ mod tests {
         assert!(refused.contains("run 4 is a probe: press Probe"), "{refused}");
         assert!(run_again(&record("probe"), false).is_err());
         assert_eq!(run_again(&record("probes of mine"), false).map(|a| a.choice), Ok(Choice::Provider("p/m".into())));
+    }
+
+    /// Review R1: the endpoint was saved as typed, password and all.
+    #[test]
+    fn the_endpoint_is_saved_without_its_credentials() {
+        let view = HistoryView {
+            otlp_endpoint: "https://otel:pa55word@otel.example:4318/?key=t0ken".to_owned(),
+            ..HistoryView::default()
+        };
+        let saved = serde_json::to_string(&view).unwrap();
+        assert!(saved.contains(r#""otlp_endpoint":"https://otel.example:4318/""#), "{saved}");
+        assert!(!saved.contains("pa55word") && !saved.contains("t0ken"), "{saved}");
+        let plain = serde_json::to_string(&HistoryView::default()).unwrap();
+        assert!(plain.contains(r#""otlp_endpoint":"http://127.0.0.1:6006""#), "{plain}");
     }
 
     #[test]

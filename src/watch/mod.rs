@@ -23,8 +23,11 @@
 //! probe too), so the history lists them, and retention deletes only them.
 //! A probe round's matrix also sets each route's readiness gauge. With an
 //! OTLP endpoint, each recorded round is also sent as OpenTelemetry traces
-//! ([`crate::export::otlp`]); a receiver that is down costs that round's
-//! traces, never the watch.
+//! ([`crate::export::otlp`]), before retention may delete it; a receiver
+//! that is down, or accepts and never answers, costs that round's traces
+//! (after the exporter's timeouts at most), never the watch. Cancelling
+//! stops a send too: the traces of a round that ends cancelled are not
+//! sent (`export --otlp` sends its record later).
 
 mod retention;
 mod round;
@@ -39,7 +42,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::failover::Target;
-use crate::export::otlp::{self, OtlpError, Sent};
+use crate::export::otlp::{self, Destination, OtlpError, Sender, Sent};
 use crate::metrics::{Metrics, MetricsServer, RoundResult, ServeError};
 use crate::probe::{self, Readiness};
 use crate::report::RunReport;
@@ -48,7 +51,7 @@ use crate::store::{RunId, Store};
 
 pub use retention::Retention;
 pub use round::{CallPlan, Round, RoundError};
-pub use schedule::{Schedule, Slot, parse_every};
+pub use schedule::{MAX_EVERY, Schedule, Slot, parse_every};
 
 /// Everything a watch needs.
 #[derive(Debug, Clone)]
@@ -69,7 +72,7 @@ pub struct WatchPlan {
     /// Where `/metrics` is served; `None` serves nothing.
     pub metrics_addr: Option<SocketAddr>,
     /// The OTLP/HTTP receiver recorded rounds are sent to as traces.
-    pub otlp: Option<String>,
+    pub otlp: Option<Destination>,
 }
 
 /// The label of a site's rounds of this kind in the run history: a probe
@@ -165,8 +168,8 @@ pub async fn watch(
         None => None,
     };
     // A bad endpoint would fail every round the same way.
-    let traces_url = plan.otlp.as_deref().map(otlp::traces_url).transpose()?;
-    let mut watcher = Watcher { plan, env, metrics, recording: true, traces_url, client: reqwest::Client::new() };
+    let sender = plan.otlp.as_ref().map(Destination::sender).transpose()?;
+    let mut watcher = Watcher { plan, env, metrics, recording: true, sender };
     let mut schedule = Schedule::new(plan.every);
     let mut rounds = 0;
     while let Some(slot) = schedule.next(cancel).await {
@@ -202,10 +205,8 @@ struct Watcher<'a> {
     metrics: Arc<Metrics>,
     /// Whether the last round that ran was recorded (true before any).
     recording: bool,
-    /// Where recorded rounds' traces go: the OTLP endpoint's traces URL.
-    traces_url: Option<reqwest::Url>,
-    /// Sends them.
-    client: reqwest::Client,
+    /// Sends recorded rounds' traces to the OTLP endpoint.
+    sender: Option<Sender>,
 }
 
 impl Watcher<'_> {
@@ -251,6 +252,11 @@ impl Watcher<'_> {
             };
             self.recording = recorded;
         }
+        // Sent before pruning, which may delete this very round.
+        let traces = match (&self.sender, plan.db.clone(), report.as_ref().and_then(|r| r.run_id)) {
+            (Some(sender), Some(db), Some(id)) => Some(send_traces(sender, db, id, cancel).await),
+            _ => None,
+        };
         let (mut deleted, mut error) = (Vec::new(), error);
         if let (RoundResult::Recorded, Some(db)) = (result, plan.db.clone()) {
             let (retention, now) = (plan.retention, crate::store::runs::now_ms());
@@ -261,10 +267,6 @@ impl Watcher<'_> {
                 Err(join) => std::panic::resume_unwind(join.into_panic()),
             }
         }
-        let traces = match (&self.traces_url, plan.db.clone(), report.as_ref().and_then(|r| r.run_id)) {
-            (Some(url), Some(db), Some(id)) => Some(self.send_traces(db, id, url).await),
-            _ => None,
-        };
         let took = started.elapsed();
         let ended_unix_s = crate::store::runs::now_ms() as f64 / 1e3;
         self.metrics.round_finished(&plan.site, result, took, ended_unix_s);
@@ -283,17 +285,21 @@ impl Watcher<'_> {
             failure,
         )
     }
+}
 
-    /// Sends recorded round `id`'s traces to `url`.
-    async fn send_traces(&self, db: PathBuf, id: RunId, url: &reqwest::Url) -> Result<Sent, String> {
-        let read = tokio::task::spawn_blocking(move || otlp::run_traces(&Store::open(&db)?, id));
-        let traces = match read.await {
-            Ok(read) => read.map_err(|e| e.to_string())?,
-            // Reading panicked: let the panic continue rather than invent an error.
-            Err(join) => std::panic::resume_unwind(join.into_panic()),
-        };
-        traces.send(&self.client, url).await.map_err(|e| e.to_string())?;
-        Ok(Sent { url: url.clone(), calls: traces.calls, spans: traces.spans })
+/// Sends recorded round `id`'s traces with `sender`, unless `cancel` fires
+/// first.
+async fn send_traces(sender: &Sender, db: PathBuf, id: RunId, cancel: &CancellationToken) -> Result<Sent, String> {
+    let read = tokio::task::spawn_blocking(move || otlp::run_traces(&Store::open(&db)?, id));
+    let traces = match read.await {
+        Ok(read) => read.map_err(|e| e.to_string())?,
+        // Reading panicked: let the panic continue rather than invent an error.
+        Err(join) => std::panic::resume_unwind(join.into_panic()),
+    };
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(OtlpError::Cancelled { url: sender.url().to_owned() }.to_string()),
+        sent = sender.send(&traces) => sent.map_err(|e| e.to_string()),
     }
 }
 

@@ -27,11 +27,16 @@ pub struct Schedule {
     next: u64,
 }
 
+/// The longest interval: a year and a day. Round N starts N intervals
+/// after the first on a clock that overflows at about 2.9e11 years, so
+/// an interval of 10^15 hours would end the watch at its second round.
+pub const MAX_EVERY: Duration = Duration::from_secs(366 * 86_400);
+
 impl Schedule {
-    /// Rounds every `every` (more than zero), the first as soon as it is
-    /// asked for.
+    /// Rounds every `every` (more than zero, at most [`MAX_EVERY`]), the
+    /// first as soon as it is asked for.
     pub fn new(every: Duration) -> Schedule {
-        Schedule { first: None, every: every.max(Duration::from_nanos(1)), next: 0 }
+        Schedule { first: None, every: every.clamp(Duration::from_nanos(1), MAX_EVERY), next: 0 }
     }
 
     /// Waits for the next round's start and returns it; `None` once
@@ -56,9 +61,10 @@ impl Schedule {
 }
 
 /// Reads an interval: a number with a unit, `ms`, `s`, `m`, `h` or `d`
-/// (`60s`, `1.5s`, `5m`, `7d`); a bare number is seconds. At least 1 ms.
+/// (`60s`, `1.5s`, `5m`, `7d`); a bare number is seconds. At least 1 ms,
+/// at most [`MAX_EVERY`] (366 days).
 pub fn parse_every(text: &str) -> Result<Duration, String> {
-    let allowed = "a duration such as 500ms, 60s, 5m, 1h or 7d (at least 1 ms)";
+    let allowed = "a duration such as 500ms, 60s, 5m, 1h or 7d (at least 1 ms, at most 366d)";
     let trimmed = text.trim();
     let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
@@ -72,7 +78,7 @@ pub fn parse_every(text: &str) -> Result<Duration, String> {
     };
     let seconds = number.parse::<f64>().map(|n| n * scale).map_err(|_| format!("`{text}` is not {allowed}"))?;
     match Duration::try_from_secs_f64(seconds) {
-        Ok(every) if every >= Duration::from_millis(1) => Ok(every),
+        Ok(every) if (Duration::from_millis(1)..=MAX_EVERY).contains(&every) => Ok(every),
         _ => Err(format!("`{text}` is not {allowed}")),
     }
 }
@@ -145,9 +151,29 @@ mod tests {
         assert_eq!(parse_every("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_every("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_every("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_every("366d"), Ok(MAX_EVERY));
         for bad in ["0s", "", "fast", "10 fortnights", "-1s", "0.1ms"] {
             let err = parse_every(bad).unwrap_err();
             assert!(err.contains(&format!("`{bad}`")) && err.contains("60s"), "{err}");
         }
+    }
+
+    #[test]
+    fn an_interval_over_a_year_and_a_day_is_refused_by_name() {
+        // Review D10: 3e15 h overflowed the clock at the second round.
+        for bad in ["367d", "3000000000000000h", "99999999999999999999d"] {
+            let err = parse_every(bad).unwrap_err();
+            assert!(err.contains(&format!("`{bad}`")) && err.contains("at most 366d"), "{err}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_interval_past_the_longest_is_the_longest() {
+        let cancel = CancellationToken::new();
+        let mut schedule = Schedule::new(Duration::from_secs(u64::MAX));
+        let first = Instant::now();
+        assert_eq!(schedule.next(&cancel).await, Some(Slot { index: 0, skipped: 0 }));
+        assert_eq!(schedule.next(&cancel).await, Some(Slot { index: 1, skipped: 0 }));
+        assert_eq!(first.elapsed(), MAX_EVERY);
     }
 }
