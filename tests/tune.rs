@@ -127,6 +127,13 @@ async fn a_ping_flood_among_healthy_streams_is_caught_sooner_by_a_shorter_data_s
     assert!(combined.is_clean(), "{combined:#?}");
     assert_eq!(combined.caught.len(), 2);
     assert!(report.suggested.iter().any(|s| s.assignment() == format!("{name}={value}")), "{:?}", report.suggested);
+
+    // Review R6: a verdict gets a timer's checked suggestion only when the
+    // suggestions together lose no stream and fire on no healthy attempt.
+    assert!(!advice::by_stream(&report, recording.run).is_empty());
+    let mut together_loses = report.clone();
+    together_loses.combined.as_mut().unwrap().lost = 1;
+    assert!(advice::by_stream(&together_loses, recording.run).is_empty());
 }
 
 /// A buffering proxy holds a healthy answer back for 1.5 s; a silent stall

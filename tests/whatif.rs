@@ -16,7 +16,9 @@ use stallscope::diagnosis::{CourseOutcome, StreamCourse, VerdictKind};
 use stallscope::providers::Dialect;
 use stallscope::replay::recording::Recording;
 use stallscope::replay::upstream::{Assumptions, StallAssumption};
-use stallscope::replay::whatif::{FIDELITY_TOLERANCE, Fidelity, WhatIf, WhatIfReport, what_if, what_if_watched};
+use stallscope::replay::whatif::{
+    FIDELITY_TOLERANCE, Fidelity, WhatIf, WhatIfError, WhatIfReport, what_if, what_if_until, what_if_watched,
+};
 use stallscope::sim::builtin_names;
 use stallscope::tunables::Tunables;
 
@@ -345,4 +347,16 @@ async fn a_run_recorded_before_the_fleet_budget_had_categories_replays_as_it_ran
     let refused = today.streams.iter().find(|s| s.before.outcome == CourseOutcome::Failed).unwrap();
     assert!(refused.changed && refused.after.attempts > 1, "{refused:?}");
     assert!(refused.assumptions.iter().any(|a| a.starts_with("attempt 2 was never recorded")), "{refused:?}");
+}
+
+/// Review R8: a what-if the app no longer shows is stopped, not run to
+/// its end on a machine the app shares with the runs it measures: once
+/// its token is cancelled it ends with `Cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_what_if_ends_cancelled() {
+    let recording = record("silent-stall", Dialect::OpenAiChat, &[]).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    stop.cancel();
+    let result = what_if_until(&recording, &WhatIf::default(), None, &stop);
+    assert!(matches!(result, Err(WhatIfError::Cancelled)), "{result:?}");
 }
