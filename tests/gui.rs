@@ -934,3 +934,22 @@ fn runs_picked_in_the_history_are_tuned_together() {
     h.step();
     assert_eq!(copied(&h).as_deref(), Some("--set SSE_DATA_STALL_TIMEOUT_S=300 --set SSE_TOTAL_TIMEOUT_S=600"));
 }
+
+/// Gui review D3: F5 runs and Shift+F5 stops from any tab; Shift+F5 used
+/// to start a run, as the plain F5 check read it first.
+#[test]
+fn f5_runs_and_shift_f5_stops_from_any_tab() {
+    let dir = Scratch::new("shortcuts");
+    let mut h = app(dir.path());
+    choose(&mut h, "silent-stall", 2);
+    h.key_press_modifiers(egui::Modifiers::SHIFT, egui::Key::F5);
+    h.step();
+    assert!(!h.state().live.is_running(), "Shift+F5 started a run");
+    h.get_by_label("History").click();
+    h.run();
+    h.key_press(egui::Key::F5);
+    h.step();
+    assert!(h.state().live.is_running(), "F5 on the History tab did not run");
+    h.key_press_modifiers(egui::Modifiers::SHIFT, egui::Key::F5);
+    step_until(&mut h, "the run to stop", |app| !app.live.is_running());
+}

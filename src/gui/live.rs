@@ -502,21 +502,15 @@ impl Live {
             labelled(ui, "Label next run", 100.0, |ui| ui.add_enabled(form.record, label))
                 .on_hover_text("Recorded with the next run only, and shown in History; cleared when the run starts");
             let can_run = !running && blocked.is_none();
-            // F5 runs and Shift+F5 stops, as in an IDE's debugger, even from a field.
-            let (run_key, stop_key) = ui.input_mut(|i| {
-                (
-                    i.consume_key(egui::Modifiers::NONE, egui::Key::F5),
-                    i.consume_key(egui::Modifiers::SHIFT, egui::Key::F5),
-                )
-            });
+            // F5 and Shift+F5 are read by the app, on every tab.
             let button = ui.add_enabled(can_run, egui::Button::new(RichText::new("Run").strong()));
             if let Some(why) = &blocked {
                 button.on_disabled_hover_text(why);
-            } else if button.on_hover_text("F5").clicked() || (run_key && can_run) {
+            } else if button.on_hover_text("F5").clicked() {
                 action = Action::Run;
             }
             let stop = ui.add_enabled(running, egui::Button::new("Stop")).on_hover_text("Shift+F5");
-            if stop.clicked() || (stop_key && running) {
+            if stop.clicked() {
                 self.stop();
             }
             if let Some(run) = self.replayable {

@@ -254,6 +254,20 @@ impl App {
         result.map_err(|e| e.to_string())
     }
 
+    /// F5 runs and Shift+F5 stops, as in an IDE's debugger, from any tab
+    /// and even from a field. egui's plain F5 also matches Shift+F5, so
+    /// the more specific shortcut is read first.
+    fn shortcuts(&mut self, ctx: &egui::Context) {
+        let stop = ctx.input_mut(|i| i.consume_key(egui::Modifiers::SHIFT, egui::Key::F5));
+        let run = !stop && ctx.input_mut(|i| i.consume_key(egui::Modifiers::NONE, egui::Key::F5));
+        if stop && self.live.is_running() {
+            self.live.stop();
+        }
+        if run && !self.live.is_running() && self.blocked().is_none() {
+            self.start_run(ctx);
+        }
+    }
+
     /// Why Run cannot be pressed now, if it cannot.
     fn blocked(&mut self) -> Option<String> {
         let invalid = self.prefs.tunables.invalid();
@@ -407,6 +421,7 @@ impl eframe::App for App {
     }
 
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        self.shortcuts(ui.ctx());
         egui::Panel::top("tabs").show(ui, |ui| self.tabs(ui));
         egui::CentralPanel::default().show(ui, |ui| match self.prefs.tab {
             Tab::Live => {
