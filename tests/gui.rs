@@ -953,3 +953,20 @@ fn f5_runs_and_shift_f5_stops_from_any_tab() {
     h.key_press_modifiers(egui::Modifiers::SHIFT, egui::Key::F5);
     step_until(&mut h, "the run to stop", |app| !app.live.is_running());
 }
+
+/// Gui review D14: a broken config file is named once in the tab bar, not
+/// "config: config …".
+#[test]
+fn a_broken_config_is_named_once() {
+    let dir = Scratch::new("broken-config");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[[provider]]\nname = 3\n").unwrap();
+    let db = dir.path().join("runs.db");
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(1400.0, 900.0))
+        .build_eframe(move |cc| App::new(cc, Launch { config: Some(config), overrides: vec![] }, Some(db), vec![]));
+    h.run();
+    let node = h.get_by_label_contains("config.toml").accesskit_node();
+    let shown = node.label().or(node.value()).unwrap_or_default();
+    assert!(shown.starts_with("config ") && !shown.contains("config: config"), "{shown}");
+}

@@ -343,7 +343,7 @@ impl App {
             theme_picker(ui, &mut self.prefs.theme);
             if let Err(e) = &self.providers {
                 ui.separator();
-                ui.label(egui::RichText::new(format!("config: {e}")).color(ui.visuals().error_fg_color));
+                ui.label(egui::RichText::new(config_problem(e)).color(ui.visuals().error_fg_color));
             }
         });
     }
@@ -463,6 +463,16 @@ impl eframe::App for App {
 
     fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
         self.live.stop();
+    }
+}
+
+/// The config file's problem, as the tab bar says it: named once (its
+/// errors already say "config PATH: …").
+fn config_problem(error: &str) -> String {
+    if error.starts_with("config ") || error.starts_with("cannot read config ") {
+        error.to_owned()
+    } else {
+        format!("config: {error}")
     }
 }
 
