@@ -296,7 +296,7 @@ fn a_stored_run_plays_steps_and_scrubs_back_on_the_lanes() {
     assert_eq!(outcome, Some(Outcome::Ok));
     let end = h.state().live.playback().unwrap().duration_s();
     assert!(end > 0.5, "a stall takes a while: {end}");
-    h.get_by_label("Play");
+    let play_width = h.get_by_label("Play").rect().width();
 
     // Home: the run's first moment, the call not finished.
     h.key_press(egui::Key::Home);
@@ -322,7 +322,8 @@ fn a_stored_run_plays_steps_and_scrubs_back_on_the_lanes() {
     let played = cursor(&h);
     assert!(played > 0.3 && played < 0.55, "{played}");
     assert!(shown(&h).0 > at_start);
-    h.get_by_label("Pause");
+    // Gui review D13: the toggle keeps its width, so nothing after it moves.
+    assert_eq!(h.get_by_label("Pause").rect().width(), play_width);
     // Space pauses (after the frame that takes the key in has moved on);
     // the cursor stays put.
     h.key_press(egui::Key::Space);

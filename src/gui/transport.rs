@@ -32,7 +32,17 @@ pub fn bar(ui: &mut Ui, playback: &Playback, events: (u64, usize)) -> Vec<Comman
     ui.horizontal(|ui| {
         let play = if playback.is_playing() { "Pause" } else { "Play" };
         let clicked = |ui: &mut Ui, text: &str, hint: &str| ui.button(text).on_hover_text(hint).clicked();
-        if clicked(ui, play, "Space") {
+        // As wide as the wider of its two words, so the buttons after it
+        // do not move under the pointer when it turns from one to the other.
+        let widest = ["Play", "Pause"]
+            .map(|word| {
+                egui::WidgetText::from(word).into_galley(ui, None, f32::INFINITY, egui::TextStyle::Button).size().x
+            })
+            .into_iter()
+            .fold(0.0, f32::max);
+        let width = widest + 2.0 * ui.spacing().button_padding.x;
+        let toggle = ui.add(egui::Button::new(play).min_size(egui::vec2(width, 0.0)));
+        if toggle.on_hover_text("Space").clicked() {
             commands.push(Command::TogglePlay);
         }
         if clicked(ui, "Step back", "← : back to the previous moment with events") {
