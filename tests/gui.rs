@@ -971,3 +971,26 @@ fn a_broken_config_is_named_once() {
     let shown = node.label().or(node.value()).unwrap_or_default();
     assert!(shown.starts_with("config ") && !shown.contains("config: config"), "{shown}");
 }
+
+/// Gui review D16: Copy .env of a scenario's tunables writes the defaults
+/// for the values the scenario scaled down, and its demo values only when
+/// asked.
+#[test]
+fn a_scenarios_demo_values_reach_the_env_file_only_when_asked() {
+    let dir = Scratch::new("env-demo");
+    let mut h = app(dir.path());
+    choose(&mut h, "silent-stall", 1);
+    h.get_by_label("Tunables").click();
+    h.run();
+    h.get_by_label("Copy .env").click();
+    h.step();
+    let env = copied(&h).expect("the .env on the clipboard");
+    assert!(env.contains("\nSTALLSCOPE_SSE_IDLE_TIMEOUT_S=1800\n"), "{env}");
+    assert!(env.contains("[scenario silent-stall sets 1, a demo value: its default here]"), "{env}");
+    h.get_by_label("With the scenario's demo values").click();
+    h.run();
+    h.get_by_label("Copy .env").click();
+    h.step();
+    let env = copied(&h).expect("the .env on the clipboard");
+    assert!(env.contains("[scenario silent-stall]\nSTALLSCOPE_SSE_IDLE_TIMEOUT_S=1\n"), "{env}");
+}

@@ -27,7 +27,7 @@ pub(super) fn run(args: &Args, settings: &Settings, out: &mut dyn Write) -> Resu
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&t.to_json())?)?;
     } else if args.env {
-        write!(out, "{}", t.to_env(&args.prefix))?;
+        write!(out, "{}", t.to_env(&args.prefix, false))?;
     } else {
         let rows: Vec<[String; 5]> = t
             .iter()

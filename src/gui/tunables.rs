@@ -30,6 +30,11 @@ pub struct TunablesEditor {
     pub env_prefix: String,
     /// Where "Export .env" writes.
     pub env_path: String,
+    /// Whether the export keeps a scenario's demo values (scaled down to
+    /// show a failure in seconds) instead of their defaults. Off at each
+    /// launch: it is a trap to ship by mistake.
+    #[serde(skip)]
+    pub env_scenario_values: bool,
     /// The edits "Reset all edits" removed, until undone or edited anew.
     #[serde(skip)]
     undo: Option<BTreeMap<String, String>>,
@@ -46,6 +51,7 @@ impl Default for TunablesEditor {
             filter: String::new(),
             env_prefix: crate::tunables::PREFIX.to_owned(),
             env_path: "stallscope.env".to_owned(),
+            env_scenario_values: false,
             undo: None,
             overwrite: Overwrite::default(),
             status: None,
@@ -147,7 +153,17 @@ impl TunablesEditor {
             labelled(ui, "File", 160.0, |ui| {
                 ui.add(egui::TextEdit::singleline(&mut self.env_path).desired_width(160.0))
             });
-            let text = settings.as_ref().ok().map(|s| s.tunables.to_env(&self.env_prefix));
+            let scenario = settings
+                .as_ref()
+                .ok()
+                .is_some_and(|s| s.tunables.iter().any(|(_, e)| matches!(e.source, Source::Scenario(_))));
+            if scenario {
+                ui.checkbox(&mut self.env_scenario_values, "With the scenario's demo values").on_hover_text(
+                    "A scenario's values are scaled down to show its failure in seconds; unticked, the export \
+                     writes their defaults and names the scenario's value in a comment",
+                );
+            }
+            let text = settings.as_ref().ok().map(|s| s.tunables.to_env(&self.env_prefix, self.env_scenario_values));
             let can = blocked.is_none() && text.is_some();
             let export = ui.add_enabled(can, egui::Button::new("Export .env"));
             let copy = ui.add_enabled(can, egui::Button::new("Copy .env"));

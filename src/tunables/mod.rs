@@ -368,8 +368,10 @@ impl Tunables {
 
     /// The tunables as a `.env` file under another prefix (for example
     /// `OPENPROGRAM_`), each preceded by its help and, when it was changed,
-    /// where the change came from.
-    pub fn to_env(&self, prefix: &str) -> String {
+    /// where the change came from. A value a scenario set (a demo value)
+    /// is written as its default, the scenario's value in the comment,
+    /// unless `scenario_values`.
+    pub fn to_env(&self, prefix: &str, scenario_values: bool) -> String {
         let mut out = String::new();
         let mut group = None;
         for (spec, effective) in self.iter() {
@@ -377,10 +379,19 @@ impl Tunables {
                 group = Some(spec.group);
                 out.push_str(&format!("\n# {}\n", spec.group.title()));
             }
-            let origin =
-                if effective.source.is_explicit() { format!(" [{}]", effective.source) } else { String::new() };
+            let mut value = shown(spec, &effective.value);
+            let origin = match &effective.source {
+                // A scenario's values are scaled down to show a failure in
+                // seconds: shipped by mistake, they would cut real streams.
+                Source::Scenario(name) if !scenario_values => {
+                    let demo = std::mem::replace(&mut value, self.default_of(spec));
+                    format!(" [scenario {name} sets {demo}, a demo value: its default here]")
+                }
+                source if source.is_explicit() => format!(" [{source}]"),
+                _ => String::new(),
+            };
             out.push_str(&format!("# {}{origin}\n", spec.help));
-            out.push_str(&format!("{prefix}{}={}\n", spec.short_name(), env_quote(&shown(spec, &effective.value))));
+            out.push_str(&format!("{prefix}{}={}\n", spec.short_name(), env_quote(&value)));
         }
         out.trim_start().to_owned()
     }
@@ -533,18 +544,38 @@ mod tests {
     fn env_export_uses_the_requested_prefix() {
         let mut t = Tunables::defaults();
         t.apply_override("SSE_IDLE_TIMEOUT_S=120").unwrap();
-        let env = t.to_env("OPENPROGRAM_");
+        let env = t.to_env("OPENPROGRAM_", false);
         assert!(env.contains("\nOPENPROGRAM_SSE_IDLE_TIMEOUT_S=120\n"), "{env}");
         assert!(env.contains("[--set]"), "{env}");
         assert!(env.contains("OPENPROGRAM_FALLBACK_MODELS=\n"), "{env}");
         assert_eq!(env.lines().filter(|l| l.starts_with("OPENPROGRAM_")).count(), TUNABLES.len());
     }
 
+    /// Gui review D16: a scenario's demo values (scaled down to show a
+    /// failure in seconds) are exported as their defaults, and said so,
+    /// unless asked for.
+    #[test]
+    fn a_scenarios_demo_values_are_exported_only_when_asked() {
+        let mut t = Tunables::defaults();
+        let scenario = toml::from_str("STALLSCOPE_SSE_DATA_STALL_TIMEOUT_S = 3").unwrap();
+        t.apply_table(&scenario, Source::Scenario("silent-stall".into())).unwrap();
+        let env = t.to_env("X_", false);
+        assert!(
+            env.contains(
+                "[scenario silent-stall sets 3, a demo value: its default here]\nX_SSE_DATA_STALL_TIMEOUT_S=900\n"
+            ),
+            "{env}"
+        );
+        let asked = t.to_env("X_", true);
+        assert!(asked.contains("[scenario silent-stall]\nX_SSE_DATA_STALL_TIMEOUT_S=3\n"), "{asked}");
+    }
+
     #[test]
     fn proxy_passwords_are_never_shown() {
         let mut t = Tunables::defaults();
         t.apply_override("PROXY=http://user:s3cret@proxy:3128").unwrap();
-        let shown = [t.to_env("X_"), t.to_json().to_string(), serde_json::Value::Object(t.snapshot()).to_string()];
+        let shown =
+            [t.to_env("X_", false), t.to_json().to_string(), serde_json::Value::Object(t.snapshot()).to_string()];
         for text in shown {
             assert!(!text.contains("s3cret") && text.contains("***@proxy:3128"), "{text}");
         }
