@@ -548,11 +548,14 @@ fn a_config_file_fixed_while_the_app_runs_is_read_again() {
     std::fs::write(dir.config(), "[[provider]]\nname = \"acme\"\nkind = \"nonsense\"\n").unwrap();
     let mut h = app(&dir);
     h.run();
-    h.get_by_label_contains("config:");
+    // Named once: its errors already say "config PATH: …".
+    let named = format!("config {}: ", dir.config().display());
+    h.get_by_label_contains(&named);
+    assert!(h.query_by_label_contains("config: config").is_none());
     let row =
         "[[provider]]\nname = \"acme\"\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m1\"\n";
     std::fs::write(dir.config(), row).unwrap();
-    wait_for(&mut h, "the fixed config", |h| h.query_by_label_contains("config:").is_none());
+    wait_for(&mut h, "the fixed config", |h| h.query_by_label_contains(&named).is_none());
     h.get_by_label("Source").click();
     h.run();
     h.get_by_label("provider: acme/m1");
