@@ -111,6 +111,19 @@ pub enum AttemptPhase {
     Done,
 }
 
+impl AttemptPhase {
+    /// Its name, as the JSON and the event log write it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AttemptPhase::Connecting => "connecting",
+            AttemptPhase::AwaitingHeaders => "awaiting_headers",
+            AttemptPhase::AwaitingFirstContent => "awaiting_first_content",
+            AttemptPhase::Streaming => "streaming",
+            AttemptPhase::Done => "done",
+        }
+    }
+}
+
 /// How an attempt ended: the last event of every attempt says which.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "how", rename_all = "snake_case")]
@@ -472,6 +485,16 @@ impl<S: EventSink + ?Sized> EventSink for std::sync::Arc<S> {
 mod tests {
     use super::*;
     use crate::core::category::Category;
+
+    /// A phase's name is the word its JSON writes (the event log shows it
+    /// instead of the enum's Rust name, gui review D17).
+    #[test]
+    fn a_phase_is_named_as_its_json_writes_it() {
+        use AttemptPhase::*;
+        for phase in [Connecting, AwaitingHeaders, AwaitingFirstContent, Streaming, Done] {
+            assert_eq!(serde_json::to_value(phase).unwrap(), phase.name(), "{phase:?}");
+        }
+    }
 
     /// Recorded events are read back (history, replay): every kind must
     /// survive its JSON form unchanged.

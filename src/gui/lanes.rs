@@ -923,7 +923,7 @@ pub fn describe(kind: &EventKind) -> String {
             Some(key) => format!("attempt started → {target} with key #{key}"),
             None => format!("attempt started → {target}"),
         },
-        EventKind::PhaseChanged { phase } => format!("phase: {phase:?}"),
+        EventKind::PhaseChanged { phase } => format!("phase: {}", phase.name()),
         EventKind::HeadersReceived { status, content_type } => {
             format!("headers: HTTP {status} {}", content_type.as_deref().unwrap_or("(no content-type)"))
         }
@@ -1007,6 +1007,14 @@ mod tests {
 
     fn event(ms: u64, stream: StreamId, attempt: u32, kind: EventKind) -> Event {
         Event { at: Duration::from_millis(ms), stream, attempt, kind }
+    }
+
+    /// Gui review D17: the log names a phase in the JSON's words, not the
+    /// enum's Rust name.
+    #[test]
+    fn the_log_names_a_phase_as_the_json_does() {
+        let phase = EventKind::PhaseChanged { phase: crate::core::event::AttemptPhase::AwaitingHeaders };
+        assert_eq!(describe(&phase), "phase: awaiting_headers");
     }
 
     /// A stall, a backoff, a second attempt that completes.
