@@ -162,10 +162,7 @@ fn show(store: &Store, id: RunId, json: bool, check: Option<f64>, out: &mut dyn 
             .map_err(anyhow::Error::from)
             .and_then(|recording| Ok(tune(std::slice::from_ref(&recording), &options)?));
         match checked {
-            Ok(found) => {
-                none_checked = advice::by_stream(&found, id).is_empty();
-                advice::attach(&mut report, id, &found);
-            }
+            Ok(found) => none_checked = advice::attach(&mut report, id, &found) == 0,
             Err(e) if json => eprintln!("stallscope: suggestions not checked: {e:#}"),
             Err(e) => writeln!(out, "suggestions not checked: {e:#}")?,
         }

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::{Context, Result, bail};
+
 use super::Cli;
 use super::run::until_ctrl_c;
 use crate::config::process_env;
@@ -17,7 +19,6 @@ use crate::probe::MAX_CONTEXT_TOKENS;
 use crate::providers::Dialect;
 use crate::store::Store;
 use crate::watch::{CallPlan, RecordingChange, Retention, Round, WatchEvent, WatchPlan, parse_every, watch};
-use anyhow::{Context, Result, bail};
 
 /// Options of `stallscope watch`.
 #[derive(Debug, clap::Args)]

@@ -413,8 +413,9 @@ async fn govern(
     let mut decoded = Vec::new();
     let mut body = response.body;
     // The body is the busy source. The sleep and the token are polled with
-    // `sleep_and_cancel_woke`'s waker, and only once they have woken the task or the sleep
-    // has moved, so a flowing stream pays for neither (see `wake_flag`).
+    // `sleep_and_cancel_woke`'s waker, and only once they have woken the
+    // task or the sleep has moved, so a flowing stream pays for neither
+    // (see `wake_flag`).
     let mut sleep_and_cancel_woke = WakeFlag::new();
     // How far the attempt got: a body that hands its chunks over ahead of
     // the clock (a replay) takes the attempt past "now".

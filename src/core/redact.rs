@@ -129,7 +129,7 @@ pub fn text(text: &str) -> String {
         let token_len = rest.find(|c: char| !is_token_char(c)).unwrap_or(rest.len());
         let (token, after) = rest.split_at(token_len);
         if (next != Next::Text && !token.is_empty()) || looks_like_key(token) {
-            out.push_str("***");
+            out.push_str(MASK);
         } else {
             out.push_str(token);
         }

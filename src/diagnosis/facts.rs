@@ -162,6 +162,11 @@ impl Try {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 
+    /// The first of `names` it has, with its value.
+    pub fn first_header(&self, names: &[&'static str]) -> Option<(&'static str, &str)> {
+        names.iter().find_map(|&name| self.header(name).map(|value| (name, value)))
+    }
+
     /// Whether the attempt was a failure (it ended other than done).
     pub fn failed(&self) -> bool {
         self.classified.is_some() || self.end.as_ref().is_some_and(|e| *e != AttemptEnd::Done)

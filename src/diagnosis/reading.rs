@@ -285,7 +285,9 @@ fn timed_out(t: &Try, timer_kind: TimerKind) -> Reading {
         && t.headers_at.is_some()
         && t.chunks == 0
     {
-        let hop = hop_named(t).map_or_else(|| "see `via`".to_owned(), |(name, value)| format!("{name}: {value}"));
+        let hop = t
+            .first_header(&HOP_HEADERS)
+            .map_or_else(|| "see `via`".to_owned(), |(name, value)| format!("{name}: {value}"));
         reading.suggestion = Some(format!(
             "headers came but no body byte: a buffering proxy ({hop}) holds streams like this; \
              if so, raise {tunable} above its delay or switch its buffering off; otherwise a lower {tunable} \
@@ -330,11 +332,6 @@ fn crawled(t: &Try, fired_at: Duration, named: &str) -> Reading {
     )
 }
 
-/// The first header that names a hop able to hold a stream back.
-fn hop_named(t: &Try) -> Option<(&'static str, &str)> {
-    HOP_HEADERS.into_iter().find_map(|name| t.header(name).map(|value| (name, value)))
-}
-
 fn is_drip(t: &Try) -> bool {
     let parsed = t.events.max(1);
     t.chunks >= DRIP_READS && t.chunks >= parsed * DRIP_READS_PER_EVENT && t.bytes / t.chunks <= DRIP_MEAN_BYTES
@@ -359,7 +356,7 @@ fn success(t: &Try) -> Reading {
     let n = Some(t.number);
     let first_byte = t.first_byte_at.map(|at| t.offset(at));
     if let Some(wait) = first_byte
-        && wait >= if hop_named(t).is_some() { BUFFERED_WAIT } else { BUFFERED_WAIT_UNNAMED }
+        && wait >= if t.first_header(&HOP_HEADERS).is_some() { BUFFERED_WAIT } else { BUFFERED_WAIT_UNNAMED }
         && t.burst_bytes * 10 >= t.bytes * 9
         && t.burst_progress >= BUFFERED_EVENTS
     {
@@ -685,9 +682,9 @@ fn by_category(t: &Try, category: Category, what: String) -> Reading {
 /// the provider.
 fn gateway_words(t: &Try) -> String {
     let status = t.status.unwrap_or_default();
-    let who = PEER_HEADERS
-        .into_iter()
-        .find_map(|name| t.header(name).map(|value| format!("`{name}: {value}` answered")))
+    let who = t
+        .first_header(&PEER_HEADERS)
+        .map(|(name, value)| format!("`{name}: {value}` answered"))
         .unwrap_or_else(|| "no header names who answered".to_owned());
     let waited = secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())));
     format!(

@@ -102,9 +102,7 @@ impl TuneRuns {
         self.pending = None;
         match result {
             Ok(report) => {
-                let set_lines = (!report.suggested.is_empty()).then(|| {
-                    report.suggested.iter().map(|s| format!("--set {}", s.assignment())).collect::<Vec<_>>().join(" ")
-                });
+                let set_lines = (!report.suggested.is_empty()).then(|| report.set_lines());
                 if let Some(found) = &mut self.found {
                     found.text = report_text(&report);
                     found.set_lines = set_lines;

@@ -73,9 +73,10 @@ pub fn choose(diagnosis: &Diagnosis, candidates: &[(f64, CheckedSuggestion)]) ->
 
 /// Gives every verdict of `report` that tune's suggestions would have
 /// caught sooner its checked suggestion, and the run's summary the ones
-/// its groups share.
-pub fn attach(report: &mut RunReport, run: RunId, tune: &TuneReport) {
+/// its groups share; returns how many streams got one.
+pub fn attach(report: &mut RunReport, run: RunId, tune: &TuneReport) -> usize {
     let candidates = by_stream(tune, run);
+    let mut given = 0;
     let diagnoses = report
         .streams
         .iter()
@@ -83,9 +84,11 @@ pub fn attach(report: &mut RunReport, run: RunId, tune: &TuneReport) {
             let mut diagnosis = s.diagnosis.clone()?;
             if let Some(c) = candidates.get(&s.index) {
                 diagnosis.checked = choose(&diagnosis, c);
+                given += usize::from(diagnosis.checked.is_some());
             }
             Some((s.index, diagnosis))
         })
         .collect();
     report.attach_diagnoses(diagnoses);
+    given
 }

@@ -80,12 +80,20 @@ impl RecordedAttempt {
     }
 }
 
+impl RecordedAttempt {
+    /// The message its failure, of `shape` (with an empty message),
+    /// carried; `None` when no failure was recorded.
+    pub fn failure_message(&self, shape: &Failure) -> Option<String> {
+        self.message.as_deref().map(|description| recorded_message(shape, description))
+    }
+}
+
 /// The message a failure of `shape` (with an empty message) carried, from
 /// the description it was recorded with: the recording keeps a failure's
 /// description ("connection reset: peer reset"), and a failure rebuilt
 /// from it would describe itself again ("connection reset: connection
 /// reset: peer reset").
-pub fn recorded_message(shape: &Failure, description: &str) -> String {
+fn recorded_message(shape: &Failure, description: &str) -> String {
     let prefix = shape.to_string();
     description.strip_prefix(prefix.as_str()).unwrap_or(description).to_owned()
 }

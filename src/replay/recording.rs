@@ -121,8 +121,8 @@ pub struct RecordedAttempt {
     pub stop_reason: Option<String>,
     /// The failure's description as its own classification gave it
     /// (in-stream error messages, transport messages; see
-    /// [`recorded_message`](super::attempt_body::recorded_message) for the
-    /// message it described).
+    /// [`RecordedAttempt::failure_message`] for the message it
+    /// described).
     pub message: Option<String>,
     /// The body, when bodies were recorded.
     pub body: Option<RecordedBody>,

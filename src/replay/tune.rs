@@ -503,6 +503,14 @@ pub struct TuneReport {
     pub probes: usize,
 }
 
+impl TuneReport {
+    /// The suggestions as command-line options (`--set A=1 --set B=2`);
+    /// empty when there are none.
+    pub fn set_lines(&self) -> String {
+        self.suggested.iter().map(|s| format!("--set {}", s.assignment())).collect::<Vec<_>>().join(" ")
+    }
+}
+
 /// One timer's search. Its values are seconds, except the throughput
 /// floor's, which are progress events a second ([`unit`](Self::unit)).
 #[derive(Debug, Clone, PartialEq, Serialize)]

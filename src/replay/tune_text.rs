@@ -69,8 +69,7 @@ fn write_report(report: &TuneReport, out: &mut String) -> fmt::Result {
     writeln!(out, "Together: {}", combined.sentence())?;
     writeln!(out)?;
     writeln!(out, "As --set:")?;
-    let sets: Vec<String> = report.suggested.iter().map(|s| format!("--set {}", s.assignment())).collect();
-    writeln!(out, "  {}", sets.join(" "))?;
+    writeln!(out, "  {}", report.set_lines())?;
     writeln!(out)?;
     writeln!(out, "As .env:")?;
     for setting in &report.suggested {

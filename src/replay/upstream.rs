@@ -29,7 +29,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
 use tokio::time::{Instant, Sleep};
 
-use super::attempt_body::{BodyEnd, BodySource, recorded_message};
+use super::attempt_body::{BodyEnd, BodySource};
 use super::recording::{RecordedAttempt, RecordedChunk, Recording};
 use crate::core::category::TimerKind;
 use crate::core::event::{AttemptEnd, EventClass, RecordedBody, StreamId};
@@ -329,9 +329,7 @@ async fn play(
     };
     let broken = |kind: TransportKind| {
         let shape = Failure::Transport { kind, message: String::new() };
-        let message =
-            recorded.message.as_deref().map_or_else(|| "as recorded".to_owned(), |m| recorded_message(&shape, m));
-        Failure::Transport { kind, message }
+        Failure::Transport { kind, message: recorded.failure_message(&shape).unwrap_or_else(|| "as recorded".into()) }
     };
     let connect = playback.connect_timeout;
     // The client's read backstop bounds the wait for headers too, from
@@ -697,18 +695,20 @@ impl RecordedEventsDecoder {
             Some(RecordedBody::Text { texts, .. }) => texts.clone(),
             _ => Vec::new(),
         };
-        let described = recorded.message.as_deref().unwrap_or_default();
         let ending = match end {
             Some(AttemptEnd::Done) => {
                 recorded.stop_reason.iter().cloned().map(Decoded::StopReason).chain([Decoded::Done]).collect()
             }
             Some(AttemptEnd::InStream { code }) => {
                 let shape = Failure::InStream { code: code.clone(), message: String::new() };
-                vec![Decoded::Error { code: code.clone(), message: recorded_message(&shape, described) }]
+                vec![Decoded::Error {
+                    code: code.clone(),
+                    message: recorded.failure_message(&shape).unwrap_or_default(),
+                }]
             }
             Some(AttemptEnd::Malformed) => {
                 let shape = Failure::Malformed { message: String::new() };
-                vec![Decoded::Malformed(recorded_message(&shape, described))]
+                vec![Decoded::Malformed(recorded.failure_message(&shape).unwrap_or_default())]
             }
             _ => Vec::new(),
         };

@@ -36,7 +36,7 @@ use crate::core::event::{AttemptEnd, EventClass, RecordedBody, StreamId};
 use crate::core::failure::{Failure, TransportKind};
 use crate::core::upstream::{Decoded, Decoder};
 use crate::providers::Dialect;
-use crate::replay::attempt_body::{BodyEnd, BodySource, recorded_message};
+use crate::replay::attempt_body::{BodyEnd, BodySource};
 use crate::replay::recording::{RecordedAttempt, RecordedChunk, RecordedResponse, Recording};
 use crate::store::RunId;
 
@@ -279,7 +279,7 @@ fn rerender(attempt: &RecordedAttempt, dialect: Dialect) -> Vec<Bytes> {
         match end {
             Some(AttemptEnd::Done) => renderer.finish(&mut out),
             Some(AttemptEnd::InStream { code }) => {
-                let (kind, message) = in_stream_error(code.as_deref(), attempt.message.as_deref());
+                let (kind, message) = in_stream_error(code.as_deref(), attempt);
                 renderer.error(kind, message.as_deref(), false, &mut out);
             }
             Some(AttemptEnd::Malformed) => renderer.invalid_utf8(&mut out),
@@ -329,16 +329,16 @@ fn filler(class: EventClass, chars: usize) -> String {
     if output_kind(class).is_some() { "·".repeat(chars) } else { String::new() }
 }
 
-/// The in-stream error to render for a recorded one: its kind from the
+/// The in-stream error to render for `attempt`'s: its kind from the
 /// recorded code, its message from the classified description.
-fn in_stream_error(code: Option<&str>, description: Option<&str>) -> (StreamError, Option<String>) {
+fn in_stream_error(code: Option<&str>, attempt: &RecordedAttempt) -> (StreamError, Option<String>) {
     let kind = match code {
         Some(code) if code.contains("overloaded") => StreamError::Overloaded,
         Some(code) if code.contains("rate_limit") => StreamError::RateLimit,
         _ => StreamError::ServerError,
     };
     let shape = Failure::InStream { code: code.map(str::to_owned), message: String::new() };
-    (kind, description.map(|d| recorded_message(&shape, d)))
+    (kind, attempt.failure_message(&shape))
 }
 
 /// Joins each chunk's events. A chunk in which the recording found no
