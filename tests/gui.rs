@@ -473,6 +473,41 @@ fn clicking_a_lane_opens_its_details_and_copies_its_log() {
     assert!(h.query_by_label("Copy log").is_none());
 }
 
+/// Another lane's panel opens at its verdict, not scrolled down to where
+/// the last one was read; the log's lines wrap to the panel's width
+/// instead of being cut at its edge.
+#[test]
+fn another_lanes_panel_opens_at_its_verdict_and_its_log_wraps() {
+    let dir = Scratch::new("detail-scroll");
+    let mut h = app(dir.path());
+    choose(&mut h, "silent-stall", 2);
+    run_to_end(&mut h, 2);
+    let verdict_top = |h: &Harness<'_, App>| h.get_by_label("▲ silent stall · recovered").rect().top();
+    let below_buttons = |h: &Harness<'_, App>| h.get_by_label("Copy log").rect().bottom();
+    h.get_by_label("Lane silent-stall #0").click();
+    h.run();
+    assert!(verdict_top(&h) > below_buttons(&h), "a panel opens at its verdict");
+    // Read down to the second attempt's end: the verdict scrolls away.
+    h.query_all_by_label_contains("ended at ").last().unwrap().scroll_to_me();
+    h.run();
+    assert!(verdict_top(&h) < below_buttons(&h), "the panel scrolled down");
+    h.get_by_label("Lane silent-stall #1").click();
+    h.run();
+    assert!(h.get_by_label("silent-stall #1").rect().top() < below_buttons(&h));
+    assert!(verdict_top(&h) > below_buttons(&h), "the next lane's panel opens at its verdict");
+    // Every log line is inside the panel, and the longest takes more than
+    // one row rather than being cut.
+    let panel = h.get_by_label("Copy log").rect().left()..=h.get_by_label("Close").rect().right() + 1.0;
+    let lines: Vec<_> = h
+        .query_all_by_label_contains(" s  #")
+        .filter(|l| l.accesskit_node().value().is_some_and(|v| v.starts_with("  ")))
+        .collect();
+    assert!(!lines.is_empty());
+    assert!(lines.iter().all(|l| panel.contains(&l.rect().right())), "each log line within the panel");
+    let row = lines.iter().map(|l| l.rect().height()).fold(f32::INFINITY, f32::min);
+    assert!(lines.iter().any(|l| l.rect().height() > 1.5 * row), "a long line wraps");
+}
+
 /// A story's run is tighter than real traffic allows: the app checks its
 /// suggestions and offers none (it once offered
 /// SSE_DATA_STALL_TIMEOUT_S=0.04 to paste, which cuts nearly every real

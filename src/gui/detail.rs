@@ -343,7 +343,11 @@ pub fn ui(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64) -> PanelAct
         }
     });
     ui.separator();
-    egui::ScrollArea::vertical().id_salt("detail-top").max_height(ui.available_height() * 0.6).show(ui, |ui| {
+    // Each lane scrolls on its own, so another lane opens at its verdict,
+    // not at the offset the last one was read down to.
+    let lane_id = (lane.part, lane.stream);
+    let top = egui::ScrollArea::vertical().id_salt(("detail-top", lane_id)).max_height(ui.available_height() * 0.6);
+    top.show(ui, |ui| {
         match timeline.verdict(lane) {
             Some(verdict) => verdicts::verdict_ui(ui, verdict),
             None if lane.outcome.is_none() => {
@@ -364,21 +368,15 @@ pub fn ui(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64) -> PanelAct
     });
     ui.separator();
     ui.strong(format!("Event log ({} entries)", lane.log.len()));
-    let row_height = ui.text_style_height(&egui::TextStyle::Monospace) + ui.spacing().item_spacing.y;
-    egui::ScrollArea::vertical().id_salt("detail-log").auto_shrink([false, true]).show_rows(
-        ui,
-        row_height,
-        lane.log.len(),
-        |ui, rows| {
-            for entry in &lane.log[rows] {
-                let line = RichText::new(log_line(entry)).monospace();
-                let fired = matches!(entry.what, Logged::Event(EventKind::TimerFired { .. }));
-                // Cut at the panel's edge, the whole line on hover: the
-                // times stay in view, and Copy log has every line whole.
-                ui.add(egui::Label::new(if fired { line.strong() } else { line }).truncate());
-            }
-        },
-    );
+    egui::ScrollArea::vertical().id_salt(("detail-log", lane_id)).auto_shrink([false, true]).show(ui, |ui| {
+        for entry in &lane.log {
+            let line = RichText::new(log_line(entry)).monospace();
+            let fired = matches!(entry.what, Logged::Event(EventKind::TimerFired { .. }));
+            // Wrapped, so a long line is read whole in the panel; its time
+            // leads it.
+            ui.add(egui::Label::new(if fired { line.strong() } else { line }).wrap());
+        }
+    });
     action
 }
 
