@@ -473,6 +473,26 @@ fn clicking_a_lane_opens_its_details_and_copies_its_log() {
     assert!(h.query_by_label("Copy log").is_none());
 }
 
+/// While a run goes on, the summary says how many of its calls are done,
+/// running and queued; once all are done, only the counts.
+#[test]
+fn a_run_says_how_many_of_its_calls_are_done_running_and_queued() {
+    let dir = Scratch::new("progress");
+    let mut h = app(dir.path());
+    choose(&mut h, "healthy", 6);
+    h.state_mut().prefs.form.concurrency = 2;
+    h.get_by_label("Run").click();
+    h.step();
+    wait_for(&mut h, "the summary to count queued calls", |h| {
+        h.query_by_label_contains(" of 6 done: ").is_some_and(|n| {
+            n.accesskit_node().value().is_some_and(|v| v.contains(" · 2 running · ") && v.contains(" queued"))
+        })
+    });
+    step_until(&mut h, "6 stream(s) to end", |app| finished(app, 6));
+    h.get_by_label_contains("6 ok · 0 partial · 0 failed · 0 cancelled · 0 running   p50 ");
+    assert!(h.query_by_label_contains(" done: ").is_none());
+}
+
 /// Another lane's panel opens at its verdict, not scrolled down to where
 /// the last one was read; the log's lines wrap to the panel's width
 /// instead of being cut at its edge.

@@ -58,6 +58,9 @@ pub struct Part {
     pub label: String,
     /// Seconds from the timeline's start to this part's start.
     pub offset_s: f64,
+    /// How many calls it was started with, when the timeline is of a run
+    /// going on (its lanes appear as they start).
+    pub planned: Option<usize>,
 }
 
 /// One stream's life.
@@ -335,8 +338,21 @@ impl Timeline {
 
     /// Adds a source of lanes; returns its index for [`Timeline::ingest`].
     pub fn add_part(&mut self, label: impl Into<String>, offset_s: f64) -> usize {
-        self.parts.push(Part { label: label.into(), offset_s });
+        self.parts.push(Part { label: label.into(), offset_s, planned: None });
         self.parts.len() - 1
+    }
+
+    /// Says that `part` was started with `calls` calls, so the ones not
+    /// yet started can be counted.
+    pub fn plan(&mut self, part: usize, calls: usize) {
+        if let Some(part) = self.parts.get_mut(part) {
+            part.planned = Some(calls);
+        }
+    }
+
+    /// The calls of every part, when each part says how many it has.
+    pub fn planned(&self) -> Option<usize> {
+        self.parts.iter().map(|p| p.planned).sum()
     }
 
     /// A timeline of one stored run.

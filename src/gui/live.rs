@@ -272,7 +272,8 @@ impl Live {
         self.checks.clear();
         let mut sessions = Vec::with_capacity(plans.len());
         for (label, plan) in plans {
-            self.timeline.add_part(label, 0.0);
+            let part = self.timeline.add_part(label, 0.0);
+            self.timeline.plan(part, plan.requests);
             sessions.push(plan);
         }
         let ctx = ctx.clone();

@@ -305,14 +305,40 @@ pub fn outcome_name(outcome: Option<Outcome>) -> &'static str {
     outcome.map_or("running", Outcome::name)
 }
 
-/// The summary strip's text.
-pub fn summary_text(summary: &Summary) -> String {
-    let mut text = format!(
+/// How far a run that was started with a known number of calls has got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// The calls it was started with.
+    pub planned: usize,
+    /// Whether it is going on (or shown as of a moment while it was): calls
+    /// not started yet are queued; once it has ended (stopped), they were
+    /// never started.
+    pub live: bool,
+}
+
+/// The summary strip's text; with `progress`, it leads with how many of the
+/// planned calls are done while any are still to come.
+pub fn summary_text(summary: &Summary, progress: Option<Progress>) -> String {
+    let done = summary.ok + summary.partial + summary.failed + summary.cancelled + summary.unknown;
+    let mut text = String::new();
+    let waiting = progress.map(|p| (p, p.planned.saturating_sub(done + summary.running)));
+    let to_come = waiting.filter(|(_, waiting)| summary.running > 0 || *waiting > 0);
+    if let Some((progress, _)) = to_come {
+        text.push_str(&format!("{} of {} done: ", grouped(done), grouped(progress.planned)));
+    }
+    text.push_str(&format!(
         "{} ok · {} partial · {} failed · {} cancelled · {} running",
-        summary.ok, summary.partial, summary.failed, summary.cancelled, summary.running
-    );
+        grouped(summary.ok),
+        grouped(summary.partial),
+        grouped(summary.failed),
+        grouped(summary.cancelled),
+        grouped(summary.running)
+    ));
+    if let Some((progress, waiting)) = to_come.filter(|(_, waiting)| *waiting > 0) {
+        text.push_str(&format!(" · {} {}", grouped(waiting), if progress.live { "queued" } else { "not started" }));
+    }
     if summary.unknown > 0 {
-        text.push_str(&format!(" · {} unknown", summary.unknown));
+        text.push_str(&format!(" · {} unknown", grouped(summary.unknown)));
     }
     let ms = |s: Option<f64>| s.map_or_else(|| "-".to_owned(), |s| format!("{:.0} ms", s * 1000.0));
     text.push_str(&format!("   p50 {}  p99 {}", ms(summary.p50_s), ms(summary.p99_s)));
@@ -321,6 +347,19 @@ pub fn summary_text(summary: &Summary) -> String {
     } else {
         let retries: Vec<String> = summary.retries.iter().map(|(c, n)| format!("{c} {n}")).collect();
         text.push_str(&format!("   retries: {}", retries.join(", ")));
+    }
+    text
+}
+
+/// A count with its thousands grouped: `1,588`.
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut text = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            text.push(',');
+        }
+        text.push(digit);
     }
     text
 }
@@ -342,7 +381,12 @@ impl TimelineView {
         self.follow_the_clock(live);
         self.controls(ui, timeline, live);
         let order = self.visible_lanes(timeline, now_s);
-        let summary = summary_text(&timeline.summary_of(order.iter().copied()));
+        // Progress is of the whole run: a filter's share of it has no plan.
+        let progress = timeline
+            .planned()
+            .filter(|_| order.len() == timeline.lanes.len())
+            .map(|planned| Progress { planned, live: !matches!(clock, Clock::Ended(_)) });
+        let summary = summary_text(&timeline.summary_of(order.iter().copied()), progress);
         ui.horizontal(|ui| {
             ui.label(RichText::new(&summary).strong());
             let copy = ui.small_button("Copy summary").on_hover_text("The summary and the verdicts, as text");
@@ -1148,6 +1192,36 @@ mod tests {
         for (value, step, span, label) in cases {
             assert_eq!(time_label(value, step, span), label, "{value} s, marks {step} s apart, {span} s shown");
         }
+    }
+
+    #[test]
+    fn a_run_going_on_says_how_many_of_its_calls_are_done_running_and_queued() {
+        let summary = Summary { ok: 40, failed: 272, running: 100, ..Summary::default() };
+        let live = Some(Progress { planned: 2000, live: true });
+        let text = summary_text(&summary, live);
+        assert!(
+            text.starts_with(
+                "312 of 2,000 done: 40 ok · 0 partial · 272 failed · 0 cancelled · 100 running · 1,588 queued   "
+            ),
+            "{text}"
+        );
+        let stopped = Summary { running: 0, cancelled: 100, ..summary };
+        let text = summary_text(&stopped, Some(Progress { planned: 2000, live: false }));
+        assert!(
+            text.starts_with(
+                "412 of 2,000 done: 40 ok · 0 partial · 272 failed · 100 cancelled · 0 running · 1,588 not started"
+            ),
+            "{text}"
+        );
+        // All done, or no plan to measure against: the counts alone.
+        let done = Summary { ok: 4, ..Summary::default() };
+        for progress in [Some(Progress { planned: 4, live: true }), None] {
+            assert!(
+                summary_text(&done, progress)
+                    .starts_with("4 ok · 0 partial · 0 failed · 0 cancelled · 0 running   p50")
+            );
+        }
+        assert_eq!([0, 999, 1000, 1588, 1_234_567].map(grouped), ["0", "999", "1,000", "1,588", "1,234,567"]);
     }
 
     #[test]
