@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use egui::{Color32, RichText, Ui};
+use egui::{RichText, Ui};
 use egui_plot::{Bar, BarChart, Plot, VLine};
 use serde::{Deserialize, Serialize};
 
@@ -71,7 +71,7 @@ impl BudgetView {
         };
         let report = self.report(settings);
         let colour = match report.fits {
-            Some(true) => Color32::from_rgb(80, 200, 120),
+            Some(true) => super::palette::of(ui.visuals()).ok,
             Some(false) => ui.visuals().error_fg_color,
             None => ui.visuals().text_color(),
         };
@@ -106,10 +106,11 @@ impl BudgetView {
             inner = worst;
         }
         let names: Vec<String> = report.layers.iter().rev().map(|l| l.name.clone()).collect();
-        let inner_chart = BarChart::new("inner layers", inner_bars).horizontal().color(Color32::from_rgb(90, 120, 170));
+        let colours = super::palette::of(ui.visuals());
+        let inner_chart = BarChart::new("inner layers", inner_bars).horizontal().color(colours.budget_inner);
         let added_chart = BarChart::new("this layer adds", added_bars)
             .horizontal()
-            .color(Color32::from_rgb(240, 160, 60))
+            .color(colours.budget_added)
             .stack_on(&[&inner_chart]);
         let deadline = report.caller_deadline.map(|d| d.as_secs_f64());
         let over = ui.visuals().error_fg_color;

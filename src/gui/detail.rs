@@ -15,7 +15,6 @@ use egui::{RichText, Ui};
 use serde_json::{Value, json};
 
 use super::lanes::{Lane, LogEntry, Logged, Timeline};
-use super::timeline::outcome_colour;
 use super::verdicts;
 use crate::core::category::TimerKind;
 use crate::core::event::EventKind;
@@ -318,7 +317,11 @@ pub fn ui(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64) -> PanelAct
     ui.horizontal(|ui| {
         ui.heading(title(timeline, lane));
         let outcome = timeline.outcome_name(lane);
-        ui.label(RichText::new(format!("■ {outcome}")).color(outcome_colour(lane.outcome)).strong());
+        ui.label(
+            RichText::new(format!("■ {outcome}"))
+                .color(super::palette::of(ui.visuals()).outcome(lane.outcome))
+                .strong(),
+        );
         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
             if ui.button("Close").on_hover_text("Esc").clicked() {
                 action = PanelAction::Close;

@@ -2,8 +2,9 @@
 //! are) as one row of a streams × time heatmap over the whole run, drawn
 //! above the lanes so it stays on screen however far they scroll. A cell
 //! takes the most telling thing that happened in it (failed, timer fired,
-//! failover, backoff, data, waiting), so with 500 streams the failures
-//! stand out at a glance; the span the lanes show and the rows scrolled
+//! failover, the time of a stream that failed, backoff, data, waiting), and
+//! a row shared by several lanes the most telling of theirs, so with 500
+//! streams the ones that failed stand out as rows of their own colour; the span the lanes show and the rows scrolled
 //! into view are outlined on it, and a click jumps to the lane under the
 //! pointer.
 //!
@@ -14,7 +15,7 @@
 use egui::{Color32, ColorImage, Rect, Sense, TextureHandle, TextureOptions, Ui};
 
 use super::lanes::{Lane, Timeline};
-use super::palette;
+use super::palette::{self, Palette};
 use super::viewport::TimeWindow;
 use crate::core::event::Outcome;
 
@@ -29,6 +30,9 @@ pub enum Heat {
     Data,
     /// A backoff sleep before a retry.
     Backoff,
+    /// The stream went on to fail: all of its time, so a failed stream's
+    /// row reads as failed even where its last cell is under a pixel.
+    Lost,
     /// A failover hop.
     Hop,
     /// A timer fired.
@@ -38,17 +42,23 @@ pub enum Heat {
 }
 
 impl Heat {
-    /// Its colour: light to dark and hue both differ between neighbours,
-    /// so the strip reads in grey too.
-    pub fn colour(self) -> Color32 {
+    /// Every state drawn, in the legend's order (most telling first).
+    pub const DRAWN: [Heat; 7] =
+        [Heat::Failed, Heat::Lost, Heat::Fired, Heat::Hop, Heat::Backoff, Heat::Data, Heat::Waiting];
+
+    /// Its colour in `palette`: light to dark and hue both differ between
+    /// neighbours, so the strip reads in grey too.
+    pub fn colour(self, palette: &Palette) -> Color32 {
+        let [waiting, data, backoff, hop, fired, lost, failed] = palette.heat;
         match self {
             Heat::Idle => Color32::TRANSPARENT,
-            Heat::Waiting => Color32::from_gray(70),
-            Heat::Data => palette::BYTES.gamma_multiply(0.75),
-            Heat::Backoff => palette::SLEEP_EDGE,
-            Heat::Hop => palette::HOP,
-            Heat::Fired => palette::FIRED,
-            Heat::Failed => Color32::from_rgb(255, 255, 255),
+            Heat::Waiting => waiting,
+            Heat::Data => data,
+            Heat::Backoff => backoff,
+            Heat::Lost => lost,
+            Heat::Hop => hop,
+            Heat::Fired => fired,
+            Heat::Failed => failed,
         }
     }
 
@@ -59,9 +69,10 @@ impl Heat {
             Heat::Waiting => "waiting",
             Heat::Data => "data",
             Heat::Backoff => "backoff",
+            Heat::Lost => "a stream that failed",
             Heat::Hop => "failover",
             Heat::Fired => "timer fired",
-            Heat::Failed => "failed",
+            Heat::Failed => "where it failed",
         }
     }
 }
@@ -138,12 +149,13 @@ impl Grid {
             mark(column(fired.at_s), column(fired.at_s), Heat::Fired);
         }
         if let (Some(Outcome::Failed), Some(at)) = (lane.outcome, lane.finished_s) {
+            mark(column(lane.started_s), column(at), Heat::Lost);
             mark(column(at), column(at), Heat::Failed);
         }
     }
 
-    fn image(&self) -> ColorImage {
-        let pixels = self.cells.iter().map(|h| h.colour()).collect();
+    fn image(&self, palette: &Palette) -> ColorImage {
+        let pixels = self.cells.iter().map(|h| h.colour(palette)).collect();
         ColorImage::new([self.columns.max(1), self.rows], pixels)
     }
 }
@@ -157,6 +169,7 @@ struct Made {
     rows: usize,
     span: (u64, u64),
     now_s: u64,
+    dark: bool,
 }
 
 /// The strip and its cached image.
@@ -223,18 +236,23 @@ impl Overview {
             rows,
             span: (frame.span.start_s.to_bits(), frame.span.end_s.to_bits()),
             now_s: frame.now_s.to_bits(),
+            dark: ui.visuals().dark_mode,
         };
         let time = ui.input(|i| i.time);
         let stale = match &self.made {
             None => true,
-            Some((was, _)) if was.order != made.order || was.columns != columns || was.rows != rows => true,
+            Some((was, _))
+                if was.order != made.order || was.columns != columns || was.rows != rows || was.dark != made.dark =>
+            {
+                true
+            }
             Some((was, _)) if *was == made => false,
             // The run grew: again, but while it goes at a limited rate.
             Some((_, at)) => !frame.live || time - at >= LIVE_REFRESH_S,
         };
         if stale || self.texture.is_none() {
             let grid = Grid::of(frame.timeline, frame.order, frame.span, columns, rows, frame.now_s);
-            let image = grid.image();
+            let image = grid.image(palette::of(ui.visuals()));
             match &mut self.texture {
                 Some(texture) => texture.set(image, TextureOptions::NEAREST),
                 None => self.texture = Some(ui.ctx().load_texture("overview", image, TextureOptions::NEAREST)),
@@ -339,28 +357,61 @@ mod tests {
         assert!(row(0)[1..].iter().all(|h| *h == Heat::Data), "{:?}", row(0));
         let stalled = row(1);
         assert_eq!(stalled[5], Heat::Fired, "{stalled:?}");
-        assert_eq!(stalled[6], Heat::Backoff, "{stalled:?}");
+        // Its backoff, as the rest of a stream that failed, reads as failed.
+        assert_eq!(stalled[6], Heat::Lost, "{stalled:?}");
         assert_eq!(stalled[9], Heat::Failed, "{stalled:?}");
-        assert_eq!(stalled[3], Heat::Waiting, "{stalled:?}");
+        assert_eq!(stalled[3], Heat::Lost, "{stalled:?}");
     }
 
     #[test]
     fn more_lanes_than_rows_share_rows_and_keep_the_worst() {
         let timeline = two();
-        // Both lanes in one row, the stalled one second: its marks win.
+        // Both lanes in one row, the stalled one second: its marks win, and
+        // its failure colours the row over the other's data.
         let grid = Grid::of(&timeline, &[0, 1], TimeWindow::new(0.0, 1.0), 10, 1, 1.0);
         assert_eq!(grid.rows, 1);
-        assert_eq!((grid.at(0, 5), grid.at(0, 2), grid.at(0, 9)), (Heat::Fired, Heat::Data, Heat::Failed));
+        assert_eq!((grid.at(0, 5), grid.at(0, 2), grid.at(0, 9)), (Heat::Fired, Heat::Lost, Heat::Failed));
+    }
+
+    /// 500 streams on a strip 96 rows tall: the one that failed colours its
+    /// shared row for its whole life, not one cell at its end.
+    #[test]
+    fn a_failed_stream_shows_at_500_streams_across_its_row() {
+        let start = || EventKind::CallStarted { target: Target::new("sim", "m"), context_tokens: None };
+        let mut events = Vec::new();
+        for stream in 0..500 {
+            events.push(event(0, stream, start()));
+            events.push(event(500, stream, EventKind::ChunkReceived { bytes: 10 }));
+            let outcome = if stream == 321 { Outcome::Failed } else { Outcome::Ok };
+            events.push(event(1000, stream, EventKind::Finished { outcome, attempts: 1, stop_reason: None }));
+        }
+        let timeline = Timeline::from_events("x", &events);
+        let order: Vec<usize> = (0..500).collect();
+        let grid = Grid::of(&timeline, &order, TimeWindow::new(0.0, 1.0), 100, MAX_HEIGHT as usize, 1.0);
+        let failed_row = 321 * grid.rows / 500;
+        let grid = &grid;
+        let row = |r: usize| (0..grid.columns).map(move |c| grid.at(r, c));
+        assert!(row(failed_row).take(99).all(|h| h == Heat::Lost), "{:?}", row(failed_row).collect::<Vec<_>>());
+        assert_eq!(grid.at(failed_row, 99), Heat::Failed);
+        let others = (0..grid.rows).filter(|r| *r != failed_row);
+        assert!(others.flat_map(row).all(|h| h < Heat::Lost));
     }
 
     #[test]
     fn the_heat_order_and_its_colours_tell_every_state_apart() {
-        let all = [Heat::Idle, Heat::Waiting, Heat::Data, Heat::Backoff, Heat::Hop, Heat::Fired, Heat::Failed];
+        let all =
+            [Heat::Idle, Heat::Waiting, Heat::Data, Heat::Backoff, Heat::Lost, Heat::Hop, Heat::Fired, Heat::Failed];
         assert!(all.windows(2).all(|w| w[0] < w[1]));
-        for (i, a) in all.iter().enumerate() {
-            for b in &all[i + 1..] {
-                assert_ne!(a.colour(), b.colour(), "{a:?} and {b:?}");
+        for palette in [&palette::DARK, &palette::LIGHT] {
+            for (i, a) in all.iter().enumerate() {
+                for b in &all[i + 1..] {
+                    assert_ne!(a.colour(palette), b.colour(palette), "{a:?} and {b:?}");
+                }
             }
         }
+        // The legend names every state a cell can show.
+        let mut drawn = Heat::DRAWN.to_vec();
+        drawn.sort();
+        assert_eq!(drawn, all[1..]);
     }
 }

@@ -116,7 +116,7 @@ fn matrix(ui: &mut Ui, readiness: &Readiness) {
             let why = route.problem.as_deref().or(route.summary.as_deref()).unwrap_or_default();
             match (route.verdict, route.severity) {
                 (Some(kind), Some(severity)) => {
-                    let (shape, colour) = severity_mark(severity);
+                    let (shape, colour) = severity_mark(severity, ui.visuals());
                     let text = format!("{shape} {} ({})", kind.label(), severity.name());
                     ui.label(RichText::new(text).color(colour)).on_hover_text(why);
                 }

@@ -289,17 +289,6 @@ pub fn bytes_label(bytes: f64) -> String {
     }
 }
 
-/// The colour of an outcome (`None`: still running).
-pub fn outcome_colour(outcome: Option<Outcome>) -> Color32 {
-    match outcome {
-        Some(Outcome::Ok) => Color32::from_rgb(80, 200, 120),
-        Some(Outcome::Partial) => Color32::from_rgb(240, 200, 60),
-        Some(Outcome::Failed) => Color32::from_rgb(255, 80, 80),
-        Some(Outcome::Cancelled) => Color32::from_rgb(160, 160, 160),
-        None => Color32::from_rgb(90, 160, 255),
-    }
-}
-
 /// An outcome's name (`running` for none).
 pub fn outcome_name(outcome: Option<Outcome>) -> &'static str {
     outcome.map_or("running", Outcome::name)
@@ -506,12 +495,13 @@ impl TimelineView {
         header_ui.set_clip_rect(header.intersect(ui.clip_rect()));
         header_ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new(format!("Overview · {} streams", order.len())).strong());
-            for heat in [overview::Heat::Failed, overview::Heat::Fired, overview::Heat::Hop, overview::Heat::Backoff] {
+            let colours = palette::of(ui.visuals());
+            for heat in overview::Heat::DRAWN {
                 // Swatch and name as one label, so they wrap together.
                 let mut key = egui::text::LayoutJob::default();
                 let font = egui::TextStyle::Body.resolve(ui.style());
                 let format = |color| egui::TextFormat { font_id: font.clone(), color, ..Default::default() };
-                key.append("■ ", 0.0, format(heat.colour()));
+                key.append("■ ", 0.0, format(heat.colour(colours)));
                 key.append(heat.name(), 0.0, format(ui.visuals().text_color()));
                 ui.add(egui::Label::new(key).extend());
             }
@@ -814,6 +804,7 @@ impl TimelineView {
         let (row, _) = ui.allocate_exact_size(egui::vec2(width, AXIS_HEIGHT), egui::Sense::hover());
         let (_, area) = lane_columns(row, ui.spacing().item_spacing.x);
         let mut child = ui.new_child(UiBuilder::new().max_rect(area).id_salt("axis"));
+        let cursor_colour = palette::of(ui.visuals()).cursor;
         let response = fixed_plot("timeline-axis", area)
             .show_axes([true, false])
             .show_grid([false, false])
@@ -823,7 +814,7 @@ impl TimelineView {
                 plot.set_plot_bounds_x(range.start_s..=range.end_s);
                 plot.set_plot_bounds_y(0.0..=1.0);
                 if let Some(at) = cursor {
-                    plot.vline(cursor_line(at));
+                    plot.vline(cursor_line(at, cursor_colour));
                 }
             });
         let label = || egui::WidgetInfo::labeled(egui::Role::Figure, true, "Time axis");
@@ -887,6 +878,7 @@ impl TimelineView {
         lane_header(&mut header_ui, timeline, lane, now_s, true);
         let picked = pick(ui, header, timeline, lane, selected);
         let mut plot_ui = ui.new_child(UiBuilder::new().max_rect(area).id_salt(("plot", id)));
+        let cursor_colour = palette::of(ui.visuals()).cursor;
         let response = fixed_plot(("lane", lane.part, lane.stream), area)
             .link_cursor(egui::Id::unique("timeline-cursor"), [true, false])
             .show_axes([false, false])
@@ -897,7 +889,7 @@ impl TimelineView {
                 let columns = area.width().max(1.0) as usize;
                 draw_lane(plot, lane, timeline.outcome_name(lane), range, columns, now_s, full_scale);
                 if let Some(at) = cursor {
-                    plot.vline(cursor_line(at));
+                    plot.vline(cursor_line(at, cursor_colour));
                 }
                 plot.pointer_coordinate().and_then(|p| hover_text(lane, p.x, range.per_pixel(area.width()) * 6.0))
             });
@@ -969,8 +961,8 @@ struct LaneRow {
 }
 
 /// The replay cursor, drawn across a plot.
-fn cursor_line(at_s: f64) -> VLine {
-    VLine::new("cursor", at_s).color(palette::CURSOR).width(1.5).allow_hover(false)
+fn cursor_line(at_s: f64, colour: Color32) -> VLine {
+    VLine::new("cursor", at_s).color(colour).width(1.5).allow_hover(false)
 }
 
 fn filter_name(filter: OutcomeFilter) -> &'static str {
@@ -995,7 +987,8 @@ fn outcome_rank(outcome: Option<Outcome>) -> u8 {
 fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: bool) {
     let outcome = timeline.outcome_name(lane);
     let title = detail::title(timeline, lane);
-    let headline = RichText::new(format!("{title}  {outcome}")).color(outcome_colour(lane.outcome)).strong();
+    let colours = palette::of(ui.visuals());
+    let headline = RichText::new(format!("{title}  {outcome}")).color(colours.outcome(lane.outcome)).strong();
     // One line, cut with "…" (the whole of it on hover), so a long label
     // leaves room for the rest of the header.
     ui.add(egui::Label::new(headline).truncate());
@@ -1016,7 +1009,7 @@ fn lane_header(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64, full: 
             ui.small(detail);
             if let Some(error) = &lane.last_error {
                 // Red only when the failure was final; a recovered one is history.
-                let tint = if lane.outcome == Some(Outcome::Failed) { palette::FIRED } else { palette::SLEEP_EDGE };
+                let tint = if lane.outcome == Some(Outcome::Failed) { colours.fired } else { colours.sleep_edge };
                 ui.small(RichText::new(error).color(tint));
             }
         }
@@ -1033,15 +1026,14 @@ fn draw_ticks(ui: &Ui, transform: &egui_plot::PlotTransform, lane: &Lane, range:
     let frame = *transform.frame();
     let mut mesh = egui::Mesh::default();
     let mut times = Vec::new();
-    for (ticks, tick) in [
-        (&lane.output_ticks, palette::OUTPUT_TICK),
-        (&lane.lifecycle_ticks, palette::LIFECYCLE_TICK),
-        (&lane.keepalive_ticks, palette::KEEPALIVE_TICK),
-    ] {
+    let [output, lifecycle, keepalive] = palette::of(ui.visuals()).ticks();
+    for (ticks, (colour, tick)) in
+        [(&lane.output_ticks, output), (&lane.lifecycle_ticks, lifecycle), (&lane.keepalive_ticks, keepalive)]
+    {
         decimate::ticks(ticks, range.start_s, range.end_s, columns, &mut times);
         for t in times.drain(..) {
             let at = egui::pos2(transform.position_from_point_x(t), frame.bottom() - tick.above);
-            mesh.add_colored_rect(Rect::from_center_size(at, egui::vec2(1.5, tick.height)), tick.colour);
+            mesh.add_colored_rect(Rect::from_center_size(at, egui::vec2(1.5, tick.height)), colour);
         }
     }
     if !mesh.is_empty() {
@@ -1071,17 +1063,18 @@ fn draw_lane(
 ) {
     let (x_min, x_max) = (range.start_s, range.end_s);
     let visible = |a: f64, b: f64| b >= x_min && a <= x_max;
+    let colours = palette::of(&plot.ctx().global_style().visuals);
     let mut texts = Vec::new();
     for sleep in lane.sleeps.iter().filter(|s| visible(s.start_s, s.end_s)) {
         let (a, b) = (sleep.start_s, sleep.end_s);
         let rect = vec![[a, LANE_Y.0], [b, LANE_Y.0], [b, LANE_Y.1], [a, LANE_Y.1]];
-        let area = Polygon::new("backoff", rect).fill_color(palette::SLEEP).stroke((1.0, palette::SLEEP_EDGE));
+        let area = Polygon::new("backoff", rect).fill_color(colours.sleep).stroke((1.0, colours.sleep_edge));
         plot.polygon(area.allow_hover(false));
         let text = format!("{} {} ({})", sleep.reason, duration_label(b - a), sleep.category);
-        texts.push(LaneLabel { at_s: a, row: 0, text, colour: palette::SLEEP_EDGE, strong: false });
+        texts.push(LaneLabel { at_s: a, row: 0, text, colour: colours.sleep_edge, strong: false });
     }
     for mark in lane.attempts.iter().filter(|m| visible(m.at_s, m.at_s)) {
-        plot.vline(VLine::new("attempt", mark.at_s).color(palette::ATTEMPT).width(1.0).allow_hover(false));
+        plot.vline(VLine::new("attempt", mark.at_s).color(colours.attempt).width(1.0).allow_hover(false));
     }
     let mut points = Vec::new();
     if lane.total_bytes > 0 && full_scale > 0 {
@@ -1098,7 +1091,7 @@ fn draw_lane(
         let bytes = Line::new("bytes", PlotPoints::Owned(std::mem::take(&mut points)));
         // Already one point a column; egui_plot's banding would draw a
         // staircase as a filled band.
-        plot.line(bytes.color(palette::BYTES).width(1.5).allow_band(false));
+        plot.line(bytes.color(colours.bytes).width(1.5).allow_band(false));
     }
     for track in lane.timers.iter() {
         let (start, end) =
@@ -1112,7 +1105,7 @@ fn draw_lane(
         if track.open {
             points.push(PlotPoint::new(now_s, track.fraction_at(now_s)));
         }
-        let (colour, style) = palette::timer_style(track.kind);
+        let (colour, style) = colours.timer(track.kind);
         let line = Line::new(format!("{} timer", track.kind), PlotPoints::Owned(std::mem::take(&mut points)));
         plot.line(line.color(colour).width(1.2).style(style).allow_band(false));
         let text = track.label();
@@ -1120,10 +1113,10 @@ fn draw_lane(
     }
     // Point events: (marks, name, height, colour, radius, shape, label row).
     let kinds = [
-        (&lane.fired, "fired", 1.0, palette::FIRED, 6.0, shape::FIRED, None),
-        (&lane.low_buckets, "rate limit low", 0.9, palette::LOW_BUCKET, 5.0, shape::LOW_BUCKET, None),
-        (&lane.bursts, "burst", 0.5, palette::BURST, 8.0, shape::BURST, Some(1)),
-        (&lane.hops, "failover", 0.5, palette::HOP, 6.0, shape::HOP, Some(1)),
+        (&lane.fired, "fired", 1.0, colours.fired, 6.0, shape::FIRED, None),
+        (&lane.low_buckets, "rate limit low", 0.9, colours.low_bucket, 5.0, shape::LOW_BUCKET, None),
+        (&lane.bursts, "burst", 0.5, colours.burst, 8.0, shape::BURST, Some(1)),
+        (&lane.hops, "failover", 0.5, colours.hop, 6.0, shape::HOP, Some(1)),
     ];
     for (marks, name, y, colour, radius, marker, row) in kinds {
         let shown: Vec<&super::lanes::Mark> = marks.iter().filter(|m| visible(m.at_s, m.at_s)).collect();
@@ -1139,7 +1132,7 @@ fn draw_lane(
     }
     if let Some(end) = lane.finished_s.filter(|&t| visible(t, t)) {
         let text = format!("■ {outcome}");
-        texts.push(LaneLabel { at_s: end, row: 2, text, colour: outcome_colour(lane.outcome), strong: true });
+        texts.push(LaneLabel { at_s: end, row: 2, text, colour: colours.outcome(lane.outcome), strong: true });
     }
     draw_labels(plot, &texts, range, columns);
 }

@@ -8,33 +8,36 @@
 
 use std::sync::Arc;
 
-use egui::{Color32, RichText, Ui};
+use egui::{Color32, RichText, Ui, Visuals};
+
+use super::palette;
 
 use crate::core::event::StreamId;
 use crate::diagnosis::{Diagnosis, RunDiagnosis, Severity, VerdictGroup, VerdictKind, summarize};
 
 /// What a verdict's mark looks like, by severity: a shape that tells the
-/// severities apart without colour, and a colour.
-pub fn severity_mark(severity: Severity) -> (&'static str, Color32) {
+/// severities apart without colour, and the theme's colour.
+pub fn severity_mark(severity: Severity, visuals: &Visuals) -> (&'static str, Color32) {
+    (severity_shape(severity), palette::of(visuals).severity(severity))
+}
+
+fn severity_shape(severity: Severity) -> &'static str {
     match severity {
-        Severity::Ok => ("●", Color32::from_rgb(80, 200, 120)),
-        Severity::Notice => ("◆", Color32::from_rgb(110, 170, 255)),
-        Severity::Recovered => ("▲", Color32::from_rgb(240, 180, 60)),
-        Severity::Partial => ("◐", Color32::from_rgb(255, 140, 50)),
-        Severity::Failed => ("■", Color32::from_rgb(255, 80, 80)),
+        Severity::Ok => "●",
+        Severity::Notice => "◆",
+        Severity::Recovered => "▲",
+        Severity::Partial => "◐",
+        Severity::Failed => "■",
     }
 }
 
 /// What marks a verdict a timer decided while our own runtime lagged.
 pub const UNTRUSTED_MARK: &str = "‼ client overloaded: not trustworthy";
 
-/// The colour of [`UNTRUSTED_MARK`]: apart from every severity's.
-const UNTRUSTED_COLOUR: Color32 = Color32::from_rgb(200, 130, 255);
-
 /// A lane's badge: `▲ silent stall (recovered)`, and `‼ not trustworthy`
 /// after it when the verdict is not to be trusted.
 pub fn badge_text(diagnosis: &Diagnosis) -> String {
-    let (shape, _) = severity_mark(diagnosis.severity);
+    let shape = severity_shape(diagnosis.severity);
     let mut text = format!("{shape} {} ({})", diagnosis.kind.label(), diagnosis.severity.name());
     if !diagnosis.trusted {
         text.push_str(" ‼ not trustworthy");
@@ -44,8 +47,8 @@ pub fn badge_text(diagnosis: &Diagnosis) -> String {
 
 /// Draws a lane's badge, its summary on hover.
 pub fn badge(ui: &mut Ui, diagnosis: &Diagnosis) {
-    let (_, colour) = severity_mark(diagnosis.severity);
-    let colour = if diagnosis.trusted { colour } else { UNTRUSTED_COLOUR };
+    let colours = palette::of(ui.visuals());
+    let colour = if diagnosis.trusted { colours.severity(diagnosis.severity) } else { colours.untrusted };
     ui.add(egui::Label::new(RichText::new(badge_text(diagnosis)).small().color(colour)).truncate())
         .on_hover_text(&diagnosis.summary);
 }
@@ -97,7 +100,7 @@ pub fn summary_ui(ui: &mut Ui, title: Option<&str>, run: &RunDiagnosis) -> Optio
     };
     ui.label(RichText::new(heading).strong());
     let mut line = |ui: &mut Ui, group: &VerdictGroup| {
-        let (shape, colour) = severity_mark(group.severity);
+        let (shape, colour) = severity_mark(group.severity, ui.visuals());
         let text = RichText::new(format!("{shape} {}", group.summary)).color(colour);
         let tunable = group.tunable.as_deref().map(|t| format!("\nGoverned by {t}.")).unwrap_or_default();
         let checked =
@@ -123,12 +126,12 @@ pub fn summary_ui(ui: &mut Ui, title: Option<&str>, run: &RunDiagnosis) -> Optio
 /// evidence, the tunable, the suggestion and the setting what-if checked,
 /// with a copy button for its `--set` lines.
 pub fn verdict_ui(ui: &mut Ui, diagnosis: &Diagnosis) {
-    let (shape, colour) = severity_mark(diagnosis.severity);
+    let (shape, colour) = severity_mark(diagnosis.severity, ui.visuals());
     ui.horizontal_wrapped(|ui| {
         let kind = format!("{shape} {} · {}", diagnosis.kind.label(), diagnosis.severity.name());
         ui.label(RichText::new(kind).color(colour).strong());
         if !diagnosis.trusted {
-            ui.label(RichText::new(UNTRUSTED_MARK).color(UNTRUSTED_COLOUR).strong()).on_hover_text(
+            ui.label(RichText::new(UNTRUSTED_MARK).color(palette::of(ui.visuals()).untrusted).strong()).on_hover_text(
                 "A timer that decided this verdict fired while our own runtime ran late by a meaningful share \
                  of its budget: the silence it reports may be ours, not the network's.",
             );
@@ -208,11 +211,14 @@ mod tests {
     #[test]
     fn every_severity_has_its_own_shape_and_colour_and_distrust_is_spelled_out() {
         let all = [Severity::Ok, Severity::Notice, Severity::Recovered, Severity::Partial, Severity::Failed];
-        for (i, a) in all.iter().enumerate() {
-            for b in &all[i + 1..] {
-                let (ma, mb) = (severity_mark(*a), severity_mark(*b));
-                assert!(ma.0 != mb.0 && ma.1 != mb.1, "{a:?} and {b:?} look alike");
-                assert_ne!(mb.1, UNTRUSTED_COLOUR);
+        for visuals in [Visuals::dark(), Visuals::light()] {
+            let untrusted = palette::of(&visuals).untrusted;
+            for (i, a) in all.iter().enumerate() {
+                for b in &all[i + 1..] {
+                    let (ma, mb) = (severity_mark(*a, &visuals), severity_mark(*b, &visuals));
+                    assert!(ma.0 != mb.0 && ma.1 != mb.1, "{a:?} and {b:?} look alike");
+                    assert_ne!(mb.1, untrusted);
+                }
             }
         }
         let mut stalled = verdict(VerdictKind::SilentStall, Severity::Recovered, None);

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 
-use egui::{Color32, RichText, Ui};
+use egui::{RichText, Ui};
 use tokio_util::sync::CancellationToken;
 
 use super::lanes::{Side, Timeline};
@@ -138,11 +138,9 @@ impl WhatIfView {
 /// Green when the unchanged replay reproduces the recording, amber when
 /// some streams do not: their what-if is less certain.
 fn badge(ui: &mut Ui, fidelity: &Fidelity) {
-    let (colour, text) = if fidelity.is_exact() {
-        (Color32::from_rgb(80, 200, 120), "replay faithful")
-    } else {
-        (Color32::from_rgb(240, 180, 60), "replay approximate")
-    };
+    let colours = super::palette::of(ui.visuals());
+    let (colour, text) =
+        if fidelity.is_exact() { (colours.ok, "replay faithful") } else { (colours.recovered, "replay approximate") };
     ui.label(RichText::new(format!("● {text}")).color(colour).strong()).on_hover_text(format!(
         "Replayed unchanged, {} of {} streams reproduce the recording (outcome, attempts, hops, categories, \
          timers within 5 ms); worst timer drift {:.1} ms",
