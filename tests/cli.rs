@@ -342,6 +342,33 @@ fn a_recorded_run_is_listed_shown_exported_and_deleted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `runs compare` marks the streams the fleet budget decided: which of a
+/// run's calls it refuses depends on which retried first. Twelve calls rate
+/// limited at once: the budget (at least 3 retries in flight) refuses nine,
+/// and with its minimum raised, none.
+#[test]
+fn compare_marks_the_changes_the_fleet_budget_decided() {
+    let dir = temp("fleet-compare");
+    let db = dir.join("runs.db");
+    let db = db.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let args =
+            [&["run", "--scenario", "rate-limited-ms", "--requests", "12", "--concurrency", "12", "--db", db], extra];
+        stdout(&stallscope(&args.concat(), &[]));
+    };
+    run(&[]);
+    run(&["--set", "FLEET_RETRY_BUDGET_MIN=100"]);
+    let compared = stdout(&stallscope(&["runs", "--db", db, "compare", "1", "2"], &[]));
+    let changes: Vec<&str> = compared.lines().filter(|l| l.starts_with("  stream ")).collect();
+    assert!(!changes.is_empty(), "{compared}");
+    assert!(changes.iter().all(|l| l.ends_with(": failed → ok (fleet budget)")), "{compared}");
+    assert!(
+        compared.contains("  fleet budget: refused by the fleet retry budget, which the calls of a run share"),
+        "{compared}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// SIGKILL mid-run: the database stays intact, the run is marked
 /// interrupted, and what was flushed before the kill is there.
 #[test]

@@ -390,6 +390,10 @@ fn compare_shows_each_change_with_its_unit() {
     assert_eq!(lanes, [(0, 0), (1, 0), (1, 1)], "stream 0 of each run, then run 2's second stream");
     assert!(timeline.lanes.iter().all(|l| l.started_s < 1.0), "each run's lanes start at its own start");
     assert!(timeline.lanes.iter().all(|l| timeline.verdict(l).is_some()), "each lane keeps its verdict");
+    // The summary is each run's own, named, not the two pooled.
+    h.run();
+    let summary = h.get_by_label_contains("run 1: 1 ok · ").accesskit_node().value().unwrap_or_default();
+    assert!(summary.contains("\nrun 2: 2 ok · "), "{summary}");
 }
 
 // Item 6: every tab usable at 800×600.

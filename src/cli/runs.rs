@@ -12,7 +12,7 @@ use crate::replay::advice;
 use crate::replay::recording::Recording;
 use crate::replay::tune::{TuneOptions, tune};
 use crate::store::runs::{RunSummary, tunables_diff, utc_millis, utc_second};
-use crate::store::{RunId, RunRecord, Store};
+use crate::store::{OutcomeChange, RunId, RunRecord, Store};
 
 /// Where the history lives.
 #[derive(Debug, clap::Args)]
@@ -130,8 +130,14 @@ pub(super) fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
             }
             let changes = store.outcome_changes(*a, *b)?;
             writeln!(out, "streams whose outcome changed (run {a} → run {b}): {}", changes.len())?;
-            for (stream, x, y) in &changes {
-                writeln!(out, "  stream {stream}: {x} → {y}")?;
+            for change in &changes {
+                let (stream, x, y) = (change.stream, &change.a, &change.b);
+                let mark =
+                    if change.fleet_refused { format!(" ({})", OutcomeChange::FLEET_MARK) } else { String::new() };
+                writeln!(out, "  stream {stream}: {x} → {y}{mark}")?;
+            }
+            if changes.iter().any(|c| c.fleet_refused) {
+                writeln!(out, "  {}: {}", OutcomeChange::FLEET_MARK, OutcomeChange::FLEET_NOTE)?;
             }
         }
         RunsCommand::Delete { id } => {

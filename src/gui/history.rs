@@ -30,7 +30,7 @@ use crate::diagnosis::RecordedRun;
 use crate::export::otlp;
 use crate::sim::builtin_names;
 use crate::store::runs::{Outcomes, RunRecord, RunStatus, RunSummary, tunables_diff, utc_second};
-use crate::store::{RunId, Store};
+use crate::store::{OutcomeChange, RunId, Store};
 use crate::tunables::{Source, Tunables};
 
 /// The table's columns, for sorting.
@@ -90,8 +90,8 @@ pub struct Comparison {
     pub b: RunRecord,
     /// Tunables that differ: name → (a, b).
     pub tunables: BTreeMap<String, (Option<serde_json::Value>, Option<serde_json::Value>)>,
-    /// Streams whose outcome differs: (index, outcome in a, outcome in b).
-    pub changed_streams: Vec<(u64, String, String)>,
+    /// Streams whose outcome differs.
+    pub changed_streams: Vec<OutcomeChange>,
 }
 
 /// One line of the table: a run on its own, or a batch with its parts.
@@ -904,6 +904,8 @@ fn comparison_ui(ui: &mut Ui, c: &Comparison) -> bool {
         .button("Show both runs' lanes")
         .on_hover_text("In the Live view, each stream's lane in both runs, one above the other, on one time axis")
         .clicked();
+    changed_streams_ui(ui, &c.changed_streams);
+    ui.separator();
     /// A figure of a run, if it has one.
     type Figure = fn(&RunSummary) -> Option<f64>;
     fn count(n: u64) -> Option<f64> {
@@ -952,12 +954,35 @@ fn comparison_ui(ui: &mut Ui, c: &Comparison) -> bool {
             ui.end_row();
         }
     });
-    ui.separator();
-    ui.strong(format!("Streams whose outcome changed: {}", c.changed_streams.len()));
-    for (index, x, y) in c.changed_streams.iter().take(200) {
-        ui.label(format!("#{index}: {x} → {y}"));
-    }
     lanes
+}
+
+/// The streams whose outcome changed, first in the comparison (what an
+/// operator opens it for), those the fleet budget decided told apart.
+fn changed_streams_ui(ui: &mut Ui, changes: &[OutcomeChange]) {
+    let shared = changes.iter().filter(|c| c.fleet_refused).count();
+    let heading = match shared {
+        0 => format!("Streams whose outcome changed: {}", changes.len()),
+        n => format!("Streams whose outcome changed: {} ({n} on the {})", changes.len(), OutcomeChange::FLEET_MARK),
+    };
+    ui.strong(heading);
+    if changes.is_empty() {
+        return;
+    }
+    egui::ScrollArea::vertical().id_salt("compare-changes").max_height(160.0).show(ui, |ui| {
+        for change in changes {
+            let line = format!("#{}: {} → {}", change.stream, change.a, change.b);
+            if change.fleet_refused {
+                let line = RichText::new(format!("{line} ({})", OutcomeChange::FLEET_MARK)).weak();
+                ui.label(line).on_hover_text(OutcomeChange::FLEET_NOTE);
+            } else {
+                ui.label(line);
+            }
+        }
+    });
+    if shared > 0 {
+        ui.label(RichText::new(format!("{}: {}", OutcomeChange::FLEET_MARK, OutcomeChange::FLEET_NOTE)).weak());
+    }
 }
 
 #[cfg(test)]

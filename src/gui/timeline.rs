@@ -18,6 +18,8 @@
 //! [`lane_columns`], so every plot spans the same pixels whatever its
 //! header holds: a time is at the same x in every lane.
 
+use std::collections::HashMap;
+
 use egui::{Color32, Key, Modifiers, PointerButton, Rect, RichText, Ui, UiBuilder};
 use egui_plot::{Line, Plot, PlotPoint, PlotPoints, Points, Polygon, Text, VLine};
 use serde::{Deserialize, Serialize};
@@ -375,7 +377,17 @@ impl TimelineView {
             .planned()
             .filter(|_| order.len() == timeline.lanes.len())
             .map(|planned| Progress { planned, live: !matches!(clock, Clock::Ended(_)) });
-        let summary = summary_text(&timeline.summary_of(order.iter().copied()), progress);
+        // Compared runs are summed up each on its own line, named: pooled,
+        // their figures would be of neither.
+        let summary = if timeline.parts_compared {
+            let part_summary = |(part, p): (usize, &super::lanes::Part)| {
+                let lanes = order.iter().copied().filter(|&i| timeline.lanes[i].part == part);
+                format!("{}: {}", p.label, summary_text(&timeline.summary_of(lanes), None))
+            };
+            timeline.parts.iter().enumerate().map(part_summary).collect::<Vec<_>>().join("\n")
+        } else {
+            summary_text(&timeline.summary_of(order.iter().copied()), progress)
+        };
         ui.horizontal(|ui| {
             ui.label(RichText::new(&summary).strong());
             let copy = ui.small_button("Copy summary").on_hover_text("The summary and the verdicts, as text");
@@ -765,6 +777,9 @@ impl TimelineView {
                 order.sort_by_key(|&i| worst_first(i));
             }
         }
+        if timeline.parts_compared {
+            together(&mut order, timeline);
+        }
         order
     }
 
@@ -980,6 +995,23 @@ fn outcome_rank(outcome: Option<Outcome>) -> u8 {
         Some(Outcome::Cancelled) => 2,
         None => 3,
         Some(Outcome::Ok) => 4,
+    }
+}
+
+/// Puts each stream's lanes of a compared timeline together, in part
+/// order, where the first of them is in `order`: the pairs keep the order
+/// of a sort, and each stays a pair.
+fn together(order: &mut Vec<usize>, timeline: &Timeline) {
+    let mut by_stream: HashMap<StreamId, Vec<usize>> = HashMap::new();
+    for &i in order.iter() {
+        by_stream.entry(timeline.lanes[i].stream).or_default().push(i);
+    }
+    let sorted = std::mem::take(order);
+    for i in sorted {
+        if let Some(mut lanes) = by_stream.remove(&timeline.lanes[i].stream) {
+            lanes.sort_by_key(|&l| timeline.lanes[l].part);
+            order.extend(lanes);
+        }
     }
 }
 
@@ -1215,6 +1247,58 @@ mod tests {
             );
         }
         assert_eq!([0, 999, 1000, 1588, 1_234_567].map(grouped), ["0", "999", "1,000", "1,588", "1,234,567"]);
+    }
+
+    /// Two runs of two streams whose verdicts swap: sorted worst first,
+    /// each stream's lanes stay together, run by run, and the summary
+    /// names the run each line is for.
+    #[test]
+    fn compared_runs_keep_each_streams_pair_together_under_any_sort() {
+        use crate::core::event::{Event, EventKind};
+        use crate::core::failover::Target;
+        use crate::diagnosis::{Basis, Severity};
+        use std::time::Duration;
+
+        let verdict = |severity| Diagnosis {
+            kind: VerdictKind::Healthy,
+            severity,
+            summary: String::new(),
+            evidence: Vec::new(),
+            tunable: None,
+            suggestion: None,
+            checked: None,
+            trusted: true,
+            basis: Basis::default(),
+        };
+        let side = |label: &str, failed: StreamId| {
+            let mut events = Vec::new();
+            for stream in 0..2 {
+                let at = |ms| Duration::from_millis(ms);
+                let start = EventKind::CallStarted { target: Target::new("sim", "m"), context_tokens: None };
+                let outcome = if stream == failed { Outcome::Failed } else { Outcome::Ok };
+                events.push(Event { at: at(0), stream, attempt: 0, kind: start });
+                let end = EventKind::Finished { outcome, attempts: 1, stop_reason: None };
+                events.push(Event { at: at(100), stream, attempt: 0, kind: end });
+            }
+            let severity = |s| if s == failed { Severity::Failed } else { Severity::Ok };
+            let verdicts = (0..2).map(|s| (s, verdict(severity(s)))).collect();
+            super::super::lanes::Side { label: label.to_owned(), events, verdicts }
+        };
+        let timeline = Timeline::paired([side("run 1", 1), side("run 22", 0)]);
+        let lanes = |order: Vec<usize>| -> Vec<(usize, StreamId)> {
+            order.into_iter().map(|i| (timeline.lanes[i].part, timeline.lanes[i].stream)).collect()
+        };
+        for sort in [SortBy::Start, SortBy::Outcome, SortBy::Elapsed, SortBy::Verdict] {
+            let view = TimelineView { sort, ..TimelineView::default() };
+            let order = lanes(view.visible_lanes(&timeline, 1.0));
+            for pair in order.chunks(2) {
+                assert_eq!((pair[0].0, pair[1].0, pair[0].1), (0, 1, pair[1].1), "{sort:?}: {order:?}");
+            }
+        }
+        // Each run has one failure: the pair of the first lane sorted worst
+        // (run 22's stream 0) leads.
+        let view = TimelineView { sort: SortBy::Verdict, ..TimelineView::default() };
+        assert_eq!(lanes(view.visible_lanes(&timeline, 1.0)), [(0, 0), (1, 0), (0, 1), (1, 1)]);
     }
 
     #[test]

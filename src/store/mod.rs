@@ -33,7 +33,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionB
 
 use crate::core::event::{Event, StreamId};
 use crate::core::lag_probe::LagSample;
-use crate::diagnosis::{Diagnosis, RecordedRun};
+use crate::diagnosis::{DeniedBy, Diagnosis, RecordedRun};
 use crate::report::RunReport;
 
 /// How long an open or a write waits for another process's lock.
@@ -41,6 +41,30 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub use migrations::SCHEMA_VERSION;
 pub use runs::{Outcomes, RunId, RunMeta, RunRecord, RunStart, RunStatus, RunSummary, redacted_providers};
+
+/// A stream whose outcome differs between two runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeChange {
+    /// The stream.
+    pub stream: StreamId,
+    /// Its outcome in the first run (`-`: the run has no such stream).
+    pub a: String,
+    /// Its outcome in the second run.
+    pub b: String,
+    /// It failed, in one of the runs, because the fleet retry budget — a
+    /// limit all of its run's calls to a provider share — refused its
+    /// retry: which call is refused depends on which retried first, so the
+    /// change may be chance (see [`OutcomeChange::FLEET_NOTE`]).
+    pub fleet_refused: bool,
+}
+
+impl OutcomeChange {
+    /// What a change the fleet budget decided is marked with.
+    pub const FLEET_MARK: &str = "fleet budget";
+    /// What that mark means.
+    pub const FLEET_NOTE: &str = "refused by the fleet retry budget, which the calls of a run share: which call it \
+                                  refuses depends on which retried first, so the streams named may differ by chance";
+}
 
 /// Why the run database cannot be used. Every message names the file.
 #[derive(Debug, thiserror::Error)]
@@ -522,21 +546,37 @@ impl Store {
     }
 
     /// The streams whose outcome differs between runs `a` and `b`, in
-    /// stream order: (stream, outcome in `a`, outcome in `b`), `-` where a
-    /// run has no such stream (or no report). For `runs compare` and the
-    /// app's comparison alike.
-    pub fn outcome_changes(&self, a: RunId, b: RunId) -> Result<Vec<(StreamId, String, String)>, StoreError> {
+    /// stream order, `-` where a run has no such stream (or no report).
+    /// For `runs compare` and the app's comparison alike.
+    pub fn outcome_changes(&self, a: RunId, b: RunId) -> Result<Vec<OutcomeChange>, StoreError> {
         let outcomes = |id| -> Result<BTreeMap<StreamId, &'static str>, StoreError> {
             let report = self.run_report(id)?;
             Ok(report.map(|r| r.streams.iter().map(|s| (s.index, s.outcome)).collect()).unwrap_or_default())
         };
         let (oa, ob) = (outcomes(a)?, outcomes(b)?);
         let streams: BTreeSet<StreamId> = oa.keys().chain(ob.keys()).copied().collect();
-        Ok(streams
+        let changed: Vec<(StreamId, &str, &str)> = streams
             .into_iter()
-            .filter_map(|i| {
-                let (x, y) = (oa.get(&i).copied().unwrap_or("-"), ob.get(&i).copied().unwrap_or("-"));
-                (x != y).then(|| (i, x.to_owned(), y.to_owned()))
+            .map(|i| (i, oa.get(&i).copied().unwrap_or("-"), ob.get(&i).copied().unwrap_or("-")))
+            .filter(|(_, x, y)| x != y)
+            .collect();
+        // Only the changed streams are diagnosed: which of them failed on
+        // a limit their run's calls shared.
+        let fleet_refused = |run, failed: Vec<StreamId>| -> Result<BTreeSet<StreamId>, StoreError> {
+            let diagnoses = self.diagnoses(run, &failed)?;
+            let refused = diagnoses.into_iter().filter(|(_, d)| d.basis.denied_by == Some(DeniedBy::FleetBudget));
+            Ok(refused.map(|(stream, _)| stream).collect())
+        };
+        let failed_a = changed.iter().filter(|c| c.1 == "failed").map(|c| c.0).collect();
+        let failed_b = changed.iter().filter(|c| c.2 == "failed").map(|c| c.0).collect();
+        let (ra, rb) = (fleet_refused(a, failed_a)?, fleet_refused(b, failed_b)?);
+        Ok(changed
+            .into_iter()
+            .map(|(stream, x, y)| OutcomeChange {
+                stream,
+                a: x.to_owned(),
+                b: y.to_owned(),
+                fleet_refused: ra.contains(&stream) || rb.contains(&stream),
             })
             .collect())
     }
