@@ -437,6 +437,51 @@ fn at_800_by_600_each_form_label_stays_beside_its_field() {
     }
 }
 
+/// At 800×600 with a stored run open and a what-if over it, the lanes
+/// keep at least half the height: what is above them scrolls; the
+/// transport bar and the what-if line wrap inside the window.
+#[test]
+fn at_800_by_600_a_stored_run_and_its_what_if_leave_the_lanes_half_the_height() {
+    let dir = Scratch::new("small-whatif");
+    let mut h = console(&dir, (800.0, 600.0), vec![]);
+    choose(&mut h, "silent-stall", 2);
+    run_to_end(&mut h, 2);
+    tab(&mut h, "History");
+    wait_for(&mut h, "run 1", |h| h.query_by_label("Open run 1").is_some());
+    // The table's last column starts off-screen at this width.
+    h.get_by_label("Open run 1").click_accesskit();
+    wait_for(&mut h, "the stored run", |h| h.query_by_label_contains("Showing stored run 1").is_some());
+    h.state_mut().prefs.tunables.edits.insert("STALLSCOPE_SSE_IDLE_TIMEOUT_S".into(), "0.4".into());
+    h.run();
+    h.get_by_label("What-if on run 1").click();
+    wait_for(&mut h, "the what-if", |h| h.state().live.whatif.outcome().is_some());
+    h.run();
+    let (view, axis) = (h.get_by_label("Live").rect().bottom(), h.get_by_label("Time axis").rect());
+    assert!(600.0 - axis.top() >= (600.0 - view) / 2.0, "the lanes have half the view below {view}: {axis:?}");
+    inside_800(&h);
+    assert!(axis.right() <= 800.0, "{axis:?}");
+    let first = h.query_all_by_label_contains("Plot of ").map(|n| n.rect()).fold(f32::INFINITY, |y, r| y.min(r.top()));
+    assert!(first < 600.0 - 60.0, "a lane shows: {first}");
+    for label in ["Speed", "Cursor"] {
+        let r = h.get_by_label(label).rect();
+        assert!(r.right() <= 800.0, "{label}: {r:?}");
+    }
+    let whatif = h.get_by_label_contains("What-if on run 1: STALLSCOPE_SSE_IDLE_TIMEOUT_S=0.4").rect();
+    assert!(whatif.right() <= 800.0, "{whatif:?}");
+    // The budget's table and chart legend too.
+    tab(&mut h, "Budget");
+    inside_800(&h);
+}
+
+/// Nothing reaches past an 800-pixel window's right edge (a row that did
+/// would widen every row under it).
+fn inside_800(h: &Harness<'_, App>) {
+    for node in h.query_all_by(|_| true) {
+        let right = node.accesskit_node().bounding_box().map_or(0.0, |b| b.x1);
+        assert!(right <= 800.5, "{:?} ends at {right}", node.accesskit_node().value());
+    }
+}
+
 #[test]
 fn at_640_by_400_every_tab_keeps_its_controls_inside_the_window() {
     let dir = Scratch::new("tiny");

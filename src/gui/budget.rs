@@ -10,6 +10,7 @@ use egui::{RichText, Ui};
 use egui_plot::{Bar, BarChart, Plot, VLine};
 use serde::{Deserialize, Serialize};
 
+use super::timeline::duration_label;
 use crate::config::Settings;
 use crate::core::analysis::{BudgetInput, BudgetReport, OuterLayer, analyse};
 
@@ -86,8 +87,9 @@ impl BudgetView {
             ui.end_row();
             for layer in &report.layers {
                 ui.label(&layer.name);
-                ui.label(layer.worst.map_or_else(|| "unbounded".to_owned(), |d| format!("{:.3} s", d.as_secs_f64())));
-                ui.label(&layer.detail);
+                ui.label(layer.worst.map_or_else(|| "unbounded".to_owned(), |d| duration_label(d.as_secs_f64())));
+                // Wrapped in what is left of the row, inside a narrow window.
+                ui.add(egui::Label::new(&layer.detail).wrap());
                 ui.end_row();
             }
         });
@@ -139,13 +141,16 @@ impl BudgetView {
 
 /// The one-line answer: the worst case and whether it fits the deadline.
 pub fn verdict(report: &BudgetReport) -> String {
-    let worst = report.total().map_or_else(|| "unbounded".to_owned(), |d| format!("{:.3} s", d.as_secs_f64()));
+    let worst = report.total().map_or_else(|| "unbounded".to_owned(), |d| duration_label(d.as_secs_f64()));
     match (report.caller_deadline, report.fits) {
         (Some(deadline), Some(true)) => {
-            format!("Worst case {worst} fits the external deadline of {:.3} s", deadline.as_secs_f64())
+            format!("Worst case {worst} fits the external deadline of {}", duration_label(deadline.as_secs_f64()))
         }
         (Some(deadline), _) => {
-            format!("Worst case {worst} does NOT fit the external deadline of {:.3} s", deadline.as_secs_f64())
+            format!(
+                "Worst case {worst} does NOT fit the external deadline of {}",
+                duration_label(deadline.as_secs_f64())
+            )
         }
         (None, _) => format!("Worst case {worst}; no external deadline set"),
     }

@@ -479,6 +479,25 @@ impl Live {
         providers: &[String],
         blocked: Option<String>,
     ) -> Action {
+        // Everything above the lanes takes at most half the height: in a
+        // small window it scrolls, and the lanes keep the rest.
+        let most = (ui.available_height() * HEADER_SHARE).max(HEADER_MIN);
+        let header = egui::ScrollArea::vertical().id_salt("live-header").max_height(most).auto_shrink([false, true]);
+        let (action, shown) = header
+            .show(ui, |ui| {
+                let action = self.header_ui(ui, form, providers, blocked);
+                let clock = self.clock();
+                (action, view.header(ui, self.timeline(), clock))
+            })
+            .inner;
+        let clock = self.clock();
+        view.lanes(ui, self.timeline(), clock, shown);
+        action
+    }
+
+    /// The form, what is shown and its transport, results, probe, checks
+    /// and what-if: the view's header above the timeline's own.
+    fn header_ui(&mut self, ui: &mut Ui, form: &mut RunForm, providers: &[String], blocked: Option<String>) -> Action {
         let mut action = Action::None;
         let running = self.is_running();
         ui.horizontal_wrapped(|ui| {
@@ -602,8 +621,6 @@ impl Live {
         self.checks.ui(ui);
         self.whatif.ui(ui);
         ui.separator();
-        let clock = self.clock();
-        view.ui(ui, self.timeline(), clock);
         action
     }
 
@@ -629,6 +646,12 @@ impl Live {
         });
     }
 }
+
+/// The share of the Live view's height its header may take before it
+/// scrolls.
+const HEADER_SHARE: f32 = 0.45;
+/// The least it gets, however small the window.
+const HEADER_MIN: f32 = 120.0;
 
 /// The scenario a first run shows: one stall, caught and retried.
 pub const FIRST_RUN: &str = "silent-stall";

@@ -360,15 +360,27 @@ fn copy_asked(ui: &Ui) -> bool {
     ui.input(|i| i.events.iter().any(|e| matches!(e, egui::Event::Copy)))
 }
 
+/// What the part of a timeline above its lanes worked out for them: the
+/// lanes shown, in order, and the span they show.
+#[derive(Debug, Clone)]
+pub struct Shown {
+    order: Vec<usize>,
+    range: TimeWindow,
+}
+
 impl TimelineView {
     /// Draws the timeline as of `clock`; a replay's cursor is drawn across
     /// every lane. A selected lane's detail panel opens on the right.
     pub fn ui(&mut self, ui: &mut Ui, timeline: &Timeline, clock: Clock) {
+        let shown = self.header(ui, timeline, clock);
+        self.lanes(ui, timeline, clock, shown);
+    }
+
+    /// The part above the lanes: the controls, the summary, the verdicts,
+    /// the legend and the overview, which a small window scrolls away with
+    /// the rest of the view's header.
+    pub fn header(&mut self, ui: &mut Ui, timeline: &Timeline, clock: Clock) -> Shown {
         let (now_s, live) = (clock.now_s(), matches!(clock, Clock::Live(_)));
-        let cursor = match clock {
-            Clock::Cursor(s) => Some(s),
-            Clock::Live(_) | Clock::Ended(_) => None,
-        };
         self.follow_the_clock(live);
         self.controls(ui, timeline, live);
         let order = self.visible_lanes(timeline, now_s);
@@ -401,6 +413,24 @@ impl TimelineView {
         palette::legend(ui);
         let range = self.x_range(timeline, &order, now_s, live);
         self.keys(ui, timeline, &order, range);
+        if self.overview && order.len() > 1 {
+            // As wide as the lanes below when no panel is open (their
+            // scroll area keeps room for its bar).
+            let width = ui.available_width() - ui.spacing().scroll.allocated_width();
+            self.overview_strip(ui, timeline, &order, range, width, now_s, live);
+        }
+        Shown { order, range }
+    }
+
+    /// The lanes of what [`TimelineView::header`] worked out, and the
+    /// detail panel of the one selected.
+    pub fn lanes(&mut self, ui: &mut Ui, timeline: &Timeline, clock: Clock, shown: Shown) {
+        let now_s = clock.now_s();
+        let cursor = match clock {
+            Clock::Cursor(s) => Some(s),
+            Clock::Live(_) | Clock::Ended(_) => None,
+        };
+        let Shown { order, range } = shown;
         if let Some(lane) = self.selected_lane(timeline) {
             let panel = egui::Panel::right("lane-detail").resizable(true).default_size(480.0).min_size(300.0);
             if panel.show(ui, |ui| detail::ui(ui, timeline, lane, now_s)).inner == PanelAction::Close {
@@ -414,9 +444,6 @@ impl TimelineView {
         // The lanes' scroll area may keep room for its bar; the rows above
         // it must be exactly as wide as the rows below.
         let width = ui.available_width() - ui.spacing().scroll.allocated_width();
-        if self.overview && order.len() > 1 {
-            self.overview_strip(ui, timeline, &order, range, width, now_s, live);
-        }
         let mut moved = None;
         if !self.compact {
             moved = self.axis(ui, range, width, cursor);

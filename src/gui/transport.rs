@@ -29,7 +29,9 @@ pub fn shortcuts(ui: &mut Ui) -> Vec<Command> {
 /// The bar; returns what was asked for. `events` is (shown, total).
 pub fn bar(ui: &mut Ui, playback: &Playback, events: (u64, usize)) -> Vec<Command> {
     let mut commands = Vec::new();
-    ui.horizontal(|ui| {
+    // Wrapped, so a narrow window puts the scrubber and speed on a line of
+    // their own instead of past its edge.
+    ui.horizontal_wrapped(|ui| {
         let play = if playback.is_playing() { "Pause" } else { "Play" };
         let clicked = |ui: &mut Ui, text: &str, hint: &str| ui.button(text).on_hover_text(hint).clicked();
         // As wide as the wider of its two words, so the buttons after it

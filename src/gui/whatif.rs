@@ -173,7 +173,9 @@ fn diff_table(ui: &mut Ui, report: &WhatIfReport) {
             if let Some(v) = stream.verdict.as_ref().filter(|v| v.before.kind != v.after.kind) {
                 notes.push(format!("verdict: {} → {}", v.before.kind.label(), v.after.kind.label()));
             }
-            ui.label(notes.join("\n"));
+            // Wrapped in what is left of the row: a narrow window keeps the
+            // table inside it.
+            ui.add(egui::Label::new(notes.join("\n")).wrap());
             ui.end_row();
         }
     });
