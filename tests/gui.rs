@@ -297,6 +297,9 @@ fn a_stored_run_plays_steps_and_scrubs_back_on_the_lanes() {
     let end = h.state().live.playback().unwrap().duration_s();
     assert!(end > 0.5, "a stall takes a while: {end}");
     let play_width = h.get_by_label("Play").rect().width();
+    let lane = |h: &Harness<'_, App>| h.get_by(|n| n.label().is_some_and(|l| l.starts_with("Plot of "))).rect();
+    h.run();
+    let lane_at_end = lane(&h);
 
     // Home: the run's first moment, the call not finished.
     h.key_press(egui::Key::Home);
@@ -353,6 +356,10 @@ fn a_stored_run_plays_steps_and_scrubs_back_on_the_lanes() {
     let (scrubbed, outcome) = shown(&h);
     assert_eq!(outcome, None);
     assert!(scrubbed > at_start && scrubbed < total, "{scrubbed} of {total}");
+    // Gui review D13: the verdict lines above the lane keep their room
+    // while its verdict is not reached, so the lane stays put.
+    assert!(h.query_by_label_contains("1 of 1 streams:").is_none(), "no verdict yet");
+    assert_eq!(lane(&h), lane_at_end);
     h.get_by_label_contains(&format!("{scrubbed} of {total} events"));
     // End: everything again.
     h.key_press(egui::Key::End);

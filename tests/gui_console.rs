@@ -200,6 +200,16 @@ fn an_error_under_a_field_does_not_move_the_rows_below() {
     h.run();
     h.get_by_label_contains("(from the app's Tunables view) is not accepted");
     assert_eq!(below(&h), before);
+    // The Live view says why Run is greyed out on Run's own row: what is
+    // under it stays where it was.
+    h.state_mut().prefs.tunables.edits.clear();
+    tab(&mut h, "Live");
+    let about = |h: &Harness<'_, App>| h.get_by_label_contains("About scenario").rect();
+    let before = about(&h);
+    h.state_mut().prefs.tunables.edits.insert("STALLSCOPE_SSE_IDLE_TIMEOUT_S".into(), "abc".into());
+    h.run();
+    h.get_by_label_contains("edited tunable(s) are not accepted: fix them in the Tunables view");
+    assert_eq!(about(&h), before);
 }
 
 // Item 5: history says what happened.

@@ -432,6 +432,12 @@ impl Timeline {
         (lane.outcome.is_some() || verdict.kind == VerdictKind::Incomplete).then_some(verdict)
     }
 
+    /// The verdict its source has for a lane, whether or not the lane has
+    /// reached its end yet (a replay's cursor may be before it).
+    pub fn verdict_at_end(&self, lane: &Lane) -> Option<&Arc<Diagnosis>> {
+        self.verdicts.get(&(lane.part, lane.stream))
+    }
+
     /// Whether a lane's verdict says a what-if cannot tell how its stream
     /// ends: its replay ended in a cancellation that was never the call's.
     pub fn is_unknown(&self, lane: &Lane) -> bool {

@@ -556,14 +556,19 @@ impl Live {
                 ui.spinner();
             }
         });
+        let error = ui.visuals().error_fg_color;
         ui.horizontal(|ui| {
             let label = ui.label("Prompt");
-            ui.add(egui::TextEdit::singleline(&mut form.prompt).desired_width(f32::INFINITY)).labelled_by(label.id);
+            // Why Run is greyed out takes the right half of this row, cut
+            // to fit: a line of its own would push everything below it down
+            // as it comes and goes.
+            let room = ui.available_width() * if blocked.is_some() { 0.5 } else { 1.0 };
+            let prompt = egui::TextEdit::singleline(&mut form.prompt).desired_width(room - ui.spacing().item_spacing.x);
+            ui.add(prompt).labelled_by(label.id);
+            if let Some(why) = &blocked {
+                ui.add(egui::Label::new(RichText::new(why).color(error)).truncate()).on_hover_text(why);
+            }
         });
-        let error = ui.visuals().error_fg_color;
-        if let Some(why) = blocked {
-            ui.label(RichText::new(why).color(error));
-        }
         self.about_ui(ui, &form.choice);
         let mut commands = Vec::new();
         match &self.showing {

@@ -190,6 +190,11 @@ pub struct TimelineView {
     /// The verdict summary's lines, for Copy summary.
     #[serde(skip)]
     verdict_lines: Vec<String>,
+    /// The tallest the verdict summary has been since the timeline shown
+    /// was opened or started: it keeps that room while a replay is
+    /// scrubbed back, so the lanes under it do not move.
+    #[serde(skip)]
+    verdict_height: f32,
     #[serde(skip)]
     strip: Overview,
 }
@@ -228,6 +233,7 @@ impl Default for TimelineView {
             scroll_to: None,
             verdict_summaries: Vec::new(),
             verdict_lines: Vec::new(),
+            verdict_height: 0.0,
             strip: Overview::default(),
         }
     }
@@ -500,6 +506,7 @@ impl TimelineView {
                 self.scroll_top = true;
                 self.view = None;
                 self.selected = None;
+                self.verdict_height = 0.0;
             }
             _ => {}
         }
@@ -569,6 +576,7 @@ impl TimelineView {
         self.verdict_summaries.resize_with(parts.len(), SummaryCache::default);
         self.verdict_lines.clear();
         let mut picked = None;
+        let top = ui.cursor().top();
         for (cache, part) in self.verdict_summaries.iter_mut().zip(parts) {
             let shown = order
                 .iter()
@@ -581,6 +589,9 @@ impl TimelineView {
             self.verdict_lines.extend(run.groups.iter().map(|g| g.summary.clone()));
             picked = verdicts::summary_ui(ui, title, run).or(picked);
         }
+        let height = ui.cursor().top() - top;
+        self.verdict_height = self.verdict_height.max(height);
+        ui.add_space(self.verdict_height - height);
         if let Some(kind) = picked {
             self.verdict_filter = VerdictFilter::Kind(kind);
         }
@@ -758,6 +769,7 @@ impl TimelineView {
     pub fn fit(&mut self) {
         self.fit_view();
         self.scroll_top = true;
+        self.verdict_height = 0.0;
     }
 
     /// Indices of the lanes to draw, filtered and in order. The text
@@ -799,8 +811,10 @@ impl TimelineView {
             SortBy::Elapsed => order
                 .sort_by(|&a, &b| timeline.lanes[b].elapsed_s(now_s).total_cmp(&timeline.lanes[a].elapsed_s(now_s))),
             SortBy::Verdict => {
+                // By the verdict a lane ends with, so a replay scrubbed back
+                // before a lane's end does not move it.
                 let worst_first =
-                    |i: usize| std::cmp::Reverse(timeline.verdict(&timeline.lanes[i]).map(|d| d.severity));
+                    |i: usize| std::cmp::Reverse(timeline.verdict_at_end(&timeline.lanes[i]).map(|d| d.severity));
                 order.sort_by_key(|&i| worst_first(i));
             }
         }
@@ -1326,6 +1340,19 @@ mod tests {
         // (run 22's stream 0) leads.
         let view = TimelineView { sort: SortBy::Verdict, ..TimelineView::default() };
         assert_eq!(lanes(view.visible_lanes(&timeline, 1.0)), [(0, 0), (1, 0), (0, 1), (1, 1)]);
+
+        // A replay scrubbed back before the lanes' ends sorts them by the
+        // verdicts they end with, as at the end: nothing moves.
+        let mut scrubbed = Timeline::new();
+        let part = scrubbed.add_part("run 1", 0.0);
+        for stream in 0..3 {
+            let start = EventKind::CallStarted { target: Target::new("sim", "m"), context_tokens: None };
+            scrubbed.ingest(part, &Event { at: Duration::ZERO, stream, attempt: 0, kind: start });
+            let severity = if stream == 2 { Severity::Failed } else { Severity::Ok };
+            scrubbed.set_verdict(part, stream, verdict(severity));
+        }
+        let order = view.visible_lanes(&scrubbed, 0.5);
+        assert_eq!(order.first().map(|&i| scrubbed.lanes[i].stream), Some(2), "{order:?}");
     }
 
     #[test]
