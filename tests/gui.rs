@@ -642,6 +642,23 @@ fn judged(timeline: &mut Timeline, part: usize, stream: u64, kind: VerdictKind, 
     timeline.set_verdict(part, stream, diagnosis);
 }
 
+/// The overview's legend names every state it draws, each inside the
+/// strip's row even with few lanes (gui review D12).
+#[test]
+fn the_overview_legend_names_every_state_within_its_row() {
+    let mut timeline = Timeline::new();
+    let part = timeline.add_part("few", 0.0);
+    judged(&mut timeline, part, 0, VerdictKind::Healthy, Severity::Ok, true);
+    judged(&mut timeline, part, 1, VerdictKind::SilentStall, Severity::Failed, true);
+    let mut h = timeline_harness(timeline);
+    h.run();
+    let strip = h.get_by_label("Overview of 2 streams").rect();
+    for name in ["where it failed", "a stream that failed", "timer fired", "failover", "backoff", "data", "waiting"] {
+        let key = h.get_by_label(&format!("■ {name}")).rect();
+        assert!(key.top() >= strip.top() - 1.0 && key.bottom() <= strip.bottom() + 1.0, "{name}: {key:?} in {strip:?}");
+    }
+}
+
 /// Every lane carries its verdict (shape and words as well as colour),
 /// the summary above the lanes groups the verdicts shown, and lanes filter
 /// by verdict, with the summary following the filter.

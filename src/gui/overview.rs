@@ -81,7 +81,7 @@ impl Heat {
 pub const MAX_HEIGHT: f32 = 96.0;
 /// Pixels per lane while they fit.
 const ROW_PIXELS: f32 = 4.0;
-/// The shortest the strip gets: room for its legend beside it.
+/// The shortest the strip gets (its legend beside it may ask for more).
 const MIN_HEIGHT: f32 = 44.0;
 /// While a run goes, the image is made again at most this often (seconds).
 const LIVE_REFRESH_S: f64 = 0.25;

@@ -195,6 +195,9 @@ pub struct TimelineView {
     /// scrubbed back, so the lanes under it do not move.
     #[serde(skip)]
     verdict_height: f32,
+    /// The height the overview's legend took when last drawn.
+    #[serde(skip)]
+    overview_legend_height: f32,
     #[serde(skip)]
     strip: Overview,
 }
@@ -234,6 +237,7 @@ impl Default for TimelineView {
             verdict_summaries: Vec::new(),
             verdict_lines: Vec::new(),
             verdict_height: 0.0,
+            overview_legend_height: 0.0,
             strip: Overview::default(),
         }
     }
@@ -534,24 +538,30 @@ impl TimelineView {
         now_s: f64,
         live: bool,
     ) {
-        let height = Overview::height(order.len());
+        // Tall enough for its legend as last drawn, however few the lanes.
+        let height = Overview::height(order.len()).max(self.overview_legend_height);
         let (row, _) = ui.allocate_exact_size(egui::vec2(width, height), egui::Sense::hover());
         let (header, area) = lane_columns(row, ui.spacing().item_spacing.x);
         let mut header_ui = ui.new_child(UiBuilder::new().max_rect(header).id_salt("overview-header"));
         header_ui.set_clip_rect(header.intersect(ui.clip_rect()));
-        header_ui.horizontal_wrapped(|ui| {
+        let legend = header_ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new(format!("Overview · {} streams", order.len())).strong());
             let colours = palette::of(ui.visuals());
             for heat in overview::Heat::DRAWN {
                 // Swatch and name as one label, so they wrap together.
                 let mut key = egui::text::LayoutJob::default();
-                let font = egui::TextStyle::Body.resolve(ui.style());
+                let font = egui::TextStyle::Small.resolve(ui.style());
                 let format = |color| egui::TextFormat { font_id: font.clone(), color, ..Default::default() };
                 key.append("■ ", 0.0, format(heat.colour(colours)));
                 key.append(heat.name(), 0.0, format(ui.visuals().text_color()));
                 ui.add(egui::Label::new(key).extend());
             }
         });
+        let needed = legend.response.rect.height();
+        if needed != self.overview_legend_height {
+            self.overview_legend_height = needed;
+            ui.ctx().request_repaint();
+        }
         // The whole of the lanes, and the span shown if it reaches beyond
         // (a replay's lanes end at its cursor, its view at the run's end).
         let fitted = self.fitted(timeline, order, now_s);
