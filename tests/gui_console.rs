@@ -613,8 +613,17 @@ fn a_config_file_fixed_while_the_app_runs_is_read_again() {
     assert!(h.query_by_label_contains("config: config").is_none());
     let row =
         "[[provider]]\nname = \"acme\"\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m1\"\n";
+    // The window is idle (nothing asks for a frame), and the fix wakes it:
+    // it is read without waiting for a mouse move (gui review D14).
+    assert!(!h.ctx.has_requested_repaint(), "an idle window draws nothing");
     std::fs::write(dir.config(), row).unwrap();
-    wait_for(&mut h, "the fixed config", |h| h.query_by_label_contains(&named).is_none());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !h.ctx.has_requested_repaint() {
+        assert!(std::time::Instant::now() < deadline, "the fix never woke the window");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    h.step();
+    assert!(h.query_by_label_contains(&named).is_none(), "read on the frame it woke");
     h.get_by_label("Source").click();
     h.run();
     h.get_by_label("provider: acme/m1");

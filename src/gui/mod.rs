@@ -12,6 +12,7 @@
 
 pub mod budget;
 pub mod checks;
+pub mod config_watch;
 pub mod decimate;
 pub mod detail;
 pub mod form;
@@ -35,7 +36,7 @@ pub mod viewport;
 pub mod whatif;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +45,7 @@ use crate::probe::{DEFAULT_CONCURRENCY, ProbePlan};
 use crate::session::{RecordTo, RunSource, settings_for};
 use crate::store::Store;
 use budget::BudgetView;
+use config_watch::ConfigWatch;
 use history::{HistoryView, Picked, RunAgain};
 use live::{Action, Choice, Live, RunForm};
 use timeline::{LANE_HEIGHTS, TimelineView};
@@ -124,9 +126,6 @@ impl Default for Prefs {
 
 const PREFS_KEY: &str = "stallscope";
 
-/// How often the config file is looked at for changes.
-const CONFIG_CHECK: Duration = Duration::from_secs(1);
-
 /// The app.
 pub struct App {
     /// What persists.
@@ -138,9 +137,7 @@ pub struct App {
     env: Vec<(String, String)>,
     providers: Result<Vec<String>, String>,
     settings: Option<(SettingsKey, Result<Settings, String>)>,
-    /// The config file's modification time when last read, and when it
-    /// was last looked at.
-    config_seen: (Option<SystemTime>, Instant),
+    config_watch: ConfigWatch,
 }
 
 /// egui's fonts with Hack behind Ubuntu in proportional text too, for
@@ -168,6 +165,7 @@ impl App {
     ) -> Self {
         cc.egui_ctx.set_fonts(fonts());
         let prefs: Prefs = cc.storage.and_then(|s| eframe::get_value(s, PREFS_KEY)).unwrap_or_default();
+        let config_watch = ConfigWatch::new(launch.config.clone().or_else(default_path), cc.egui_ctx.clone());
         let mut app = App {
             prefs,
             live: Live::default(),
@@ -176,21 +174,11 @@ impl App {
             env,
             providers: Ok(Vec::new()),
             settings: None,
-            config_seen: (None, Instant::now()),
+            config_watch,
         };
-        app.config_seen.0 = app.config_modified();
         app.read_config();
         app.prefs.history.refresh(&app.db, &cc.egui_ctx);
         app
-    }
-
-    /// The config file the app reads, if there is one.
-    fn config_path(&self) -> Option<PathBuf> {
-        self.launch.config.clone().or_else(default_path)
-    }
-
-    fn config_modified(&self) -> Option<SystemTime> {
-        std::fs::metadata(self.config_path()?).and_then(|m| m.modified()).ok()
     }
 
     /// Reads the providers of the config file (again), and forgets the
@@ -210,15 +198,10 @@ impl App {
     }
 
     /// Reads the config file again when it changed (a fix is picked up
-    /// without a restart); looks at most once a second.
+    /// without a restart, and without waiting for a repaint: see
+    /// [`config_watch`]).
     fn watch_config(&mut self) {
-        if self.config_seen.1.elapsed() < CONFIG_CHECK {
-            return;
-        }
-        let modified = self.config_modified();
-        let changed = modified != self.config_seen.0;
-        self.config_seen = (modified, Instant::now());
-        if changed {
+        if self.config_watch.changed() {
             self.read_config();
         }
     }
