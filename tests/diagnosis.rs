@@ -111,7 +111,7 @@ async fn each_scenario_gets_the_verdict_of_its_pattern() {
             ..expect("slow-ttfb", K::NoResponse, Recovered)
         },
         Expect {
-            says: &["headers at", "of silence until the idle timer (1 s) fired", "recovered on attempt 2"],
+            says: &["headers after", "of silence until the idle timer (1 s) fired", "recovered on attempt 2"],
             timer: Some(TimerKind::Idle),
             ..expect("silent-stall", K::SilentStall, Recovered)
         },
@@ -135,7 +135,7 @@ async fn each_scenario_gets_the_verdict_of_its_pattern() {
             ..expect("reset-after-first-token", K::ResetMidStream, Partial)
         },
         Expect {
-            says: &["after headers at", "recovered on attempt 2"],
+            says: &[", headers after", "recovered on attempt 2"],
             ..expect("closed-early", K::ClosedEarly, Recovered)
         },
         Expect {
@@ -352,7 +352,7 @@ fn the_cli_prints_and_exports_the_verdicts() {
 
     let shown = cli(&["runs", "--db", db_text, "show", "1"]);
     let verdict_lines =
-        shown.lines().filter(|l| l.contains(" silent_stall ") && l.contains("silent stall: headers at")).count();
+        shown.lines().filter(|l| l.contains(" silent_stall ") && l.contains("silent stall: headers after")).count();
     assert_eq!(verdict_lines, 2, "{shown}");
     assert!(
         shown.contains("2 of 2 streams: silent stall, caught by the idle timer after 1 s each (2 recovered)"),
@@ -404,7 +404,7 @@ async fn failed_connections_are_named_for_what_failed() {
         let [live, stored] = record_source(source, &sets, 1, CancellationToken::new(), None).await;
         let d = verdicts(&live)[0];
         assert_eq!((d.kind, d.severity), (kind, Severity::Failed), "{}", d.summary);
-        assert!(d.summary.contains("p/m at ") && d.summary.contains("2 attempts alike"), "{}", d.summary);
+        assert!(d.summary.contains("p/m after ") && d.summary.contains("2 attempts alike"), "{}", d.summary);
         assert_eq!(Some(d), verdicts(&stored).first().copied());
         let _ = std::fs::remove_file(&config);
     }

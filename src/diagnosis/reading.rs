@@ -185,9 +185,12 @@ fn body_words(t: &Try) -> String {
     words
 }
 
+/// An attempt's times in its words are durations from its start ("headers
+/// after 0.01 s"); only the evidence's stamps are on the run's clock, so
+/// the two never read as times on one axis.
 fn head_words(t: &Try) -> String {
     match (t.headers_at, t.status) {
-        (Some(at), Some(status)) => format!("headers at {} ({status})", secs(t.offset(at))),
+        (Some(at), Some(status)) => format!("headers after {} ({status})", secs(t.offset(at))),
         _ => "no response headers".to_owned(),
     }
 }
@@ -239,7 +242,7 @@ fn timed_out(t: &Try, timer_kind: TimerKind) -> Reading {
         // Keep-alives until the end (the idle timer firing means even they
         // had stopped: that is silence).
         let progress = match t.last_progress_at {
-            Some(at) => format!("{} until {}", count(t.progress, "progress event"), secs(t.offset(at))),
+            Some(at) => format!("{} in the first {}", count(t.progress, "progress event"), secs(t.offset(at))),
             None => "no progress event".to_owned(),
         };
         Reading::new(
@@ -427,7 +430,7 @@ fn success(t: &Try) -> Reading {
     });
     let took = t.offset(t.stopped_at());
     let summary = format!(
-        "{}, first byte at {}, {} / {} in {}",
+        "{}, first byte after {}, {} / {} in {}",
         head_words(t),
         secs(ttfb),
         count(t.events, "event"),
@@ -497,12 +500,12 @@ fn closest_timer(t: &Try, observed: &[(TimerKind, Duration)]) -> (Option<(TimerK
 fn transport(t: &Try, kind: TransportKind) -> Reading {
     let at = t.stopped_at();
     let when = match &t.target {
-        Some(target) if kind.is_connect() => format!("{target} at {}", secs(t.offset(at))),
-        _ => format!("at {}", secs(t.offset(at))),
+        Some(target) if kind.is_connect() => format!("{target} after {}", secs(t.offset(at))),
+        _ => format!("after {}", secs(t.offset(at))),
     };
     let mid = |k| {
         let place = if t.headers_at.is_some() {
-            format!("{} after {}, {}", when, head_words(t), body_words(t))
+            format!("{when}, {}, {}", head_words(t), body_words(t))
         } else {
             format!("{when}, before any response")
         };

@@ -120,7 +120,7 @@ fn old_recordings_without_attempt_ended_read_from_the_classification() {
     s.finished(1081, Outcome::Failed);
     let d = s.diagnose();
     assert_eq!((d.kind, d.severity), (VerdictKind::Refused, Severity::Failed), "{}", d.summary);
-    assert!(d.summary.contains("p/m at 0.00 s"), "{}", d.summary);
+    assert!(d.summary.contains("p/m after 0.00 s"), "{}", d.summary);
     assert!(d.evidence.iter().any(|e| e.text.contains("1.00 s of silence until the idle timer (1 s) fired")));
 }
 
