@@ -99,6 +99,18 @@ fn the_picker_puts_configured_providers_first_and_each_choice_explains_itself() 
     let top = |h: &Harness<'_, App>, label: &str| h.get_by_label(label).rect().top();
     assert!(top(&h, "provider: acme/m1") < top(&h, "all failure stories"));
     assert!(top(&h, "all failure stories") < top(&h, "scenario: auth-expired"));
+    // An entry's description shows beside the list, not over the entries
+    // under it (gui review D18). (About shows another scenario's.)
+    choose(&mut h, "drip", 4);
+    h.run();
+    let entry = h.get_by_label("scenario: silent-stall").rect();
+    h.get_by_label("scenario: silent-stall").hover();
+    h.run();
+    let description = h.get_by_label_contains("The VPN or NAT stall").rect();
+    assert!(
+        description.left() >= entry.right() || description.right() <= entry.left(),
+        "{description:?} over {entry:?}"
+    );
     h.get_by_label("scenario: proxy-buffered").click();
     h.run();
     // The scenario's own description, and what to change to see more.

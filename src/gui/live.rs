@@ -270,6 +270,8 @@ impl Live {
         (self.replayable, self.recorded) = (None, Vec::new());
         self.whatif.clear();
         self.checks.clear();
+        // What was shown is gone: its heap may go back to the system.
+        super::memory::give_back();
         let mut sessions = Vec::with_capacity(plans.len());
         for (label, plan) in plans {
             let part = self.timeline.add_part(label, 0.0);
@@ -344,6 +346,7 @@ impl Live {
         self.whatif.clear();
         self.checks.clear();
         self.fold_about = true;
+        super::memory::give_back();
     }
 
     /// Checks the suggestions of the run shown by what-if, from `db`, when
@@ -700,15 +703,22 @@ fn source_picker(ui: &mut Ui, form: &mut RunForm, providers: &[String]) {
             ui.separator();
         }
         ui.label(RichText::new("Built-in scenarios (no key, no cost)").weak());
-        ui.selectable_value(&mut form.choice, Choice::AllStories, Choice::AllStories.title())
-            .on_hover_text(About::of(&Choice::AllStories).description);
+        let all = ui.selectable_value(&mut form.choice, Choice::AllStories, Choice::AllStories.title());
+        beside(&all, || About::of(&Choice::AllStories).description);
         for name in builtin_names() {
             let choice = Choice::Scenario((*name).to_owned());
             let title = choice.title();
+            let entry = ui.selectable_value(&mut form.choice, choice, title);
             // Read only for the entry under the pointer.
-            ui.selectable_value(&mut form.choice, choice, title).on_hover_ui(|ui| {
-                ui.label(builtin(name).map(|s| s.description().to_owned()).unwrap_or_default());
-            });
+            beside(&entry, || builtin(name).map(|s| s.description().to_owned()).unwrap_or_default());
         }
     });
+}
+
+/// A list entry's description on hover, beside the list rather than over
+/// the entries under it (the other side when there is no room).
+fn beside(entry: &egui::Response, text: impl FnOnce() -> String) {
+    let mut tooltip = egui::Tooltip::for_enabled(entry);
+    tooltip.popup = tooltip.popup.align(egui::RectAlign::RIGHT_START);
+    tooltip.show(|ui| ui.label(text()));
 }

@@ -20,6 +20,7 @@ pub mod history;
 pub mod labels;
 pub mod lanes;
 pub mod live;
+pub mod memory;
 pub mod overview;
 pub mod palette;
 pub mod playback;
