@@ -234,6 +234,11 @@ fn stored_side(store: &Store, id: RunId, label: String) -> Result<Side, String> 
 }
 
 impl HistoryView {
+    /// How many runs the last read of the database found.
+    pub fn stored(&self) -> usize {
+        self.runs.len()
+    }
+
     /// Whether a background read is in flight.
     pub fn is_loading(&self) -> bool {
         let p = &self.pending;

@@ -242,6 +242,9 @@ pub struct Live {
     /// Fold the words at the next frame: lanes came to be shown, and
     /// they need the room.
     fold_about: bool,
+    /// Runs in the database: with some, the welcome for a newcomer gives
+    /// way to a line on where they are.
+    pub stored_runs: usize,
     /// Events the runner's channel holds (`None`: [`EVENT_CAPACITY`]).
     event_capacity: Option<usize>,
     /// The what-if of the run shown.
@@ -575,6 +578,12 @@ impl Live {
         self.about_ui(ui, &form.choice);
         let mut commands = Vec::new();
         match &self.showing {
+            Showing::Nothing if self.stored_runs > 0 => {
+                ui.label(format!(
+                    "Press Run (F5) for a run of the source above, or open a stored run in History ({} stored).",
+                    self.stored_runs
+                ));
+            }
             Showing::Nothing => {
                 if welcome(ui) {
                     form.choice = Choice::Scenario(FIRST_RUN.to_owned());

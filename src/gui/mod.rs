@@ -411,6 +411,7 @@ impl eframe::App for App {
             Tab::Live => {
                 let blocked = self.blocked();
                 let providers = self.providers.clone().unwrap_or_default();
+                self.live.stored_runs = self.prefs.history.stored();
                 let Prefs { form, timeline, .. } = &mut self.prefs;
                 match self.live.ui(ui, form, timeline, &providers, blocked) {
                     Action::Run => self.start_run(ui.ctx()),
