@@ -28,6 +28,7 @@
 //! | `transport_failure` | another transport failure |
 //! | `rate_limited` | a rate limit, with the wait asked for and whether it was honoured or refused by the cap |
 //! | `overloaded`, `server_error`, `malformed_stream` | the provider's side failed (a 502, 504 or 524 says it may be a gateway on the path, naming it by its headers) |
+//! | `gateway_timeout` | a gateway on the path answered 502, 504, 524 or 408 with a page of its own, not the provider's JSON error: named by its headers ([`hop`]), with the knob that ran out |
 //! | `auth`, `invalid_request`, `context_overflow`, `permanent_error` | the request or its credential was refused |
 //! | `refused`, `unreachable`, `dns_failure`, `tls_failure`, `proxy_failure`, `connect_timeout` | no connection was made |
 //! | `retry_denied` | a limit beyond the failure's own budget refused its retry (`basis.denied_by`: `fleet_budget`, `deadline`, `total_retries`, `server_wait_cap`) |
@@ -52,6 +53,7 @@ mod call;
 mod collector;
 pub mod course;
 mod facts;
+pub mod hop;
 mod reading;
 mod recorded;
 mod summary;

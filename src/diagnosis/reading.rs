@@ -14,6 +14,7 @@ use crate::core::event::{AttemptEnd, AttemptPhase};
 use crate::core::failure::{Failure, TransportKind};
 
 use super::facts::{BURST_WINDOW, Try};
+use super::hop;
 use super::text::{budget, bytes, count, fact, percent, secs, timer, timer_tunable};
 use super::verdict::{Evidence, Topic, VerdictKind};
 
@@ -33,8 +34,15 @@ const HOP_HEADERS: [&str; 2] = ["via", "x-cache"];
 
 /// Statuses a gateway sends when its upstream did not answer, or not in
 /// time: 502 (bad gateway), 504 (gateway timeout), Cloudflare's 524 (a
-/// timeout occurred).
-const GATEWAY_STATUSES: [u16; 3] = [502, 504, 524];
+/// timeout occurred), Envoy's 408 (no upstream header before its idle
+/// timeout).
+const GATEWAY_STATUSES: [u16; 4] = [408, 502, 504, 524];
+
+/// Words of the error pages intermediaries make themselves, lower-case
+/// (Envoy's `upstream request timeout`, nginx's and HAProxy's
+/// `Gateway Time-out`, Cloudflare's `A timeout occurred`).
+const GATEWAY_PAGE_WORDS: [&str; 5] =
+    ["upstream request timeout", "upstream connect error", "gateway time-out", "a timeout occurred", "bad gateway"];
 
 /// Progress events a burst must carry to read as a held-back stream rather
 /// than a short answer sent in one piece.
@@ -394,14 +402,16 @@ fn success(t: &Try) -> Reading {
                 None,
                 format!("the wait used {share} of the {} timer's {}", timer(timer_kind), budget(budget_d)),
             ));
-            reading = reading.governed(
-                tunable,
-                format!(
-                    "something on the path holds the stream back (see `via`): keep {tunable} above {} \
-                     or switch the buffering off (nginx `proxy_buffering off`, `X-Accel-Buffering: no`)",
-                    secs(wait)
-                ),
+            let hop = hop::named_by(&t.headers);
+            let unbuffer = match hop.as_ref().and_then(|hop| Some((hop, hop.unbuffer?))) {
+                Some((hop, how)) => format!("switch {}'s buffering off ({how})", hop.name),
+                None => "switch the buffering off (nginx `proxy_buffering off`, `X-Accel-Buffering: no`)".to_owned(),
+            };
+            let who = hop.map_or_else(
+                || "something on the path holds the stream back (see `via`)".to_owned(),
+                |hop| format!("{} may hold the stream back", hop.described()),
             );
+            reading = reading.governed(tunable, format!("{who}: keep {tunable} above {} or {unbuffer}", secs(wait)));
         }
         return reading;
     }
@@ -649,6 +659,9 @@ fn by_category(t: &Try, category: Category, what: String) -> Reading {
             "the provider sheds load: retries back off under the overloaded budget; a fallback model \
              (STALLSCOPE_FALLBACK_MODELS) takes the call elsewhere",
         ),
+        Category::ServerError if t.status.is_some_and(|s| GATEWAY_STATUSES.contains(&s)) && gateway_page(t) => {
+            gateway_timeout(t)
+        }
         Category::ServerError if t.status.is_some_and(|s| GATEWAY_STATUSES.contains(&s)) => {
             Reading::new(VerdictKind::ServerError, what)
                 .governed("STALLSCOPE_RETRY_BUDGET_SERVER_ERROR", gateway_words(t))
@@ -682,21 +695,76 @@ fn by_category(t: &Try, category: Category, what: String) -> Reading {
 
 /// What to make of a 502, 504 or 524: the status a gateway sends when its
 /// upstream did not answer in time, so it may be a hop on the path and not
-/// the provider.
+/// the provider. A hop a header names is named with its timeout's knob.
 fn gateway_words(t: &Try) -> String {
     let status = t.status.unwrap_or_default();
-    let who = t
-        .first_header(&PEER_HEADERS)
-        .map(|(name, value)| format!("`{name}: {value}` answered"))
-        .unwrap_or_else(|| "no header names who answered".to_owned());
     let waited = secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())));
-    format!(
-        "HTTP {status} is what a gateway sends when its upstream did not answer, or not in time ({who}, after \
-         {waited}): it may be a hop on the path rather than the provider. If it comes after the same wait on \
-         every attempt, that wait is the hop's timeout (nginx `proxy_read_timeout` 60 s, Cloudflare 100 s): \
-         raise it above this provider's time to first byte, or fail over (STALLSCOPE_FALLBACK_MODELS); \
-         retries under the server-error budget meet the same timeout"
+    let then = "raise it above this provider's time to first byte, or fail over (STALLSCOPE_FALLBACK_MODELS); \
+                retries under the server-error budget meet the same timeout";
+    match hop::named_by(&t.headers) {
+        Some(hop) => {
+            let knob = hop.timeout.map_or_else(
+                || format!("; if it comes after the same wait on every attempt, that wait is its timeout: {then}"),
+                |k| {
+                    format!(
+                        "; if it comes after the same wait on every attempt, that wait is its `{}` ({} unless \
+                         set): {then}",
+                        k.name,
+                        secs(k.default)
+                    )
+                },
+            );
+            format!(
+                "{} answered HTTP {status} after {waited}, what a gateway sends when its upstream did not answer, \
+                 or not in time: it may be this hop rather than the provider{knob}",
+                hop.described()
+            )
+        }
+        None => {
+            let who = t
+                .first_header(&PEER_HEADERS)
+                .map(|(name, value)| format!("`{name}: {value}` answered"))
+                .unwrap_or_else(|| "no header names who answered".to_owned());
+            format!(
+                "HTTP {status} is what a gateway sends when its upstream did not answer, or not in time ({who}, \
+                 after {waited}): it may be a hop on the path rather than the provider. If it comes after the \
+                 same wait on every attempt, that wait is the hop's timeout (nginx `proxy_read_timeout` 60 s, \
+                 Cloudflare 100 s): {then}"
+            )
+        }
+    }
+}
+
+/// Whether an error answer's body is a page an intermediary made, not the
+/// provider's: not the JSON error every provider sends, but HTML or a
+/// proxy's own words. An empty body says neither.
+fn gateway_page(t: &Try) -> bool {
+    let body = t.error_body.as_deref().unwrap_or_default().trim_start().to_ascii_lowercase();
+    !body.starts_with('{') && (body.starts_with('<') || GATEWAY_PAGE_WORDS.iter().any(|w| body.contains(w)))
+}
+
+/// A gateway answered for the provider, after this wait: the hop its
+/// headers name (else "a gateway") and the knob of its that ran out. Our
+/// retries meet the same timeout; raising the hop's is the fix.
+fn gateway_timeout(t: &Try) -> Reading {
+    let status = t.status.unwrap_or_default();
+    let waited = secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())));
+    let hop = hop::named_by(&t.headers);
+    let who = hop.as_ref().map_or("a gateway", |hop| hop.name);
+    let knob = match hop.as_ref().and_then(|hop| hop.timeout) {
+        Some(k) => format!("raise its `{}` ({} unless set)", k.name, secs(k.default)),
+        None => "raise its timeout on the provider".to_owned(),
+    };
+    let named = hop.as_ref().map_or_else(String::new, |hop| format!(" ({})", hop.described()));
+    Reading::new(
+        VerdictKind::GatewayTimeout,
+        format!("{who} answered HTTP {status} after {waited} with a page of its own"),
     )
+    .suggest(format!(
+        "a hop on the path{named} gave up on the provider before it answered: its timeout is shorter than \
+             this provider's time to first byte for this payload. {knob} above it, or take a route without it; \
+             our retries meet the same timeout"
+    ))
 }
 
 /// What the server asked about waiting (`retry-after*`, an exhausted

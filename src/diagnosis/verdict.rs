@@ -54,6 +54,10 @@ pub enum VerdictKind {
     Overloaded,
     /// Another server error (5xx, an in-stream server error).
     ServerError,
+    /// A gateway on the path answered 502, 504, 524 or 408 itself, with a
+    /// page of its own (HTML, a proxy's words) rather than the provider's
+    /// JSON error: its timeout on the provider ran out first.
+    GatewayTimeout,
     /// The stream's bytes could not be parsed as the dialect's events.
     MalformedStream,
     /// The credential was refused (401, 403, 402).
@@ -94,7 +98,7 @@ pub enum VerdictKind {
 
 impl VerdictKind {
     /// Every kind, in a stable order (the documented list).
-    pub const ALL: [VerdictKind; 30] = [
+    pub const ALL: [VerdictKind; 31] = [
         VerdictKind::SilentStall,
         VerdictKind::KeepaliveOnlyStall,
         VerdictKind::NoResponse,
@@ -110,6 +114,7 @@ impl VerdictKind {
         VerdictKind::RateLimited,
         VerdictKind::Overloaded,
         VerdictKind::ServerError,
+        VerdictKind::GatewayTimeout,
         VerdictKind::MalformedStream,
         VerdictKind::Auth,
         VerdictKind::InvalidRequest,
@@ -145,6 +150,7 @@ impl VerdictKind {
             VerdictKind::RateLimited => "rate_limited",
             VerdictKind::Overloaded => "overloaded",
             VerdictKind::ServerError => "server_error",
+            VerdictKind::GatewayTimeout => "gateway_timeout",
             VerdictKind::MalformedStream => "malformed_stream",
             VerdictKind::Auth => "auth",
             VerdictKind::InvalidRequest => "invalid_request",
@@ -181,6 +187,7 @@ impl VerdictKind {
             VerdictKind::RateLimited => "rate limited",
             VerdictKind::Overloaded => "overloaded",
             VerdictKind::ServerError => "server error",
+            VerdictKind::GatewayTimeout => "gateway timeout",
             VerdictKind::MalformedStream => "malformed stream",
             VerdictKind::Auth => "credential refused",
             VerdictKind::InvalidRequest => "invalid request",

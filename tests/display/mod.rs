@@ -8,8 +8,8 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use egui_kittest::Harness;
@@ -17,43 +17,23 @@ use egui_kittest::kittest::Queryable;
 use stallscope::gui::{App, Launch};
 
 use super::app::Scratch;
+use super::programs::{Running, external, on_path};
 
 /// The binary's window size.
 pub const WINDOW: egui::Vec2 = egui::vec2(1440.0, 900.0);
 
-/// The programs this needs, or why the test cannot run.
-pub fn programs(extra: &[&str]) -> Result<(), String> {
+/// Whether every program this needs is installed: each one missing is
+/// said (and fails where CI requires it, see tests/programs).
+pub fn programs(extra: &[&str]) -> bool {
+    let mut all = true;
     for program in ["Xvfb", "xdotool", "xwd"].iter().chain(extra) {
-        if which(program).is_none() {
-            return Err(format!("{program} is not installed"));
-        }
+        all &= external(program, on_path(program)).is_some();
     }
-    Ok(())
-}
-
-pub fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|path| path.is_file()))?
-}
-
-pub fn skip(why: &str) {
-    let required = std::env::var("STALLSCOPE_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1");
-    assert!(!required, "{why}, and STALLSCOPE_REQUIRE_EXTERNAL=1");
-    eprintln!("skipped: {why}");
-}
-
-/// Kills a child process when the test ends, however it ends.
-pub struct Killed(pub Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    all
 }
 
 /// A virtual display on a free number, which Xvfb picks itself.
-pub fn display() -> (Killed, String) {
+pub fn display() -> (Running, String) {
     let mut xvfb = Command::new("Xvfb")
         .args(["-displayfd", "1", "-nolisten", "tcp", "-screen", "0", "1600x1000x24"])
         .stdout(Stdio::piped())
@@ -62,7 +42,7 @@ pub fn display() -> (Killed, String) {
         .expect("Xvfb starts");
     let mut number = String::new();
     BufReader::new(xvfb.stdout.take().unwrap()).read_line(&mut number).unwrap();
-    (Killed(xvfb), format!(":{}", number.trim()))
+    (Running(xvfb), format!(":{}", number.trim()))
 }
 
 /// The app as the binary opens it, over the scratch config and database.
@@ -116,10 +96,10 @@ pub fn drawn(display: &str, id: &str) -> bool {
     dump.is_ok_and(|dump| dump.stdout.len() > 1024 && dump.stdout[dump.stdout.len() / 2..].iter().any(|&b| b != 0))
 }
 
-pub fn open_app(dir: &Path, display: &str) -> Killed {
+pub fn open_app(dir: &Path, display: &str) -> Running {
     let home = dir.join("home");
     std::fs::create_dir_all(&home).unwrap();
-    Killed(
+    Running(
         Command::new(env!("CARGO_BIN_EXE_stallscope"))
             .arg("--config")
             .arg(dir.join("config.toml"))
