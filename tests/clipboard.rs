@@ -29,10 +29,7 @@ fn keys_and_copy(dir: &Scratch, buttons: &[&str]) -> (Vec<String>, String) {
         // the press's.
         h.key_down(egui::Key::Space);
         h.step();
-        copied = h.output().platform_output.commands.iter().find_map(|c| match c {
-            egui::OutputCommand::CopyText(text) => Some(text.clone()),
-            _ => None,
-        });
+        copied = app::copied(&h);
         h.key_up(egui::Key::Space);
         h.run();
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 mod app;
 mod history;
 
-use app::{Scratch, wait_for};
+use app::{Scratch, copied, wait_for};
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
 use stallscope::core::category::{Category, TimerKind};
@@ -416,14 +416,6 @@ fn what_if_replays_the_run_just_recorded_under_an_edit() {
     h.get_by_label("What-if lanes").click();
     h.run();
     assert_eq!(h.state().live.timeline().lanes.len(), 2);
-}
-
-/// The text the last frame put on the clipboard, if any.
-fn copied<S>(h: &Harness<'_, S>) -> Option<String> {
-    h.output().platform_output.commands.iter().find_map(|c| match c {
-        egui::OutputCommand::CopyText(text) => Some(text.clone()),
-        _ => None,
-    })
 }
 
 /// Clicking a lane opens its detail panel: each attempt's response and

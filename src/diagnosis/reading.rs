@@ -600,7 +600,7 @@ fn category(t: &Try, status: Option<u16>) -> Category {
 fn answered(t: &Try, status: Option<u16>) -> Reading {
     let n = Some(t.number);
     let what = match status {
-        Some(status) => format!("HTTP {status} after {}", secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())))),
+        Some(status) => format!("HTTP {status} after {}", answered_after(t)),
         None => t.classified.as_ref().map_or_else(String::new, |c| c.message.clone()),
     };
     let mut reading = by_category(t, category(t, status), what);
@@ -659,12 +659,13 @@ fn by_category(t: &Try, category: Category, what: String) -> Reading {
             "the provider sheds load: retries back off under the overloaded budget; a fallback model \
              (STALLSCOPE_FALLBACK_MODELS) takes the call elsewhere",
         ),
-        Category::ServerError if t.status.is_some_and(|s| GATEWAY_STATUSES.contains(&s)) && gateway_page(t) => {
-            gateway_timeout(t)
-        }
         Category::ServerError if t.status.is_some_and(|s| GATEWAY_STATUSES.contains(&s)) => {
-            Reading::new(VerdictKind::ServerError, what)
-                .governed("STALLSCOPE_RETRY_BUDGET_SERVER_ERROR", gateway_words(t))
+            if gateway_page(t) {
+                gateway_timeout(t)
+            } else {
+                Reading::new(VerdictKind::ServerError, what)
+                    .governed("STALLSCOPE_RETRY_BUDGET_SERVER_ERROR", gateway_words(t))
+            }
         }
         Category::ServerError => Reading::new(VerdictKind::ServerError, what).governed(
             "STALLSCOPE_RETRY_BUDGET_SERVER_ERROR",
@@ -698,22 +699,14 @@ fn by_category(t: &Try, category: Category, what: String) -> Reading {
 /// the provider. A hop a header names is named with its timeout's knob.
 fn gateway_words(t: &Try) -> String {
     let status = t.status.unwrap_or_default();
-    let waited = secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())));
+    let waited = answered_after(t);
     let then = "raise it above this provider's time to first byte, or fail over (STALLSCOPE_FALLBACK_MODELS); \
                 retries under the server-error budget meet the same timeout";
     match hop::named_by(&t.headers) {
         Some(hop) => {
-            let knob = hop.timeout.map_or_else(
-                || format!("; if it comes after the same wait on every attempt, that wait is its timeout: {then}"),
-                |k| {
-                    format!(
-                        "; if it comes after the same wait on every attempt, that wait is its `{}` ({} unless \
-                         set): {then}",
-                        k.name,
-                        secs(k.default)
-                    )
-                },
-            );
+            let timeout = hop.timeout.map_or_else(|| "timeout".to_owned(), knob_words);
+            let knob =
+                format!("; if it comes after the same wait on every attempt, that wait is its {timeout}: {then}");
             format!(
                 "{} answered HTTP {status} after {waited}, what a gateway sends when its upstream did not answer, \
                  or not in time: it may be this hop rather than the provider{knob}",
@@ -735,6 +728,17 @@ fn gateway_words(t: &Try) -> String {
     }
 }
 
+/// How long after the attempt's start the answer came (its headers, else
+/// its end), in words.
+fn answered_after(t: &Try) -> String {
+    secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())))
+}
+
+/// A hop's knob in words: "`proxy_read_timeout` (60.0 s unless set)".
+fn knob_words(knob: hop::Knob) -> String {
+    format!("`{}` ({} unless set)", knob.name, secs(knob.default))
+}
+
 /// Whether an error answer's body is a page an intermediary made, not the
 /// provider's: not the JSON error every provider sends, but HTML or a
 /// proxy's own words. An empty body says neither.
@@ -748,11 +752,11 @@ fn gateway_page(t: &Try) -> bool {
 /// retries meet the same timeout; raising the hop's is the fix.
 fn gateway_timeout(t: &Try) -> Reading {
     let status = t.status.unwrap_or_default();
-    let waited = secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())));
+    let waited = answered_after(t);
     let hop = hop::named_by(&t.headers);
     let who = hop.as_ref().map_or("a gateway", |hop| hop.name);
     let knob = match hop.as_ref().and_then(|hop| hop.timeout) {
-        Some(k) => format!("raise its `{}` ({} unless set)", k.name, secs(k.default)),
+        Some(k) => format!("raise its {}", knob_words(k)),
         None => "raise its timeout on the provider".to_owned(),
     };
     let named = hop.as_ref().map_or_else(String::new, |hop| format!(" ({})", hop.described()));

@@ -242,9 +242,6 @@ pub struct Live {
     /// Fold the words at the next frame: lanes came to be shown, and
     /// they need the room.
     fold_about: bool,
-    /// Runs in the database: with some, the welcome for a newcomer gives
-    /// way to a line on where they are.
-    pub stored_runs: usize,
     /// Events the runner's channel holds (`None`: [`EVENT_CAPACITY`]).
     event_capacity: Option<usize>,
     /// The what-if of the run shown.
@@ -476,7 +473,8 @@ impl Live {
     }
 
     /// Draws the form, the status and the timeline. Returns what a button
-    /// asked for.
+    /// asked for. With `stored_runs` in the database, the welcome for a
+    /// newcomer gives way to a line on where they are.
     pub fn ui(
         &mut self,
         ui: &mut Ui,
@@ -484,6 +482,7 @@ impl Live {
         view: &mut TimelineView,
         providers: &[String],
         blocked: Option<String>,
+        stored_runs: usize,
     ) -> Action {
         // Everything above the lanes takes at most half the height: in a
         // small window it scrolls, and the lanes keep the rest.
@@ -491,7 +490,7 @@ impl Live {
         let header = egui::ScrollArea::vertical().id_salt("live-header").max_height(most).auto_shrink([false, true]);
         let (action, shown) = header
             .show(ui, |ui| {
-                let action = self.header_ui(ui, form, providers, blocked);
+                let action = self.header_ui(ui, form, providers, blocked, stored_runs);
                 let clock = self.clock();
                 (action, view.header(ui, self.timeline(), clock))
             })
@@ -503,7 +502,14 @@ impl Live {
 
     /// The form, what is shown and its transport, results, probe, checks
     /// and what-if: the view's header above the timeline's own.
-    fn header_ui(&mut self, ui: &mut Ui, form: &mut RunForm, providers: &[String], blocked: Option<String>) -> Action {
+    fn header_ui(
+        &mut self,
+        ui: &mut Ui,
+        form: &mut RunForm,
+        providers: &[String],
+        blocked: Option<String>,
+        stored_runs: usize,
+    ) -> Action {
         let mut action = Action::None;
         let running = self.is_running();
         ui.horizontal_wrapped(|ui| {
@@ -578,10 +584,10 @@ impl Live {
         self.about_ui(ui, &form.choice);
         let mut commands = Vec::new();
         match &self.showing {
-            Showing::Nothing if self.stored_runs > 0 => {
+            Showing::Nothing if stored_runs > 0 => {
                 ui.label(format!(
                     "Press Run (F5) for a run of the source above, or open a stored run in History ({} stored).",
-                    self.stored_runs
+                    stored_runs
                 ));
             }
             Showing::Nothing => {

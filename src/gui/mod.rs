@@ -411,9 +411,9 @@ impl eframe::App for App {
             Tab::Live => {
                 let blocked = self.blocked();
                 let providers = self.providers.clone().unwrap_or_default();
-                self.live.stored_runs = self.prefs.history.stored();
+                let stored_runs = self.prefs.history.stored();
                 let Prefs { form, timeline, .. } = &mut self.prefs;
-                match self.live.ui(ui, form, timeline, &providers, blocked) {
+                match self.live.ui(ui, form, timeline, &providers, blocked, stored_runs) {
                     Action::Run => self.start_run(ui.ctx()),
                     Action::WhatIf => {
                         let changes = self.prefs.tunables.assignments();

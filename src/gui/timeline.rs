@@ -394,11 +394,6 @@ impl TimelineView {
         self.follow_the_clock(live);
         self.controls(ui, timeline, live);
         let order = self.visible_lanes(timeline, now_s);
-        // Progress is of the whole run: a filter's share of it has no plan.
-        let progress = timeline
-            .planned()
-            .filter(|_| order.len() == timeline.lanes.len())
-            .map(|planned| Progress { planned, live: !matches!(clock, Clock::Ended(_)) });
         // Compared runs are summed up each on its own line, named: pooled,
         // their figures would be of neither.
         let summary = if timeline.parts_compared {
@@ -408,6 +403,11 @@ impl TimelineView {
             };
             timeline.parts.iter().enumerate().map(part_summary).collect::<Vec<_>>().join("\n")
         } else {
+            // Progress is of the whole run: a filter's share of it has no plan.
+            let progress = timeline
+                .planned()
+                .filter(|_| order.len() == timeline.lanes.len())
+                .map(|planned| Progress { planned, live: !matches!(clock, Clock::Ended(_)) });
             summary_text(&timeline.summary_of(order.iter().copied()), progress)
         };
         ui.horizontal(|ui| {

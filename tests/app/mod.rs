@@ -51,3 +51,11 @@ pub fn wait_for(h: &mut Harness<'_, App>, what: &str, shown: impl Fn(&Harness<'_
     }
     h.step();
 }
+
+/// The text the last frame put on the clipboard, if any.
+pub fn copied<S>(h: &Harness<'_, S>) -> Option<String> {
+    h.output().platform_output.commands.iter().find_map(|c| match c {
+        egui::OutputCommand::CopyText(text) => Some(text.clone()),
+        _ => None,
+    })
+}
