@@ -39,6 +39,7 @@ pub mod providers;
 pub mod recorder;
 pub mod replay;
 pub mod report;
+pub mod route_paths;
 pub mod run;
 pub mod session;
 pub mod sim;

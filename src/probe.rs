@@ -24,6 +24,14 @@
 //! one in its chain. Timers, retries and backoff are the configured ones,
 //! so a probe meets the route as a real call would.
 //!
+//! # Paths compared
+//!
+//! Routes to one endpoint (dialect, base URL and model alike) that reach
+//! it on different paths — directly and through a proxy, or through two
+//! proxies — are compared on the realistic probe ([`crate::route_paths`]):
+//! `Readiness::comparisons` says which path a fault follows, and
+//! `stallscope probe --compare` prints it.
+//!
 //! # Recorded
 //!
 //! A probe is one recorded run, labelled `probe` (or `probe: LABEL`,
@@ -44,11 +52,19 @@
 //!   {"route": "openai/gpt-4o-mini", "ready": true, "problem": null,
 //!    "verdict": "healthy", "severity": "ok", "summary": "healthy: …",
 //!    "tiny": {"stream": 0, "outcome": "ok", "ttfb_ms": 210.0, "elapsed_ms": 640.2, "attempts": 1,
-//!             "verdict": "healthy", "severity": "ok", "summary": "healthy: …"},
+//!             "verdict": "healthy", "severity": "ok", "summary": "healthy: …", "silence_ms": null},
 //!    "realistic": {"stream": 1, "outcome": "ok", "ttfb_ms": 1310.5, "elapsed_ms": 2210.0, "attempts": 1,
-//!                  "verdict": "healthy_slow", "severity": "notice", "summary": "healthy but slow: …"}},
+//!                  "verdict": "healthy_slow", "severity": "notice", "summary": "healthy but slow: …",
+//!                  "silence_ms": null},
+//!    "fixed_cut": null},
 //!   {"route": "vpn/llama", "ready": false, "problem": "provider `vpn`: environment variable VPN_KEY is not set …",
-//!    "verdict": null, "severity": null, "summary": null, "tiny": null, "realistic": null}]}
+//!    "verdict": null, "severity": null, "summary": null, "tiny": null, "realistic": null, "fixed_cut": null}],
+//!  "comparisons": [
+//!   {"endpoint": "https://api.openai.com/v1", "model": "gpt-4o-mini",
+//!    "paths": [{"route": "openai/gpt-4o-mini", "via": null, "healthy": true, "words": "healthy"},
+//!              {"route": "office/gpt-4o-mini", "via": "proxy.corp:3128", "healthy": false,
+//!               "words": "idle cut after 60.0 s of silence (partial)"}],
+//!    "finding": "the fault follows the path: via proxy.corp:3128: idle cut after 60.0 s of silence (partial); direct: healthy"}]}
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -65,9 +81,10 @@ use crate::core::failover::Target;
 use crate::core::policy::CorePolicy;
 use crate::core::transport::ClientCache;
 use crate::core::upstream::CallInput;
-use crate::diagnosis::{Diagnosis, Severity, VerdictKind};
+use crate::diagnosis::{Diagnosis, RouteCuts, Severity, VerdictKind};
 use crate::providers::setup::{ProviderConfig, connect};
 use crate::report::{RunReport, StreamReport};
+use crate::route_paths::{Comparison, compare};
 use crate::run::estimated_tokens;
 use crate::session::{
     CallList, RecordTo, RunSource, SessionError, SessionOutcome, run_call_list_recorded, settings_for,
@@ -184,6 +201,9 @@ pub struct ProbeResult {
     pub severity: Severity,
     /// The verdict in one sentence.
     pub summary: String,
+    /// The silence before a cut, or the wait before a gateway answered
+    /// (`basis.idle_ms`).
+    pub silence_ms: Option<f64>,
 }
 
 /// A probe's outcome, TTFB and elapsed as the matrix shows them: whole
@@ -216,6 +236,11 @@ pub struct RouteReadiness {
     pub tiny: Option<ProbeResult>,
     /// The realistic probe.
     pub realistic: Option<ProbeResult>,
+    /// When both probes were cut, or answered by a gateway, after the same
+    /// silence: that, in a sentence ("route …: cut at 2.00 s of silence
+    /// (±0.01 s) in 2 of 2 probes: a hop on this path closes streams idle
+    /// for 2 s").
+    pub fixed_cut: Option<String>,
 }
 
 /// The readiness matrix: every configured route, in config order.
@@ -233,6 +258,10 @@ pub struct Readiness {
     pub stopped: bool,
     /// One row per route.
     pub routes: Vec<RouteReadiness>,
+    /// The endpoints configured on more than one path (directly and
+    /// through a proxy, or through two), compared on the realistic probe:
+    /// which path a fault follows.
+    pub comparisons: Vec<Comparison>,
 }
 
 impl Readiness {
@@ -329,7 +358,8 @@ pub async fn probe_run(
         }
     }
     let recording = plan.recording.clone().map(|r| RecordTo { label: Some(run_label(r.label.as_deref())), ..r });
-    let providers = rows.into_iter().filter(|r| !problems.contains_key(&r.name)).collect();
+    let default_proxy = settings.policy.transport.proxy.clone();
+    let providers = rows.iter().filter(|r| !problems.contains_key(&r.name)).cloned().collect();
     let list = CallList {
         settings,
         providers,
@@ -340,7 +370,8 @@ pub async fn probe_run(
         seed: plan.seed,
     };
     let outcome = run_call_list_recorded(list, env, watcher, cancel, on_finish).await?;
-    let readiness = matrix(&routes, &problems, &probed, Some(&outcome.report), context_tokens);
+    let mut readiness = matrix(&routes, &problems, &probed, Some(&outcome.report), context_tokens);
+    readiness.comparisons = compare(&rows, &default_proxy, env, |i| readiness.routes[i].realistic.as_ref());
     Ok(Probed { readiness, outcome: Some(outcome) })
 }
 
@@ -383,21 +414,31 @@ pub fn matrix(
     report: Option<&RunReport>,
     context_tokens: u64,
 ) -> Readiness {
-    let stream = |index: u64| report?.streams.iter().find(|s| s.index == index).and_then(result);
+    let find = |index: u64| report?.streams.iter().find(|s| s.index == index);
+    let stream = |index: u64| find(index).and_then(result);
     let rows: Vec<RouteReadiness> = routes
         .iter()
         .enumerate()
         .map(|(i, route)| {
-            let (tiny, realistic) = match probed.iter().position(|p| *p == i) {
+            let n = probed.iter().position(|p| *p == i);
+            let (tiny, realistic) = match n {
                 Some(n) => (stream(stream_of(n, ProbeKind::Tiny)), stream(stream_of(n, ProbeKind::Realistic))),
                 None => (None, None),
             };
+            // Each probe counts as a run of the route: two cuts after one
+            // silence are its timer.
+            let mut cuts = RouteCuts::default();
+            for kind in [ProbeKind::Tiny, ProbeKind::Realistic] {
+                let verdict = n.and_then(|n| find(stream_of(n, kind))).and_then(|s| s.diagnosis.as_ref());
+                cuts.push_run(verdict);
+            }
+            let fixed_cut = cuts.fixed().first().map(|cut| cut.sentence("probes"));
             let problem = match (problems.get(&route.provider), &tiny, &realistic) {
                 (Some(problem), _, _) => Some(problem.clone()),
                 (None, None, _) | (None, _, None) => Some("not probed: the probe was stopped first".to_owned()),
                 (None, Some(_), Some(_)) => None,
             };
-            route_row(route, problem, tiny, realistic)
+            RouteReadiness { fixed_cut, ..route_row(route, problem, tiny, realistic) }
         })
         .collect();
     Readiness {
@@ -407,6 +448,7 @@ pub fn matrix(
         routes_total: rows.len(),
         stopped: report.is_some_and(|r| r.stopped),
         routes: rows,
+        comparisons: Vec::new(),
     }
 }
 
@@ -421,6 +463,7 @@ fn result(stream: &StreamReport) -> Option<ProbeResult> {
         verdict: diagnosis.kind,
         severity: diagnosis.severity,
         summary: diagnosis.summary.clone(),
+        silence_ms: diagnosis.basis.idle_ms,
     })
 }
 
@@ -443,6 +486,7 @@ fn route_row(
         summary: worst.map(|w| w.summary.clone()),
         tiny,
         realistic,
+        fixed_cut: None,
     }
 }
 
@@ -471,6 +515,7 @@ mod tests {
             verdict: kind,
             severity,
             summary,
+            silence_ms: None,
         }
     }
 

@@ -139,6 +139,10 @@ async fn each_scenario_gets_the_verdict_of_its_pattern() {
             ..expect("closed-early", K::ClosedEarly, Recovered)
         },
         Expect {
+            says: &["the connection was closed after 1.", " s of silence, ", "recovered on attempt 2"],
+            ..expect("idle-cut", K::IdleCut, Recovered)
+        },
+        Expect {
             says: &["HTTP 429", "asked to wait 0.70 s (retry-after-ms), honoured", "2 attempts alike"],
             ..expect("rate-limited-ms", K::RateLimited, Recovered)
         },

@@ -1,7 +1,8 @@
 //! Our parsers, transport and verdicts against software we did not write:
 //! the independent mock provider `@copilotkit/aimock` (all three
-//! dialects), a real forward proxy, `tinyproxy`, and a real reverse proxy,
-//! nginx.
+//! dialects) and a real forward proxy, `tinyproxy`, plain and with a
+//! CONNECT tunnel. The intermediaries that cut, time out or buffer a
+//! stream are in `hops.rs`.
 //!
 //! These run whenever the programs are present. Where one is absent they say
 //! so and pass, so a fresh checkout's `cargo test` works; `.ci/run` installs
@@ -10,7 +11,7 @@
 
 mod programs;
 
-use programs::{Running, external, free_port, on_path, temp_dir, wait_for_port};
+use programs::{Running, STARTING, external, free_port, listening, on_path, temp_dir};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,10 +40,6 @@ fn aimock() -> Option<PathBuf> {
 
 fn tinyproxy() -> Option<PathBuf> {
     external("tinyproxy", on_path("tinyproxy"))
-}
-
-fn nginx() -> Option<PathBuf> {
-    external("nginx", on_path("nginx").or_else(|| Some(PathBuf::from("/usr/sbin/nginx")).filter(|p| p.is_file())))
 }
 
 fn row(name: &str, dialect: Dialect, root: &str, proxy: Option<String>) -> ProviderConfig {
@@ -84,10 +81,6 @@ const FIXTURES: &str = r#"{
     { "match": { "userMessage": "limit" }, "response": { "error": { "message": "Rate limit exceeded.", "type": "rate_limit_error", "code": "rate_limit_exceeded" }, "status": 429 } }
   ]
 }"#;
-
-/// Held while a program picks its port and starts listening, so two
-/// tests never race for one port.
-static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn start_aimock(cli: &Path) -> (Running, String) {
     use std::io::BufRead;
@@ -190,13 +183,6 @@ fn start_tinyproxy(program: &Path) -> (Running, u16) {
     (listening(Command::new(program).arg("-d").arg("-c").arg(&config), port), port)
 }
 
-/// `command` started quietly, once it listens on `port`.
-fn listening(command: &mut Command, port: u16) -> Running {
-    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    wait_for_port(port, &mut child, Duration::from_secs(20));
-    Running(child)
-}
-
 /// The healthy scenario through a real forward proxy: the stream arrives
 /// token by token (not buffered), and stopping the proxy breaks the route,
 /// which shows the proxy really carried it.
@@ -218,53 +204,6 @@ async fn streams_arrive_unbuffered_through_a_forward_proxy() {
     let sets = ["FALLBACK_MODELS=off", "RETRY_BUDGET_CONNECTION=0"];
     let (r, _) = call(&rows, Target::new("proxied", "m"), "hi", &sets).await;
     assert_eq!((r.outcome, r.error.unwrap().category), (Outcome::Failed, Category::Connection));
-    rig.server.shutdown().await;
-}
-
-/// nginx as a reverse proxy to `upstream` (`host:port`), one process in the
-/// foreground, giving up on an upstream silent for `read_timeout`.
-fn start_nginx(program: &Path, upstream: &str, read_timeout: &str) -> (Running, u16) {
-    let dir = temp_dir(&format!("nginx-{}", free_port()));
-    let _starting = STARTING.lock().unwrap_or_else(|e| e.into_inner());
-    let port = free_port();
-    let config = dir.join("nginx.conf");
-    let d = dir.display();
-    std::fs::write(
-        &config,
-        format!(
-            "daemon off;\nmaster_process off;\nuser root;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-             events {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-               fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-               server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://{upstream};\n\
-                   proxy_http_version 1.1;\n      proxy_read_timeout {read_timeout};\n    }}\n  }}\n}}\n"
-        ),
-    )
-    .unwrap();
-    (listening(Command::new(program).arg("-p").arg(&dir).arg("-c").arg(&config), port), port)
-}
-
-/// nginx in front of a backend whose first answer takes 3 s, giving up
-/// after 1 s: its own 504 page is a gateway timeout, named nginx with the
-/// knob that ran out, not the provider's server error; the retry, answered
-/// in 200 ms, streams through.
-#[tokio::test]
-async fn an_nginx_504_is_a_gateway_timeout_named_for_nginx() {
-    let Some(program) = nginx() else { return };
-    let rig = rig(builtin("slow-ttfb").unwrap(), Dialect::OpenAiChat).await.unwrap();
-    let root = rig.server.base_url();
-    let rest = root.trim_start_matches("http://");
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let (_nginx, port) = start_nginx(&program, authority, "1s");
-    let rows = [row("behind-nginx", Dialect::OpenAiChat, &format!("http://127.0.0.1:{port}/{path}"), None)];
-    let sets = ["FALLBACK_MODELS=off", "PROVIDER_STREAM_BACKOFF_S=0.05"];
-    let (r, sink) = call(&rows, Target::new("behind-nginx", "m"), "hi", &sets).await;
-    assert_eq!((r.outcome, r.attempts), (Outcome::Ok, 2), "{:?}", r.error);
-    let d = stallscope::diagnosis::diagnose(&sink.events());
-    assert_eq!(d.kind, stallscope::diagnosis::VerdictKind::GatewayTimeout, "{}", d.summary);
-    assert!(d.summary.contains("nginx answered HTTP 504 after 1.0"), "{}", d.summary);
-    let suggestion = d.suggestion.unwrap_or_default();
-    assert!(suggestion.contains("(nginx (`server: nginx/"), "{suggestion}");
-    assert!(suggestion.contains("raise its `proxy_read_timeout`"), "{suggestion}");
     rig.server.shutdown().await;
 }
 

@@ -645,7 +645,9 @@ fn the_overview_legend_names_every_state_within_its_row() {
     let mut h = timeline_harness(timeline);
     h.run();
     let strip = h.get_by_label("Overview of 2 streams").rect();
-    for name in ["where it failed", "a stream that failed", "timer fired", "failover", "backoff", "data", "waiting"] {
+    for name in
+        ["where it failed", "a stream that failed", "timer fired or cut", "failover", "backoff", "data", "waiting"]
+    {
         let key = h.get_by_label(&format!("■ {name}")).rect();
         assert!(key.top() >= strip.top() - 1.0 && key.bottom() <= strip.bottom() + 1.0, "{name}: {key:?} in {strip:?}");
     }

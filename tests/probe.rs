@@ -181,12 +181,13 @@ async fn the_binary_prints_the_matrix_and_exits_non_zero_when_a_route_is_not_rea
     assert_eq!(String::from_utf8_lossy(&json.stderr).trim(), "stallscope: 2 of 4 routes are not ready");
     let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
-    assert_eq!(keys(&value), "context_tokens,ready,routes,routes_total,run_id,stopped");
-    assert_eq!(keys(&value["routes"][0]), "problem,ready,realistic,route,severity,summary,tiny,verdict");
+    assert_eq!(keys(&value), "comparisons,context_tokens,ready,routes,routes_total,run_id,stopped");
+    assert_eq!(keys(&value["routes"][0]), "fixed_cut,problem,ready,realistic,route,severity,summary,tiny,verdict");
     assert_eq!(
         keys(&value["routes"][0]["tiny"]),
-        "attempts,elapsed_ms,outcome,severity,stream,summary,ttfb_ms,verdict"
+        "attempts,elapsed_ms,outcome,severity,silence_ms,stream,summary,ttfb_ms,verdict"
     );
+    assert_eq!(value["comparisons"], serde_json::json!([]), "every route goes the same way: nothing to compare");
     assert_eq!((value["ready"].as_u64(), value["routes_total"].as_u64()), (Some(2), Some(4)));
     assert_eq!(value["routes"][1]["realistic"]["outcome"], "failed");
     assert!(value["routes"][2]["tiny"].is_null() && value["routes"][2]["problem"].is_string(), "{value}");
@@ -227,10 +228,15 @@ async fn every_route_ready_exits_zero() {
         [row("a", &sim, None), row("b", &sim, Some("PROBE_TEST_KEY")), TUNABLES.to_owned()].concat(),
     )
     .unwrap();
-    let args = ["--config", config.to_str().unwrap(), "probe", "--no-record", "--context-tokens", "300"];
+    let args = ["--config", config.to_str().unwrap(), "probe", "--no-record", "--context-tokens", "300", "--compare"];
     let out = stallscope_async(args.iter().map(|a| (*a).to_owned()).collect()).await;
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("2 of 2 routes ready"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("2 of 2 routes ready"), "{text}");
+    assert!(
+        text.ends_with("no endpoint is configured on more than one path (directly and through a proxy) to compare\n"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -273,7 +279,7 @@ fn readiness_serializes_every_field_even_when_empty() {
     let value = serde_json::to_value(&readiness).unwrap();
     assert_eq!(
         value,
-        serde_json::json!({"run_id": null, "context_tokens": 5, "ready": 0, "routes_total": 0, "stopped": false, "routes": []})
+        serde_json::json!({"run_id": null, "context_tokens": 5, "ready": 0, "routes_total": 0, "stopped": false, "routes": [], "comparisons": []})
     );
 }
 

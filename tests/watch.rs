@@ -100,6 +100,21 @@ async fn rounds_are_recorded_as_labelled_runs_and_retention_keeps_the_newest() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A route whose streams a hop cuts after the same silence round after
+/// round is said to be, with the hop's knob (issue 24).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_cut_after_one_silence_every_round_is_said_to_be() {
+    let mut plan = plan("idle-cut", None, Retention::Rounds(5));
+    plan.calls.requests = 1;
+    let (rounds, _) = watch_rounds(&plan, 2, |_| {}).await;
+    assert_eq!(rounds[0].fixed_cuts, Vec::new(), "one cut is no pattern");
+    let said: Vec<String> = rounds[1].fixed_cuts.iter().map(|c| c.sentence("rounds")).collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].starts_with("route sim/sim-model-a: cut at 1.5"), "{}", said[0]);
+    assert!(said[0].contains(" s of silence (±0.0"), "{}", said[0]);
+    assert!(said[0].contains("in 2 of 2 rounds: a hop on this path closes streams idle for 1.5 s"), "{}", said[0]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_cannot_be_written_turns_recording_off_once_and_the_watch_goes_on() {
     let dir = temp_dir("watch-readonly");

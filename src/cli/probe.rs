@@ -20,6 +20,10 @@ A route is ready when both probes end ok and neither verdict is worse than notic
 succeeded with no failure, not even one a retry recovered from. A route whose provider cannot be set \
 up (a key variable not set, a bad URL) is not ready and says why.
 
+With --compare, routes to one endpoint (dialect, base URL and model alike) on different paths \
+(directly and through a proxy, or through two proxies) are compared on the realistic payload: which \
+path a fault follows.
+
 The probe is recorded as one run labelled `probe` (`probe: LABEL` with --label); route i is streams 2i \
 (tiny) and 2i+1 (realistic).
 
@@ -37,6 +41,11 @@ pub struct Args {
     /// stallscope::probe).
     #[arg(long)]
     json: bool,
+    /// Also say, for each endpoint configured on more than one path
+    /// (directly and through a proxy, or through two proxies), which path
+    /// a fault follows.
+    #[arg(long)]
+    compare: bool,
     #[command(flatten)]
     record: RecordArgs,
 }
@@ -67,6 +76,9 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string(&readiness)?)?;
     } else {
         print_matrix(&readiness, out)?;
+        if args.compare {
+            print_comparisons(&readiness, out)?;
+        }
     }
     if readiness.stopped {
         return Err(Stopped.into());
@@ -102,12 +114,27 @@ fn print_matrix(readiness: &Readiness, out: &mut dyn Write) -> Result<()> {
         let why = route.problem.as_deref().or(route.summary.as_deref()).unwrap_or("not probed");
         writeln!(out, "{}: {why}", route.route)?;
     }
+    for cut in readiness.routes.iter().filter_map(|r| r.fixed_cut.as_deref()) {
+        writeln!(out, "{cut}")?;
+    }
     let recorded = readiness.run_id.map(|id| format!("; recorded as run {id}")).unwrap_or_default();
     writeln!(
         out,
         "{} of {} routes ready (realistic payload: {} tokens{recorded})",
         readiness.ready, readiness.routes_total, readiness.context_tokens
     )?;
+    Ok(())
+}
+
+/// Each endpoint reached on more than one path: which path the fault
+/// follows.
+fn print_comparisons(readiness: &Readiness, out: &mut dyn Write) -> Result<()> {
+    if readiness.comparisons.is_empty() {
+        writeln!(out, "no endpoint is configured on more than one path (directly and through a proxy) to compare")?;
+    }
+    for c in &readiness.comparisons {
+        writeln!(out, "{} ({}): {}", c.endpoint, c.model, c.finding)?;
+    }
     Ok(())
 }
 

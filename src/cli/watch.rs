@@ -192,6 +192,9 @@ fn print_event(event: &WatchEvent, out: &mut dyn Write) -> Result<()> {
         None => {}
     }
     writeln!(out, "{line}")?;
+    for cut in &round.fixed_cuts {
+        writeln!(out, "  {}", cut.sentence("rounds"))?;
+    }
     out.flush()?;
     // A database that cannot be written is said once, through
     // `recording`; a round that could not run, or whose old rounds could

@@ -34,6 +34,7 @@ use crate::core::policy::RetrySettings;
 
 use super::facts::{CallFacts, Fired, Try};
 use super::reading::{PEER_HEADERS, Reading, end_of, read};
+use super::regularity::{Regular, silence_of};
 use super::text::{budget, count, fact, percent, secs, timer};
 use super::verdict::{Basis, DeniedBy, Diagnosis, Evidence, Severity, Topic, VerdictKind};
 
@@ -196,8 +197,17 @@ impl<'a> Call<'a> {
     fn ending(&self) -> String {
         let facts = self.facts;
         let Some(finished) = &facts.finished else { return String::new() };
-        let same = self.readings.iter().filter(|r| r.kind == self.readings[self.basis].kind).count();
-        let repeated = if same > 1 { format!(" ({same} attempts alike)") } else { String::new() };
+        let kind = self.readings[self.basis].kind;
+        let alike: Vec<&Reading> = self.readings.iter().filter(|r| r.kind == kind).collect();
+        let silences: Option<Vec<Duration>> = alike.iter().map(|r| r.silence).collect();
+        let shared = silence_of(kind).zip(silences.as_deref().and_then(Regular::of));
+        let repeated = match shared {
+            Some(((what, _), shared)) => {
+                format!(" ({} attempts alike, each after {})", alike.len(), shared.words(what))
+            }
+            None if alike.len() > 1 => format!(" ({} attempts alike)", alike.len()),
+            None => String::new(),
+        };
         let last = facts.tries.last();
         match finished.outcome {
             Outcome::Ok if self.basis + 1 < facts.tries.len() => {
@@ -291,6 +301,7 @@ impl<'a> Call<'a> {
             peer: t.map_or_else(Vec::new, |t| {
                 t.headers.iter().filter(|(name, _)| PEER_HEADERS.contains(&name.as_str())).cloned().collect()
             }),
+            idle_ms: self.reading().and_then(|r| r.silence).map(|d| d.as_secs_f64() * 1000.0),
             denied_by: self.denial.as_ref().map(|d| d.by),
             attempts: attempts(self.facts),
         }

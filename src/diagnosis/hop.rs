@@ -124,6 +124,40 @@ pub fn named_by(headers: &[(String, String)]) -> Option<Hop> {
     })
 }
 
+/// The documented defaults a stream's cut or a gateway's answer lines up
+/// with: an intermediary's timer that fires after a fixed time, from the
+/// research on intermediaries (vendors' pages): low and high ends of the
+/// range in seconds, and whose timers have that default.
+const KNOWN_TIMEOUTS: [(u64, u64, &str); 9] = [
+    (15, 15, "Envoy's route timeout"),
+    (20, 20, "Azure Application Gateway's request timeout"),
+    (30, 30, "the Google Cloud load balancer's backend timeout, Azure Front Door's and CloudFront's origin timeouts"),
+    (55, 55, "Heroku's router"),
+    (60, 60, "nginx's `proxy_read_timeout`, ingress-nginx's and the AWS load balancer's idle timeout"),
+    (100, 125, "Cloudflare's Proxy Read Timeout"),
+    (300, 300, "Envoy's `stream_idle_timeout`"),
+    (350, 350, "the AWS Network Load Balancer's idle timeout"),
+    (900, 900, "Squid's `read_timeout`"),
+];
+
+/// How far a measured time may lie from a default and still be it: a
+/// hop's timer fires on its own event loop's turn and the client reads the
+/// cut a network away, so a second or 3% either side.
+fn slack(seconds: f64) -> f64 {
+    (seconds * 0.03).max(1.0)
+}
+
+/// Whose default timeout `after` is, when it is one of the documented
+/// ones: "nginx's `proxy_read_timeout`, …" for 60.2 s. A match is a hint,
+/// never proof: many timers are set to round numbers.
+pub fn default_matching(after: Duration) -> Option<&'static str> {
+    let seconds = after.as_secs_f64();
+    KNOWN_TIMEOUTS.iter().find_map(|&(low, high, whose)| {
+        let (low, high) = (low as f64, high as f64);
+        (seconds >= low - slack(low) && seconds <= high + slack(high)).then_some(whose)
+    })
+}
+
 impl Hop {
     /// `nginx (server: nginx/1.24.0)`.
     pub fn described(&self) -> String {
@@ -161,6 +195,20 @@ mod tests {
         ];
         for ((name, value), want) in cases {
             assert_eq!(named(&[(name, value)]), want, "{name}: {value}");
+        }
+    }
+
+    #[test]
+    fn a_time_near_a_documented_default_names_whose_it_is() {
+        let whose = |s: f64| default_matching(Duration::from_secs_f64(s));
+        assert!(whose(60.2).is_some_and(|w| w.starts_with("nginx's `proxy_read_timeout`")));
+        assert!(whose(59.1).is_some_and(|w| w.contains("AWS load balancer")));
+        assert_eq!(whose(112.0), Some("Cloudflare's Proxy Read Timeout"));
+        assert_eq!(whose(124.9), Some("Cloudflare's Proxy Read Timeout"));
+        assert_eq!(whose(15.3), Some("Envoy's route timeout"));
+        assert_eq!(whose(905.0), Some("Squid's `read_timeout`"));
+        for other in [2.0, 45.0, 62.5, 200.0] {
+            assert_eq!(whose(other), None, "{other} s is nobody's default");
         }
     }
 

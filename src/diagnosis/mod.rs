@@ -19,11 +19,12 @@
 //! | `silent_stall` | headers or some bytes, then nothing until a timer fired |
 //! | `keepalive_only_stall` | keep-alives but no progress until the data-stall timer fired |
 //! | `no_response` | no response headers before a timer fired |
-//! | `proxy_buffering` | a wait for the first body byte (1 s, or 250 ms behind a `via` / `x-cache`), then most of the body, 5 progress events or more, within 50 ms |
+//! | `proxy_buffering` | a wait for the first body byte (1 s, or 250 ms behind a `via` / `x-cache`), then a reply of 16 progress events or more either whole within 50 ms or in lumps of 8 or more a read; or, when a timer fired, no body byte behind a hop that buffers by default (nginx, Caddy) |
 //! | `slow_drip` | many small reads per parsed event while progress continued |
 //! | `healthy_slow` | healthy but within half a timer's budget of firing, long reasoning, or progress cut by the total timer or the deadline |
 //! | `healthy` | nothing worth naming |
 //! | `reset_mid_stream`, `closed_early` | a reset, or a clean close before the stream was done |
+//! | `idle_cut` | a close or reset after the headers and a second or more of silence, before the stream was done: a hop's idle timer, named by its headers ([`hop`]) and grouped by the silence ([`regularity`]) |
 //! | `keepalive_dead_peer` | the kernel's TCP keepalive or user timeout declared the peer dead |
 //! | `transport_failure` | another transport failure |
 //! | `rate_limited` | a rate limit, with the wait asked for and whether it was honoured or refused by the cap |
@@ -56,6 +57,8 @@ mod facts;
 pub mod hop;
 mod reading;
 mod recorded;
+pub mod regularity;
+mod route_cuts;
 mod summary;
 mod text;
 pub mod verdict;
@@ -67,6 +70,7 @@ pub use call::{UNTRUSTED, unknown};
 pub use collector::Collector;
 pub use course::{AttemptClocks, CourseOutcome, FiredTimer, StreamCourse};
 pub use recorded::RecordedRun;
+pub use route_cuts::{FixedCut, RouteCuts};
 pub use summary::summarize;
 pub use verdict::{
     Basis, CheckedSuggestion, DeniedBy, Diagnosis, Evidence, RunDiagnosis, Severity, Topic, VerdictGroup, VerdictKind,

@@ -45,8 +45,23 @@ const GATEWAY_PAGE_WORDS: [&str; 5] =
     ["upstream request timeout", "upstream connect error", "gateway time-out", "a timeout occurred", "bad gateway"];
 
 /// Progress events a burst must carry to read as a held-back stream rather
-/// than a short answer sent in one piece.
-const BUFFERED_EVENTS: u64 = 5;
+/// than a short answer sent in one piece: a canary's five words or a
+/// probe's one come in fewer, and a fast provider may well send those in
+/// one write after its think time, which no timing can tell from a hop
+/// that held them.
+const BUFFERED_EVENTS: u64 = 16;
+
+/// Progress events a read must carry on average, after a wait, for a body
+/// to read as let go in lumps: a model's stream comes an event or two a
+/// read, a hop releasing its 4 KiB buffer each time it fills (nginx with
+/// its defaults) twenty or more.
+const LUMP_EVENTS: u64 = 8;
+
+/// A close or reset after the headers that followed a silence at least
+/// this long is an idle cut, a hop's timer rather than a break: no
+/// intermediary's idle timer is set shorter, and a break mid-flow (a
+/// provider crashing, a load balancer recycling) comes between bytes.
+const IDLE_CUT_SILENCE: Duration = Duration::from_secs(1);
 
 /// A drip: at least this many reads, this many reads per parsed event, and
 /// reads this small on average (a healthy stream reads about one event,
@@ -82,11 +97,14 @@ pub(super) struct Reading {
     pub suggestion: Option<String>,
     /// The timer that caught it, with its budget.
     pub timer: Option<(TimerKind, Duration)>,
+    /// The silence before an idle cut, or the wait before a gateway
+    /// answered for the provider: what a hop's fixed timer shows as.
+    pub silence: Option<Duration>,
 }
 
 impl Reading {
     fn new(kind: VerdictKind, detail: String) -> Reading {
-        Reading { kind, detail, evidence: Vec::new(), tunable: None, suggestion: None, timer: None }
+        Reading { kind, detail, evidence: Vec::new(), tunable: None, suggestion: None, timer: None, silence: None }
     }
 
     fn governed(mut self, tunable: &'static str, suggestion: impl Into<String>) -> Reading {
@@ -288,26 +306,115 @@ fn timed_out(t: &Try, timer_kind: TimerKind) -> Reading {
             ),
         )
     };
-    // Headers and then not one body byte is how a buffering proxy looks
-    // whichever clock runs out first: the data-stall timer's, with TTFB
-    // off for a large prompt and idle's budget longer, as often as the
-    // others.
-    if matches!(timer_kind, TimerKind::Ttfb | TimerKind::Idle | TimerKind::DataStall)
-        && t.headers_at.is_some()
-        && t.chunks == 0
-    {
-        let hop = t
-            .first_header(&HOP_HEADERS)
-            .map_or_else(|| "see `via`".to_owned(), |(name, value)| format!("{name}: {value}"));
-        reading.suggestion = Some(format!(
-            "headers came but no body byte: a buffering proxy ({hop}) holds streams like this; \
-             if so, raise {tunable} above its delay or switch its buffering off; otherwise a lower {tunable} \
-             notices a dead peer sooner"
-        ));
+    // A held-back stream looks the same whichever clock runs out first:
+    // the data-stall timer's, with TTFB off for a large prompt and idle's
+    // budget longer, as often as the others.
+    if matches!(timer_kind, TimerKind::Ttfb | TimerKind::Idle | TimerKind::DataStall) && t.headers_at.is_some() {
+        if let Some(buffered) = buffered_until(t, &named, tunable) {
+            reading = buffered;
+        } else if t.chunks == 0 {
+            let hop = t
+                .first_header(&HOP_HEADERS)
+                .map_or_else(|| "see `via`".to_owned(), |(name, value)| format!("{name}: {value}"));
+            reading.suggestion = Some(format!(
+                "headers came but no body byte: a buffering proxy ({hop}) holds streams like this; \
+                 if so, raise {tunable} above its delay or switch its buffering off; otherwise a lower {tunable} \
+                 notices a dead peer sooner"
+            ));
+        }
     }
     reading.timer = Some((timer_kind, budget_d));
     reading.evidence.push(fact(Topic::Timing, Some(t.number), Some(fired_at), reading.detail.clone()));
     reading
+}
+
+/// A timer caught a stream a hop was holding back: the body's first byte
+/// came after a long wait as one burst and then nothing more, or no body
+/// byte came at all behind a hop that buffers unless told not to (its
+/// headers name it). `named` is the timer in words.
+fn buffered_until(t: &Try, named: &str, tunable: &'static str) -> Option<Reading> {
+    let hop = hop::named_by(&t.headers);
+    let fired_at = t.stopped_at();
+    let detail = match held_back(t) {
+        Some(held) => format!("{}, {}, then nothing until {named} fired", head_words(t), held.words),
+        None if t.chunks == 0 => {
+            let buffering = hop.as_ref().filter(|hop| hop.unbuffer.is_some())?;
+            let since = t.headers_at.unwrap_or(fired_at);
+            format!(
+                "{}, then no body byte for {} until {named} fired, behind {}, which buffers responses unless told \
+                 not to",
+                head_words(t),
+                secs(fired_at.saturating_sub(since)),
+                buffering.described()
+            )
+        }
+        None => return None,
+    };
+    let unbuffer = unbuffer_words(hop.as_ref());
+    Some(Reading::new(VerdictKind::ProxyBuffering, detail).governed(
+        tunable,
+        format!(
+            "a hop that holds the stream back and lets it go in lumps trips our timers as a stall would: \
+             {unbuffer}, or keep {tunable} above its delay; if its buffering is off, the provider stalled and \
+             a lower {tunable} notices sooner"
+        ),
+    ))
+}
+
+/// A body a hop held back, as its timing shows it.
+struct Held {
+    /// How long the first body byte waited.
+    wait: Duration,
+    /// How the body came, as a clause: "then no body byte until 1.50 s,
+    /// then 2.3 KiB (20 progress events) within 50 ms".
+    words: String,
+}
+
+/// Whether a hop held the body back, and how: a wait of
+/// [`BUFFERED_WAIT_UNNAMED`] (or [`BUFFERED_WAIT`] behind a `via` or
+/// `x-cache`, or a hop that buffers by default) and [`BUFFERED_EVENTS`]
+/// progress events or more, which came either whole (nine tenths of the
+/// bytes within [`BURST_WINDOW`] of the first) or in lumps
+/// ([`LUMP_EVENTS`] progress events a read, the reads as far apart: a hop
+/// letting a buffer go each time it fills).
+fn held_back(t: &Try) -> Option<Held> {
+    let wait = t.offset(t.first_byte_at?);
+    let named =
+        t.first_header(&HOP_HEADERS).is_some() || hop::named_by(&t.headers).is_some_and(|h| h.unbuffer.is_some());
+    let least = if named { BUFFERED_WAIT } else { BUFFERED_WAIT_UNNAMED };
+    if wait < least || t.progress < BUFFERED_EVENTS {
+        return None;
+    }
+    if t.burst_bytes * 10 >= t.bytes * 9 && t.burst_progress >= BUFFERED_EVENTS {
+        let words = format!(
+            "then no body byte until {}, then {} ({}) within {} ms",
+            secs(wait),
+            bytes(t.burst_bytes),
+            count(t.burst_progress, "progress event"),
+            BURST_WINDOW.as_millis()
+        );
+        return Some(Held { wait, words });
+    }
+    (t.progress >= LUMP_EVENTS * t.chunks).then(|| Held {
+        wait,
+        words: format!(
+            "then no body byte until {}, then {} ({}) in {}, up to {} apart",
+            secs(wait),
+            bytes(t.bytes),
+            count(t.progress, "progress event"),
+            count(t.chunks, "read"),
+            secs(t.longest_silence)
+        ),
+    })
+}
+
+/// How to stop the hop holding streams back: its own knob when a header
+/// names it and it has one, else nginx's, the usual culprit.
+fn unbuffer_words(hop: Option<&hop::Hop>) -> String {
+    match hop.and_then(|hop| Some((hop, hop.unbuffer?))) {
+        Some((hop, how)) => format!("switch {}'s buffering off ({how})", hop.name),
+        None => "switch the buffering off (nginx `proxy_buffering off`, `X-Accel-Buffering: no`)".to_owned(),
+    }
 }
 
 /// The throughput floor ended the attempt: progress came, too slowly.
@@ -366,23 +473,9 @@ fn drip_words(t: &Try) -> String {
 fn success(t: &Try) -> Reading {
     let n = Some(t.number);
     let first_byte = t.first_byte_at.map(|at| t.offset(at));
-    if let Some(wait) = first_byte
-        && wait >= if t.first_header(&HOP_HEADERS).is_some() { BUFFERED_WAIT } else { BUFFERED_WAIT_UNNAMED }
-        && t.burst_bytes * 10 >= t.bytes * 9
-        && t.burst_progress >= BUFFERED_EVENTS
-    {
+    if let Some(Held { wait, words }) = held_back(t) {
         let (closest, share) = closest_timer(t, &[(TimerKind::Ttfb, wait), (TimerKind::Idle, t.longest_silence)]);
-        let mut reading = Reading::new(
-            VerdictKind::ProxyBuffering,
-            format!(
-                "{}, then no body byte until {}, then {} ({}) within {} ms",
-                head_words(t),
-                secs(wait),
-                bytes(t.burst_bytes),
-                count(t.burst_progress, "progress event"),
-                BURST_WINDOW.as_millis()
-            ),
-        );
+        let mut reading = Reading::new(VerdictKind::ProxyBuffering, format!("{}, {words}", head_words(t)));
         reading.evidence.push(fact(
             Topic::Body,
             n,
@@ -403,10 +496,7 @@ fn success(t: &Try) -> Reading {
                 format!("the wait used {share} of the {} timer's {}", timer(timer_kind), budget(budget_d)),
             ));
             let hop = hop::named_by(&t.headers);
-            let unbuffer = match hop.as_ref().and_then(|hop| Some((hop, hop.unbuffer?))) {
-                Some((hop, how)) => format!("switch {}'s buffering off ({how})", hop.name),
-                None => "switch the buffering off (nginx `proxy_buffering off`, `X-Accel-Buffering: no`)".to_owned(),
-            };
+            let unbuffer = unbuffer_words(hop.as_ref());
             let who = hop.map_or_else(
                 || "something on the path holds the stream back (see `via`)".to_owned(),
                 |hop| format!("{} may hold the stream back", hop.described()),
@@ -521,7 +611,11 @@ fn transport(t: &Try, kind: TransportKind) -> Reading {
         };
         Reading::new(k, place)
     };
+    let silence = at.saturating_sub(t.last_sign_of_life().unwrap_or(at));
     let mut reading = match kind {
+        TransportKind::Reset | TransportKind::Closed if t.headers_at.is_some() && silence >= IDLE_CUT_SILENCE => {
+            idle_cut(t, kind, silence)
+        }
         TransportKind::Reset | TransportKind::Closed => {
             let kind =
                 if kind == TransportKind::Reset { VerdictKind::ResetMidStream } else { VerdictKind::ClosedEarly };
@@ -540,18 +634,15 @@ fn transport(t: &Try, kind: TransportKind) -> Reading {
                 )
             }
         }
-        TransportKind::KernelTimeout => {
-            let silence = at.saturating_sub(t.last_sign_of_life().unwrap_or(at));
-            Reading::new(
-                VerdictKind::KeepaliveDeadPeer,
-                format!("{when}, {} after the last byte; {}", secs(silence), body_words(t)),
-            )
-            .governed(
-                "STALLSCOPE_TCP_KEEPIDLE_S",
-                "the kernel's keepalive probes (KEEPIDLE + KEEPINTVL × KEEPCNT) found the peer dead before \
+        TransportKind::KernelTimeout => Reading::new(
+            VerdictKind::KeepaliveDeadPeer,
+            format!("{when}, {} after the last byte; {}", secs(silence), body_words(t)),
+        )
+        .governed(
+            "STALLSCOPE_TCP_KEEPIDLE_S",
+            "the kernel's keepalive probes (KEEPIDLE + KEEPINTVL × KEEPCNT) found the peer dead before \
                  our timers did: lower them to notice sooner, or lower STALLSCOPE_SSE_IDLE_TIMEOUT_S",
-            )
-        }
+        ),
         TransportKind::Refused => Reading::new(VerdictKind::Refused, when.clone()).governed(
             "STALLSCOPE_FALLBACK_MODELS",
             "nothing listens at the provider's address: check base_url, or give the call a fallback",
@@ -579,6 +670,58 @@ fn transport(t: &Try, kind: TransportKind) -> Reading {
     };
     reading.evidence.push(fact(Topic::Error, Some(t.number), Some(at), format!("{} {when}", kind.describe())));
     reading
+}
+
+/// The connection was closed or reset after the headers and `silence`
+/// without a byte, before the stream said it was done: a hop's idle timer
+/// (named when a header names it), or the provider closing a quiet
+/// stream. Which of the two, one stream cannot say; a run's streams cut
+/// after the same silence can ([`super::regularity`]).
+fn idle_cut(t: &Try, kind: TransportKind, silence: Duration) -> Reading {
+    let at = t.stopped_at();
+    let how = if kind == TransportKind::Reset { "reset" } else { "closed" };
+    let mut reading = Reading::new(
+        VerdictKind::IdleCut,
+        format!(
+            "the connection was {how} after {} of silence, {} into the attempt; {}, {}",
+            secs(silence),
+            secs(t.offset(at)),
+            head_words(t),
+            body_words(t)
+        ),
+    );
+    reading.silence = Some(silence);
+    let hop = hop::named_by(&t.headers);
+    let knob = match hop.as_ref() {
+        Some(h) => {
+            let timeout = h.timeout.map_or_else(|| "idle timeout".to_owned(), knob_words);
+            format!("{} is on this path: if it cut the stream, raise its {timeout}", h.described())
+        }
+        None => "no header names a hop: if one cut the stream, raise its idle timeout".to_owned(),
+    };
+    reading.evidence.extend(default_evidence(t, silence, "of silence"));
+    let retry = if t.first_content_at.is_some() {
+        "content had streamed, so no retry may restart the answer (partial recovery keeps the text)"
+    } else {
+        "nothing had streamed, so a retry is safe"
+    };
+    let below = Duration::from_secs_f64((silence.as_secs_f64() * 9.5).floor() / 10.0);
+    reading.governed(
+        "STALLSCOPE_SSE_IDLE_TIMEOUT_S",
+        format!(
+            "{knob} above the longest silence expected, have the provider send keep-alives the hop counts as \
+             traffic, or take a route without it; {retry}. `stallscope whatif RUN --set SSE_IDLE_TIMEOUT_S={}` \
+             shows what our idle timer just below the cut would have done",
+            below.as_secs_f64()
+        ),
+    )
+}
+
+/// "60.1 s of silence is the default of nginx's `proxy_read_timeout`, …",
+/// when `took` is a documented default.
+fn default_evidence(t: &Try, took: Duration, what: &str) -> Option<Evidence> {
+    let whose = hop::default_matching(took)?;
+    Some(fact(Topic::Timing, Some(t.number), None, format!("{} {what} is the default of {whose}", secs(took))))
 }
 
 /// The category a failure with this status falls in: the classifier's
@@ -701,7 +844,7 @@ fn gateway_words(t: &Try) -> String {
     let status = t.status.unwrap_or_default();
     let waited = answered_after(t);
     let then = "raise it above this provider's time to first byte, or fail over (STALLSCOPE_FALLBACK_MODELS); \
-                retries under the server-error budget meet the same timeout";
+                retries under the server-error budget meet the same timeout whenever the provider is as slow again";
     match hop::named_by(&t.headers) {
         Some(hop) => {
             let timeout = hop.timeout.map_or_else(|| "timeout".to_owned(), knob_words);
@@ -728,10 +871,15 @@ fn gateway_words(t: &Try) -> String {
     }
 }
 
-/// How long after the attempt's start the answer came (its headers, else
-/// its end), in words.
+/// How long after the attempt's start the answer came: its headers, else
+/// its end.
+fn answered_in(t: &Try) -> Duration {
+    t.offset(t.headers_at.unwrap_or(t.stopped_at()))
+}
+
+/// [`answered_in`], in words.
 fn answered_after(t: &Try) -> String {
-    secs(t.offset(t.headers_at.unwrap_or(t.stopped_at())))
+    secs(answered_in(t))
 }
 
 /// A hop's knob in words: "`proxy_read_timeout` (60.0 s unless set)".
@@ -749,7 +897,8 @@ fn gateway_page(t: &Try) -> bool {
 
 /// A gateway answered for the provider, after this wait: the hop its
 /// headers name (else "a gateway") and the knob of its that ran out. Our
-/// retries meet the same timeout; raising the hop's is the fix.
+/// retries meet the same timeout whenever the provider is as slow again;
+/// raising the hop's is the fix.
 fn gateway_timeout(t: &Try) -> Reading {
     let status = t.status.unwrap_or_default();
     let waited = answered_after(t);
@@ -760,14 +909,17 @@ fn gateway_timeout(t: &Try) -> Reading {
         None => "raise its timeout on the provider".to_owned(),
     };
     let named = hop.as_ref().map_or_else(String::new, |hop| format!(" ({})", hop.described()));
-    Reading::new(
+    let mut reading = Reading::new(
         VerdictKind::GatewayTimeout,
         format!("{who} answered HTTP {status} after {waited} with a page of its own"),
-    )
-    .suggest(format!(
+    );
+    let wait = answered_in(t);
+    reading.silence = Some(wait);
+    reading.evidence.extend(default_evidence(t, wait, "of waiting"));
+    reading.suggest(format!(
         "a hop on the path{named} gave up on the provider before it answered: its timeout is shorter than \
              this provider's time to first byte for this payload. {knob} above it, or take a route without it; \
-             our retries meet the same timeout"
+             our retries meet the same timeout whenever the provider is as slow again"
     ))
 }
 

@@ -3,10 +3,13 @@
 //! budget, the proxy or server that answered, how they ended.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crate::core::event::StreamId;
 
-use super::text::timer;
+use super::hop;
+use super::regularity::{Regular, silence_of};
+use super::text::{secs, timer};
 use super::verdict::{Diagnosis, RunDiagnosis, Severity, VerdictGroup, VerdictKind};
 
 /// Groups `diagnoses` by kind, worst severity first, then largest first.
@@ -43,6 +46,7 @@ fn group(kind: VerdictKind, members: &[(StreamId, &Diagnosis)], total: usize) ->
             break;
         }
     }
+    sentence.push_str(&silence_words(kind, &diagnoses));
     if let Some(caught) = shared(&diagnoses, |d| d.basis.timer) {
         let budgets: Vec<f64> = diagnoses.iter().filter_map(|d| d.basis.timer_budget_ms).collect();
         let (low, high) = budgets.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), &b| (lo.min(b), hi.max(b)));
@@ -77,6 +81,33 @@ fn group(kind: VerdictKind, members: &[(StreamId, &Diagnosis)], total: usize) ->
         tunable: shared(&diagnoses, |d| d.tunable.clone()),
         checked: shared(&diagnoses, |d| d.checked.clone()),
     }
+}
+
+/// For cuts and gateway timeouts, the silence before them: when they all
+/// share one, the hop's timer that it is, named by the headers they share
+/// or by the documented default it matches ("each after 2.00 s of silence
+/// (±0.01 s): a hop on this path closes streams idle for 2 s").
+fn silence_words(kind: VerdictKind, diagnoses: &[&Diagnosis]) -> String {
+    let Some((waited, gives_up)) = silence_of(kind) else { return String::new() };
+    let silences: Vec<Duration> =
+        diagnoses.iter().filter_map(|d| d.basis.idle_ms).map(|ms| Duration::from_secs_f64(ms / 1000.0)).collect();
+    let (Some(low), Some(high)) = (silences.iter().min(), silences.iter().max()) else { return String::new() };
+    let Some(regular) = Regular::of(&silences) else {
+        return if low == high {
+            format!(", after {} {waited}", secs(*low))
+        } else {
+            format!(", after {}–{} {waited}", secs(*low).trim_end_matches(" s"), secs(*high))
+        };
+    };
+    let peer = shared(diagnoses, |d| Some(d.basis.peer.clone())).unwrap_or_default();
+    let whose = match hop::named_by(&peer) {
+        Some(hop) => match hop.timeout {
+            Some(knob) => format!(" ({}'s `{}`, {} unless set)", hop.name, knob.name, secs(knob.default)),
+            None => format!(" ({})", hop.described()),
+        },
+        None => regular.default_words(),
+    };
+    format!(", each after {}: a hop on this path {gives_up} {}{whose}", regular.words(waited), regular.setting())
 }
 
 /// The value every diagnosis has, when they all have the same one.

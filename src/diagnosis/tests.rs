@@ -44,13 +44,37 @@ impl Script {
             .at(ms, EventKind::TimerArmed { timer: TimerKind::DataStall, after: Duration::from_secs(900), floor: None })
     }
 
+    /// `n` progress events 10 ms apart from `from_ms`, as a model streams.
     fn content(&mut self, from_ms: u64, n: u64) -> &mut Script {
+        self.progress_every(from_ms, n, 10)
+    }
+
+    /// `n` progress events 2 ms apart from `from_ms`: a burst, as a hop
+    /// that held them lets them go.
+    fn burst(&mut self, from_ms: u64, n: u64) -> &mut Script {
+        self.progress_every(from_ms, n, 2)
+    }
+
+    /// `n` content events of 120 B, each its own read, `every_ms` apart.
+    fn progress_every(&mut self, from_ms: u64, n: u64, every_ms: u64) -> &mut Script {
         for i in 0..n {
-            let ms = from_ms + i * 10;
+            let ms = from_ms + i * every_ms;
             self.at(ms, EventKind::ChunkReceived { bytes: 120 })
                 .at(ms, EventKind::SseReceived { class: EventClass::Content, chars: 4, progress: true });
         }
         self
+    }
+
+    fn response_headers(&mut self, ms: u64, headers: &[(&str, &str)]) -> &mut Script {
+        let headers = headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
+        self.at(ms, EventKind::ResponseHeaders { headers })
+    }
+
+    /// `timer` (budget `after`) fires at `ms` and ends the attempt.
+    fn fired(&mut self, ms: u64, timer: TimerKind, after: Duration) -> &mut Script {
+        self.at(ms, EventKind::TimerFired { timer, after, lag: None })
+            .at(ms, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer }, stop_reason: None })
+            .classified(ms, Category::Timeout, Some(timer), "builtin: timer fired")
     }
 
     fn classified(&mut self, ms: u64, category: Category, timer: Option<TimerKind>, rule: &str) -> &mut Script {
@@ -389,24 +413,31 @@ fn the_longest_silence_restarts_at_the_headers_as_the_idle_timer_does() {
     assert!(d.summary.contains("the longest silence (40.0 s) used 67% of the idle timer's 60 s"), "{}", d.summary);
 }
 
-/// A healthy attempt whose body came in one burst of 5 events after
-/// `wait_ms`, with `headers` recorded.
-fn burst_after(wait_ms: u64, headers: &[(&str, &str)]) -> Diagnosis {
+/// A healthy attempt whose body came in one burst of `events` progress
+/// events after `wait_ms`, with `headers` recorded.
+fn burst_of(events: u64, wait_ms: u64, headers: &[(&str, &str)]) -> Diagnosis {
     let mut s = Script::new();
-    s.attempt(0, 30).headers(10, 200);
-    let headers = headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
-    s.at(10, EventKind::ResponseHeaders { headers });
-    s.content(wait_ms, 5);
+    s.attempt(0, 30).headers(10, 200).response_headers(10, headers).burst(wait_ms, events);
     s.at(wait_ms + 50, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: None });
     s.finished(wait_ms + 50, Outcome::Ok);
     s.diagnose()
 }
 
-/// Review R5: a fast provider's short answer (a canary's few words after
-/// 400 ms) is not buffering; the same burst behind a `via` is, and so is a
-/// burst after a long wait with no header at all.
+/// A reply long enough to be held back (20 progress events) in one burst.
+fn burst_after(wait_ms: u64, headers: &[(&str, &str)]) -> Diagnosis {
+    burst_of(20, wait_ms, headers)
+}
+
+/// Review R5 and issue 24: a fast provider's short answer is not
+/// buffering, even behind a `via` and after a long think: the canary's own
+/// prompt ("Say hello in five words.": a role chunk and seven deltas) in
+/// one burst after 400 ms, or after 1.5 s; a whole reply in one burst is,
+/// after 400 ms behind a `via` or 1.5 s with no header at all.
 #[test]
 fn a_short_answer_that_came_fast_is_not_proxy_buffering() {
+    let canary = |wait| burst_of(8, wait, &[("via", "1.1 squid")]).kind;
+    assert_eq!(canary(400), VerdictKind::Healthy);
+    assert_eq!(canary(1500), VerdictKind::Healthy);
     assert_eq!(burst_after(400, &[]).kind, VerdictKind::Healthy);
     assert_eq!(burst_after(400, &[("via", "1.1 squid")]).kind, VerdictKind::ProxyBuffering);
     assert_eq!(burst_after(1500, &[]).kind, VerdictKind::ProxyBuffering);
@@ -415,9 +446,7 @@ fn a_short_answer_that_came_fast_is_not_proxy_buffering() {
 /// An answer with `status`, `headers` and `body` after 2 s.
 fn gateway_answer(status: u16, headers: &[(&str, &str)], body: &str) -> Diagnosis {
     let mut s = Script::new();
-    s.attempt(0, 30).headers(2_000, status);
-    let headers = headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
-    s.at(2_000, EventKind::ResponseHeaders { headers });
+    s.attempt(0, 30).headers(2_000, status).response_headers(2_000, headers);
     s.at(2_001, EventKind::ErrorBody { body: body.to_owned(), truncated: false });
     s.at(2_001, EventKind::AttemptEnded { end: AttemptEnd::Status { status }, stop_reason: None });
     s.classified(2_001, Category::ServerError, None, &format!("builtin: status {status}"));
@@ -512,4 +541,175 @@ fn a_gateway_status_names_the_hop_that_may_have_sent_it() {
     assert!(!suggestion.contains("provider's side"), "{suggestion}");
     let provider = answer(500).suggestion.unwrap_or_default();
     assert!(provider.contains("a fault on the provider's side"), "{provider}");
+}
+
+/// A stream with nginx's `headers`, three events from 20 ms (the last at
+/// 40 ms), then the connection ended by `kind` after `silence_ms` more.
+fn cut_after(silence_ms: u64, kind: TransportKind, headers: &[(&str, &str)]) -> Diagnosis {
+    let mut s = Script::new();
+    s.attempt(0, 300).headers(10, 200).response_headers(10, headers).content(20, 3);
+    let at = 40 + silence_ms;
+    s.at(at, EventKind::AttemptEnded { end: AttemptEnd::Transport { kind }, stop_reason: None });
+    s.classified(at, Category::Connection, None, "builtin: connection closed");
+    s.finished(at, Outcome::Partial);
+    s.diagnose()
+}
+
+/// Issue 24: a close or reset after the headers and a silence is an idle
+/// cut, with the silence as its basis, the hop its headers name and its
+/// knob, a documented default the silence matches, and the what-if of our
+/// idle timer just below it; a break between bytes stays what it was.
+#[test]
+fn a_cut_after_a_silence_is_an_idle_cut_naming_the_hop() {
+    let nginx = cut_after(2_000, TransportKind::Closed, &[("server", "nginx/1.22.1")]);
+    assert_eq!(nginx.kind, VerdictKind::IdleCut, "{}", nginx.summary);
+    assert_eq!(nginx.basis.idle_ms, Some(2_000.0));
+    assert!(
+        nginx.summary.contains("the connection was closed after 2.00 s of silence, 2.04 s into"),
+        "{}",
+        nginx.summary
+    );
+    assert_eq!(nginx.tunable.as_deref(), Some("STALLSCOPE_SSE_IDLE_TIMEOUT_S"));
+    let suggestion = nginx.suggestion.unwrap_or_default();
+    assert!(
+        suggestion.starts_with(
+            "nginx (`server: nginx/1.22.1`) is on this path: if it cut the stream, raise its `proxy_read_timeout` \
+             (60.0 s unless set) above the longest silence expected"
+        ),
+        "{suggestion}"
+    );
+    assert!(suggestion.contains("content had streamed, so no retry may restart the answer"), "{suggestion}");
+    assert!(suggestion.contains("`stallscope whatif RUN --set SSE_IDLE_TIMEOUT_S=1.9`"), "{suggestion}");
+
+    let alb = cut_after(60_100, TransportKind::Reset, &[]);
+    assert_eq!(alb.kind, VerdictKind::IdleCut);
+    assert!(alb.summary.contains("the connection was reset after 60.1 s of silence"), "{}", alb.summary);
+    assert!(alb.suggestion.unwrap_or_default().starts_with("no header names a hop"));
+    assert!(
+        alb.evidence
+            .iter()
+            .any(|e| e.text.starts_with("60.1 s of silence is the default of nginx's `proxy_read_timeout`")),
+        "{:?}",
+        alb.evidence
+    );
+
+    assert_eq!(cut_after(200, TransportKind::Closed, &[]).kind, VerdictKind::ClosedEarly);
+    assert_eq!(cut_after(200, TransportKind::Reset, &[]).kind, VerdictKind::ResetMidStream);
+}
+
+/// A run's idle cuts after one silence say so, with the hop's knob; cuts
+/// after scattered silences give the range and claim no timer.
+#[test]
+fn cuts_after_one_silence_are_grouped_as_a_hop_s_timer() {
+    let nginx = [("server", "nginx/1.22.1")];
+    let regular: Vec<(u64, Diagnosis)> = [2_000, 2_010, 1_995, 2_050]
+        .into_iter()
+        .enumerate()
+        .map(|(i, ms)| (i as u64, cut_after(ms, TransportKind::Closed, &nginx)))
+        .collect();
+    let run = summarize(&regular);
+    let summary = &run.groups[0].summary;
+    assert!(
+        summary.starts_with(
+            "4 of 4 streams: idle cut from the same server (server: nginx/1.22.1), each after 2.02 s of silence \
+             (±0.03 s): a hop on this path closes streams idle for 2 s (nginx's `proxy_read_timeout`, 60.0 s unless set)"
+        ),
+        "{summary}"
+    );
+    let scattered: Vec<(u64, Diagnosis)> = [1_200, 5_000]
+        .into_iter()
+        .enumerate()
+        .map(|(i, ms)| (i as u64, cut_after(ms, TransportKind::Closed, &[])))
+        .collect();
+    let summary = &summarize(&scattered).groups[0].summary;
+    assert!(summary.starts_with("2 of 2 streams: idle cut, after 1.20–5.00 s of silence"), "{summary}");
+    assert!(!summary.contains("a hop on this path"), "{summary}");
+}
+
+/// Issue 24: a hop that holds a stream back reads as buffering whichever
+/// clock caught it: no body byte behind nginx until the data-stall timer
+/// fired (TTFB off for a large prompt), or a whole reply in one burst after
+/// a long wait and then nothing until the idle timer fired.
+#[test]
+fn a_buffering_hop_caught_by_another_clock_is_proxy_buffering() {
+    let mut s = Script::new();
+    s.attempt(0, 1800).headers(10, 200).response_headers(10, &[("server", "nginx/1.22.1")]);
+    s.fired(5_010, TimerKind::DataStall, Duration::from_secs(5)).finished(5_010, Outcome::Failed);
+    let d = s.diagnose();
+    assert_eq!(d.kind, VerdictKind::ProxyBuffering, "{}", d.summary);
+    assert!(
+        d.summary.contains(
+            "then no body byte for 5.00 s until the data-stall timer (5 s) fired, behind nginx (`server: \
+             nginx/1.22.1`), which buffers responses unless told not to"
+        ),
+        "{}",
+        d.summary
+    );
+    let suggestion = d.suggestion.unwrap_or_default();
+    assert!(suggestion.contains("switch nginx's buffering off (`proxy_buffering off`"), "{suggestion}");
+    assert!(suggestion.contains("if its buffering is off, the provider stalled"), "{suggestion}");
+    assert_eq!(d.basis.timer, Some(TimerKind::DataStall));
+
+    let mut s = Script::new();
+    s.attempt(0, 30).headers(10, 200).burst(1_500, 20);
+    s.fired(31_538, TimerKind::Idle, Duration::from_secs(30)).finished(31_538, Outcome::Partial);
+    let d = s.diagnose();
+    assert_eq!(d.kind, VerdictKind::ProxyBuffering, "{}", d.summary);
+    assert!(
+        d.summary.contains("then 2.3 KiB (20 progress events) within 50 ms, then nothing until the idle"),
+        "{}",
+        d.summary
+    );
+}
+
+/// A gateway's 504 after the same wait on both attempts says so.
+#[test]
+fn a_gateway_timeout_on_every_attempt_after_one_wait_says_so() {
+    let page = "<html><body><h1>504 Gateway Time-out</h1></body></html>";
+    let mut s = Script::new();
+    for (n, start) in [(1, 0), (2, 2_100)] {
+        s.attempt(start, 30).headers(start + 2_000, 504).response_headers(start + 2_000, &[("server", "nginx")]);
+        s.at(start + 2_001, EventKind::ErrorBody { body: page.to_owned(), truncated: false });
+        s.at(start + 2_001, EventKind::AttemptEnded { end: AttemptEnd::Status { status: 504 }, stop_reason: None });
+        s.classified(start + 2_001, Category::ServerError, None, "builtin: status 504");
+        if n == 1 {
+            s.at(start + 2_001, backoff(1, Category::ServerError));
+        }
+    }
+    s.finished(4_101, Outcome::Failed);
+    let d = s.diagnose();
+    assert_eq!(d.kind, VerdictKind::GatewayTimeout, "{}", d.summary);
+    assert!(d.summary.contains("(2 attempts alike, each after 2.00 s of waiting (±0.00 s))"), "{}", d.summary);
+}
+
+/// nginx with its defaults lets a held reply go a 4 KiB buffer at a time:
+/// 43 progress events in 2 reads after a 1.18 s wait is buffering; the
+/// same events two a read, as a fast model's reads carry them, is not.
+#[test]
+fn a_reply_let_go_in_lumps_is_proxy_buffering() {
+    let lumps = |reads: &[(u64, u64)]| {
+        let mut s = Script::new();
+        s.attempt(0, 30).headers(1_180, 200).response_headers(1_180, &[("server", "nginx/1.22.1")]);
+        for &(ms, events) in reads {
+            s.at(ms, EventKind::ChunkReceived { bytes: 170 * events as usize });
+            for _ in 0..events {
+                s.at(ms, EventKind::SseReceived { class: EventClass::Content, chars: 6, progress: true });
+            }
+        }
+        let end = reads.last().unwrap().0;
+        s.at(end, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: None });
+        s.finished(end, Outcome::Ok);
+        s.diagnose()
+    };
+    let nginx = lumps(&[(1_180, 23), (2_060, 20)]);
+    assert_eq!(nginx.kind, VerdictKind::ProxyBuffering, "{}", nginx.summary);
+    assert!(
+        nginx.summary.contains(
+            "then no body byte until 1.18 s, then 7.1 KiB (43 progress events) in 2 reads, up to 1.18 s apart"
+        ),
+        "{}",
+        nginx.summary
+    );
+    let paired: Vec<(u64, u64)> = (0..20).map(|i| (1_180 + i * 45, 2)).collect();
+    assert_eq!(lumps(&paired).kind, VerdictKind::Healthy);
 }

@@ -41,6 +41,10 @@ pub enum VerdictKind {
     ResetMidStream,
     /// The body ended cleanly before the stream said it was done.
     ClosedEarly,
+    /// The connection was closed or reset mid-response, after the headers
+    /// and before the stream said it was done, after a silence: what a
+    /// hop's idle timer does (`basis.idle_ms` is the silence).
+    IdleCut,
     /// The kernel declared the connection dead (TCP keepalive probes or
     /// `TCP_USER_TIMEOUT`), not one of our timers.
     KeepaliveDeadPeer,
@@ -98,7 +102,7 @@ pub enum VerdictKind {
 
 impl VerdictKind {
     /// Every kind, in a stable order (the documented list).
-    pub const ALL: [VerdictKind; 31] = [
+    pub const ALL: [VerdictKind; 32] = [
         VerdictKind::SilentStall,
         VerdictKind::KeepaliveOnlyStall,
         VerdictKind::NoResponse,
@@ -109,6 +113,7 @@ impl VerdictKind {
         VerdictKind::Healthy,
         VerdictKind::ResetMidStream,
         VerdictKind::ClosedEarly,
+        VerdictKind::IdleCut,
         VerdictKind::KeepaliveDeadPeer,
         VerdictKind::TransportFailure,
         VerdictKind::RateLimited,
@@ -145,6 +150,7 @@ impl VerdictKind {
             VerdictKind::Healthy => "healthy",
             VerdictKind::ResetMidStream => "reset_mid_stream",
             VerdictKind::ClosedEarly => "closed_early",
+            VerdictKind::IdleCut => "idle_cut",
             VerdictKind::KeepaliveDeadPeer => "keepalive_dead_peer",
             VerdictKind::TransportFailure => "transport_failure",
             VerdictKind::RateLimited => "rate_limited",
@@ -182,6 +188,7 @@ impl VerdictKind {
             VerdictKind::Healthy => "healthy",
             VerdictKind::ResetMidStream => "connection reset",
             VerdictKind::ClosedEarly => "closed early",
+            VerdictKind::IdleCut => "idle cut",
             VerdictKind::KeepaliveDeadPeer => "dead peer found by TCP keepalive",
             VerdictKind::TransportFailure => "transport failure",
             VerdictKind::RateLimited => "rate limited",
@@ -331,6 +338,11 @@ pub struct Basis {
     /// The response headers that name who answered (`server`, `via`,
     /// `x-cache`), lower-case, as received.
     pub peer: Vec<(String, String)>,
+    /// The silence that ended in a cut (`idle_cut`), or the wait before
+    /// a gateway answered for the provider (`gateway_timeout`), in
+    /// milliseconds: what a hop's fixed timer shows as.
+    #[serde(default)]
+    pub idle_ms: Option<f64>,
     /// The limit that refused the last retry, when one did.
     pub denied_by: Option<DeniedBy>,
     /// Attempts the call made.
@@ -366,6 +378,25 @@ pub struct Diagnosis {
     pub trusted: bool,
     /// What the verdict rests on.
     pub basis: Basis,
+}
+
+#[cfg(test)]
+impl Diagnosis {
+    /// A verdict of `kind` and `severity` with its kind's label for a
+    /// summary and nothing else, for tests that need one to hold.
+    pub(crate) fn bare(kind: VerdictKind, severity: Severity) -> Diagnosis {
+        Diagnosis {
+            kind,
+            severity,
+            summary: kind.label().to_owned(),
+            evidence: Vec::new(),
+            tunable: None,
+            suggestion: None,
+            checked: None,
+            trusted: true,
+            basis: Basis::default(),
+        }
+    }
 }
 
 /// A suggestion checked by what-if on the recorded run: "SSE_IDLE_TIMEOUT_S=2

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use egui_plot::PlotPoint;
 
 use crate::core::category::{Category, TimerKind};
-use crate::core::event::{Event, EventClass, EventKind, Outcome, SleepReason, StreamId};
+use crate::core::event::{AttemptEnd, Event, EventClass, EventKind, Outcome, SleepReason, StreamId};
+use crate::core::failure::TransportKind;
 use crate::core::rate_window::RateWindow;
 use crate::diagnosis::{Diagnosis, VerdictKind};
 
@@ -99,6 +100,10 @@ pub struct Lane {
     /// Where output arrived all at once (a buffering proxy releasing a
     /// whole answer): [`BURST_EVENTS`] output events within [`BURST_WINDOW_S`].
     pub bursts: Vec<Mark>,
+    /// Where the connection was closed or reset before the stream was
+    /// done, with the silence before it (a hop's idle timer shows as the
+    /// same silence on every cut).
+    pub cuts: Vec<Mark>,
     /// The stream's events in order, for hovering and the detail panel:
     /// each event other than data as it came, and each run of data
     /// (chunks, parsed stream events) between two of them folded into one
@@ -116,6 +121,9 @@ pub struct Lane {
     pub target: String,
     /// Attempts started.
     pub attempt_count: u32,
+    /// When the attempt last showed life (its start, its headers, its
+    /// last byte), where a silence that ends in a cut began.
+    last_sign_s: f64,
     open: [Option<usize>; TIMER_KINDS],
 }
 
@@ -531,6 +539,7 @@ struct LaneCheckpoint {
     retries: BTreeMap<Category, u32>,
     target: String,
     attempt_count: u32,
+    last_sign_s: f64,
     open: [Option<usize>; TIMER_KINDS],
     /// The armed timers: the only tracks that change after they are pushed.
     armed: Vec<ArmedTrack>,
@@ -558,7 +567,7 @@ struct ArmedTrack {
 }
 
 /// The number of series a lane grows (see [`Lane::series_lengths`]).
-const SERIES: usize = 12;
+const SERIES: usize = 13;
 
 impl Timeline {
     /// Where this timeline stands now, to [`rewind`](Self::rewind) to later.
@@ -610,6 +619,7 @@ impl Lane {
         self.last_s = self.last_s.max(at);
         match &event.kind {
             EventKind::ChunkReceived { bytes } => {
+                self.last_sign_s = at;
                 self.total_bytes += *bytes as u64;
                 self.bytes.push(PlotPoint::new(at, self.total_bytes as f64));
                 self.reset(TimerKind::Idle, at);
@@ -652,12 +662,22 @@ impl Lane {
                 self.fired.push(Mark { at_s: at, text: format!("{timer} timer fired") });
             }
             EventKind::AttemptStarted { target, .. } => {
+                self.last_sign_s = at;
                 self.close_all(at);
                 self.attempt_count = event.attempt.max(self.attempt_count + 1);
                 self.target = target.to_string();
                 self.attempts.push(Mark { at_s: at, text: format!("attempt {} → {target}", self.attempt_count) });
             }
             EventKind::CallStarted { target, .. } => self.target = target.to_string(),
+            EventKind::HeadersReceived { .. } => self.last_sign_s = at,
+            EventKind::AttemptEnded {
+                end: AttemptEnd::Transport { kind: kind @ (TransportKind::Closed | TransportKind::Reset) },
+                ..
+            } => {
+                let how = if *kind == TransportKind::Reset { "reset" } else { "closed" };
+                let text = format!("{how} after {:.2} s of silence", at - self.last_sign_s);
+                self.cuts.push(Mark { at_s: at, text });
+            }
             EventKind::PhaseChanged { phase: crate::core::event::AttemptPhase::Done } => self.close_all(at),
             EventKind::ErrorClassified { category, timer, rule, .. } => {
                 self.close_all(at);
@@ -744,6 +764,7 @@ impl Lane {
             fired,
             low_buckets,
             bursts,
+            cuts,
             log,
             outcome: _,
             finished_s: _,
@@ -751,6 +772,7 @@ impl Lane {
             retries: _,
             target: _,
             attempt_count: _,
+            last_sign_s: _,
             open: _,
         } = self;
         [
@@ -765,6 +787,7 @@ impl Lane {
             fired.len(),
             low_buckets.len(),
             bursts.len(),
+            cuts.len(),
             log.len(),
         ]
     }
@@ -794,6 +817,7 @@ impl Lane {
             retries: self.retries.clone(),
             target: self.target.clone(),
             attempt_count: self.attempt_count,
+            last_sign_s: self.last_sign_s,
             open: self.open,
             armed,
             last_data: match self.log.last() {
@@ -804,7 +828,7 @@ impl Lane {
     }
 
     fn rewind(&mut self, mark: &LaneCheckpoint) {
-        let [bytes, output, keepalive, lifecycle, timers, sleeps, attempts, hops, fired, low, bursts, log] =
+        let [bytes, output, keepalive, lifecycle, timers, sleeps, attempts, hops, fired, low, bursts, cuts, log] =
             mark.lengths;
         self.bytes.truncate(bytes);
         self.output_ticks.truncate(output);
@@ -817,6 +841,7 @@ impl Lane {
         self.fired.truncate(fired);
         self.low_buckets.truncate(low);
         self.bursts.truncate(bursts);
+        self.cuts.truncate(cuts);
         self.log.truncate(log);
         if let (Some(was), Some(LogEntry { what: Logged::Data(run), .. })) = (mark.last_data, self.log.last_mut()) {
             *run = was;
@@ -841,6 +866,7 @@ impl Lane {
         self.retries.clone_from(&mark.retries);
         self.target.clone_from(&mark.target);
         self.attempt_count = mark.attempt_count;
+        self.last_sign_s = mark.last_sign_s;
         self.open = mark.open;
     }
 
@@ -1230,6 +1256,22 @@ mod tests {
         assert!((deadline.progress[1].x - 1.3).abs() < 1e-9 && (deadline.progress[1].y - 0.13).abs() < 1e-9);
     }
 
+    /// A connection closed before the stream was done is marked with the
+    /// silence before it, from the attempt's last sign of life.
+    #[test]
+    fn a_cut_is_marked_with_the_silence_before_it() {
+        let closed =
+            EventKind::AttemptEnded { end: AttemptEnd::Transport { kind: TransportKind::Closed }, stop_reason: None };
+        let events = [
+            event(0, 0, 1, EventKind::AttemptStarted { target: Target::new("p", "m"), credential: None }),
+            event(10, 0, 1, EventKind::HeadersReceived { status: 200, content_type: None }),
+            event(90, 0, 1, EventKind::ChunkReceived { bytes: 100 }),
+            event(2_010, 0, 1, closed),
+        ];
+        let timeline = Timeline::from_events("x", &events);
+        assert_eq!(timeline.lanes[0].cuts, [Mark { at_s: 2.01, text: "closed after 1.92 s of silence".into() }]);
+    }
+
     #[test]
     fn a_bucket_running_low_is_marked_and_described() {
         let mut events = stalled_then_ok();
@@ -1284,17 +1326,7 @@ mod tests {
     }
 
     fn verdict(kind: VerdictKind) -> Diagnosis {
-        Diagnosis {
-            kind,
-            severity: crate::diagnosis::Severity::Recovered,
-            summary: kind.label().to_owned(),
-            evidence: Vec::new(),
-            tunable: None,
-            suggestion: None,
-            checked: None,
-            trusted: true,
-            basis: crate::diagnosis::Basis::default(),
-        }
+        Diagnosis::bare(kind, crate::diagnosis::Severity::Recovered)
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub enum Heat {
     Lost,
     /// A failover hop.
     Hop,
-    /// A timer fired.
+    /// A timer fired, or the connection was cut: where an attempt broke.
     Fired,
     /// The stream failed here.
     Failed,
@@ -71,7 +71,7 @@ impl Heat {
             Heat::Backoff => "backoff",
             Heat::Lost => "a stream that failed",
             Heat::Hop => "failover",
-            Heat::Fired => "timer fired",
+            Heat::Fired => "timer fired or cut",
             Heat::Failed => "where it failed",
         }
     }
@@ -145,7 +145,7 @@ impl Grid {
         for hop in &lane.hops {
             mark(column(hop.at_s), column(hop.at_s), Heat::Hop);
         }
-        for fired in &lane.fired {
+        for fired in lane.fired.iter().chain(&lane.cuts) {
             mark(column(fired.at_s), column(fired.at_s), Heat::Fired);
         }
         if let (Some(Outcome::Failed), Some(at)) = (lane.outcome, lane.finished_s) {

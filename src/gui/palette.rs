@@ -229,6 +229,8 @@ pub mod shape {
     pub const LOW_BUCKET: MarkerShape = MarkerShape::Down;
     /// A burst.
     pub const BURST: MarkerShape = MarkerShape::Asterisk;
+    /// The connection cut before the stream was done.
+    pub const CUT: MarkerShape = MarkerShape::Square;
 }
 
 /// How an event tick is drawn: a bar this tall (pixels), its middle this
@@ -276,6 +278,7 @@ pub fn legend(ui: &mut Ui) {
                 (Sample::Marker(colours.hop, shape::HOP), "failover"),
                 (Sample::Marker(colours.low_bucket, shape::LOW_BUCKET), "rate limit low"),
                 (Sample::Marker(colours.fired, shape::FIRED), "timer fired"),
+                (Sample::Marker(colours.fired, shape::CUT), "connection cut (after its silence)"),
             ];
             for (sample, text) in entries {
                 entry(ui, sample, text);
@@ -355,6 +358,9 @@ fn marker(painter: &Painter, c: Pos2, r: f32, colour: Color32, shape: MarkerShap
         MarkerShape::Cross => {
             painter.line_segment([at(-1.0, -1.0), at(1.0, 1.0)], stroke);
             painter.line_segment([at(-1.0, 1.0), at(1.0, -1.0)], stroke);
+        }
+        MarkerShape::Square => {
+            painter.rect_filled(egui::Rect::from_two_pos(at(-0.8, -0.8), at(0.8, 0.8)), 0.0, colour);
         }
         _ => {
             for (x, y) in [(0.0, 1.0), (0.87, 0.5), (0.87, -0.5)] {
@@ -471,7 +477,7 @@ mod tests {
 
     #[test]
     fn point_events_have_shapes_of_their_own_and_ticks_heights_and_rows() {
-        let shapes = [shape::FIRED, shape::HOP, shape::LOW_BUCKET, shape::BURST];
+        let shapes = [shape::FIRED, shape::HOP, shape::LOW_BUCKET, shape::BURST, shape::CUT];
         for (i, a) in shapes.iter().enumerate() {
             assert!(!shapes[i + 1..].contains(a), "{a:?} used twice");
         }

@@ -1200,6 +1200,7 @@ fn draw_lane(
         (&lane.low_buckets, "rate limit low", 0.9, colours.low_bucket, 5.0, shape::LOW_BUCKET, None),
         (&lane.bursts, "burst", 0.5, colours.burst, 8.0, shape::BURST, Some(1)),
         (&lane.hops, "failover", 0.5, colours.hop, 6.0, shape::HOP, Some(1)),
+        (&lane.cuts, "cut", 0.8, colours.fired, 6.0, shape::CUT, Some(1)),
     ];
     for (marks, name, y, colour, radius, marker, row) in kinds {
         let shown: Vec<&super::lanes::Mark> = marks.iter().filter(|m| visible(m.at_s, m.at_s)).collect();
@@ -1307,20 +1308,10 @@ mod tests {
     fn compared_runs_keep_each_streams_pair_together_under_any_sort() {
         use crate::core::event::{Event, EventKind};
         use crate::core::failover::Target;
-        use crate::diagnosis::{Basis, Severity};
+        use crate::diagnosis::Severity;
         use std::time::Duration;
 
-        let verdict = |severity| Diagnosis {
-            kind: VerdictKind::Healthy,
-            severity,
-            summary: String::new(),
-            evidence: Vec::new(),
-            tunable: None,
-            suggestion: None,
-            checked: None,
-            trusted: true,
-            basis: Basis::default(),
-        };
+        let verdict = |severity| Diagnosis::bare(VerdictKind::Healthy, severity);
         let side = |label: &str, failed: StreamId| {
             let mut events = Vec::new();
             for stream in 0..2 {

@@ -173,19 +173,13 @@ pub fn set_lines(diagnosis: &Diagnosis) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnosis::{Basis, CheckedSuggestion};
+    use crate::diagnosis::CheckedSuggestion;
 
     fn verdict(kind: VerdictKind, severity: Severity, suggestion: Option<&str>) -> Diagnosis {
         Diagnosis {
-            kind,
-            severity,
             summary: "summary".into(),
-            evidence: Vec::new(),
-            tunable: None,
             suggestion: suggestion.map(str::to_owned),
-            checked: None,
-            trusted: true,
-            basis: Basis::default(),
+            ..Diagnosis::bare(kind, severity)
         }
     }
 

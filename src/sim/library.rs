@@ -39,6 +39,7 @@ library!(
     "malformed-long-line",
     "malformed-missing-data",
     "closed-early",
+    "idle-cut",
     "slow-first-token",
 );
 

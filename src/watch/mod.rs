@@ -42,6 +42,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::failover::Target;
+use crate::diagnosis::{FixedCut, RouteCuts};
 use crate::export::otlp::{self, Destination, OtlpError, Sender, Sent};
 use crate::metrics::{Metrics, MetricsServer, RoundResult, ServeError};
 use crate::probe::{self, Readiness};
@@ -114,6 +115,9 @@ pub struct RoundReport {
     pub recording: Option<RecordingChange>,
     /// Rounds retention deleted after it.
     pub deleted: Vec<RunId>,
+    /// The routes whose streams, over the latest rounds, were cut (or
+    /// answered by a gateway) after one fixed silence: a hop's timer.
+    pub fixed_cuts: Vec<FixedCut>,
     /// Its traces sent to the OTLP endpoint, or why they were not; `None`
     /// without an endpoint or a record to send.
     pub traces: Option<Result<Sent, String>>,
@@ -169,7 +173,7 @@ pub async fn watch(
     };
     // A bad endpoint would fail every round the same way.
     let sender = plan.otlp.as_ref().map(Destination::sender).transpose()?;
-    let mut watcher = Watcher { plan, env, metrics, recording: true, sender };
+    let mut watcher = Watcher { plan, env, metrics, recording: true, sender, cuts: RouteCuts::default() };
     let mut schedule = Schedule::new(plan.every);
     let mut rounds = 0;
     while let Some(slot) = schedule.next(cancel).await {
@@ -207,6 +211,8 @@ struct Watcher<'a> {
     recording: bool,
     /// Sends recorded rounds' traces to the OTLP endpoint.
     sender: Option<Sender>,
+    /// The latest rounds' cuts, by route.
+    cuts: RouteCuts,
 }
 
 impl Watcher<'_> {
@@ -242,6 +248,9 @@ impl Watcher<'_> {
             }
             Err(error) => (RoundResult::Failed, None, Some(error.to_string()), Some(error)),
         };
+        if let Some(report) = &report {
+            self.cuts.push_run(report.streams.iter().filter_map(|s| s.diagnosis.as_ref()));
+        }
         let mut change = None;
         if plan.db.is_some() && result != RoundResult::Failed {
             let recorded = result == RoundResult::Recorded;
@@ -279,6 +288,7 @@ impl Watcher<'_> {
                 error,
                 recording: change,
                 deleted,
+                fixed_cuts: self.cuts.fixed(),
                 traces,
                 took,
             },

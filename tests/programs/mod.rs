@@ -45,6 +45,18 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Held while a program picks its port and starts listening, so two
+/// tests never race for one port.
+pub static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `command` started quietly, once it listens on `port`.
+pub fn listening(command: &mut std::process::Command, port: u16) -> Running {
+    use std::process::Stdio;
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_for_port(port, &mut child, Duration::from_secs(20));
+    Running(child)
+}
+
 /// Waits until `child` listens on `port`, for at most `limit`.
 pub fn wait_for_port(port: u16, child: &mut Child, limit: Duration) {
     let deadline = Instant::now() + limit;
