@@ -330,10 +330,14 @@ async fn squid_streams_and_cuts_quiet_streams_after_its_read_timeout() {
     sim.shutdown().await;
 }
 
-/// Caddy as a reverse proxy in front of `upstream`, with its defaults.
-fn start_caddy(upstream: &str) -> Option<(Running, u16)> {
+/// Caddy as a reverse proxy in front of `upstream`, its `reverse_proxy`
+/// block given `options` (`""`: its defaults).
+fn start_caddy(upstream: &str, options: &str) -> Option<(Running, u16)> {
     let config = |port, _: &Path| {
-        format!("{{\n  admin off\n  auto_https off\n}}\nhttp://127.0.0.1:{port} {{\n  reverse_proxy {upstream}\n}}\n")
+        format!(
+            "{{\n  admin off\n  auto_https off\n}}\nhttp://127.0.0.1:{port} {{\n  reverse_proxy {upstream} {{\n\
+             {options}\n  }}\n}}\n"
+        )
     };
     start("caddy", "Caddyfile", config, |command, dir, file| {
         command
@@ -349,12 +353,26 @@ fn start_caddy(upstream: &str) -> Option<(Running, u16)> {
 #[tokio::test]
 async fn caddy_streams_an_event_stream_unbuffered() {
     let (sim, upstream) = simulator(LONG_REPLY).await;
-    let Some((_caddy, port)) = start_caddy(&upstream) else { return };
+    let Some((_caddy, port)) = start_caddy(&upstream, "") else { return };
     let run = calls(row(&format!("http://127.0.0.1:{port}"), None), 1, &HOP_CUTS).await;
     let d = run.verdict(1);
     assert_eq!((run.reports[0].outcome, d.kind), (Outcome::Ok, VerdictKind::Healthy), "{}", d.summary);
     assert!(d.basis.peer.iter().any(|(n, v)| n == "server" && v == "Caddy"), "{:?}", d.basis.peer);
     assert!(run.content_spread(1) >= Duration::from_secs(1), "Caddy held the tokens back");
+    sim.shutdown().await;
+}
+
+/// Caddy has no read timeout unless given one; with its transport's
+/// `read_timeout 2s` it cuts quiet streams after 2 s of silence, and its
+/// `server` header names it.
+#[tokio::test]
+async fn caddy_with_a_read_timeout_cuts_quiet_streams() {
+    let (sim, upstream) = simulator(GOES_QUIET).await;
+    let Some((_caddy, port)) = start_caddy(&upstream, "transport http {\n      read_timeout 2s\n    }") else { return };
+    let run = calls(row(&format!("http://127.0.0.1:{port}"), None), 3, &HOP_CUTS).await;
+    let summary = cut_alike(&run, TWO_SECONDS);
+    assert!(summary.contains("from the same server (server: Caddy)"), "{summary}");
+    assert!(summary.contains("closes streams idle for 2 s (Caddy, named by `server: Caddy`)"), "{summary}");
     sim.shutdown().await;
 }
 

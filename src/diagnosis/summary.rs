@@ -103,7 +103,7 @@ fn silence_words(kind: VerdictKind, diagnoses: &[&Diagnosis]) -> String {
     let whose = match hop::named_by(&peer) {
         Some(hop) => match hop.timeout {
             Some(knob) => format!(" ({}'s `{}`, {} unless set)", hop.name, knob.name, secs(knob.default)),
-            None => format!(" ({})", hop.described()),
+            None => format!(" ({}, named by `{}: {}`)", hop.name, hop.header.0, hop.header.1),
         },
         None => regular.default_words(),
     };
