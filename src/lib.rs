@@ -34,6 +34,7 @@ pub mod diagnosis;
 pub mod export;
 pub mod gui;
 pub mod metrics;
+pub mod observe;
 pub mod probe;
 pub mod providers;
 pub mod recorder;

@@ -29,7 +29,7 @@ use crate::core::transport::ClientCache;
 use crate::diagnosis::{Collector, Diagnosis, diagnose};
 use crate::providers::Dialect;
 use crate::providers::setup::{ProviderConfig, SetupError, key_counts};
-use crate::recorder::{Recorder, RecorderOptions};
+use crate::recorder::{Recorder, RecorderHandle, RecorderOptions, RecorderSink};
 use crate::report::RunReport;
 use crate::run::{RigError, RunPlan, ScenarioRig, executor, recommended_tunables, rig};
 use crate::sim::{Scenario, SimError, builtin};
@@ -226,15 +226,7 @@ pub async fn run_call_list_recorded(
                 RunStart::new(recording.label.clone(), list.scenario.clone(), &settings.tunables, &list.providers)
                     .with_meta(meta)
                     .in_batch(recording.batch);
-            let flush = settings.tunables.get("STALLSCOPE_RECORDER_FLUSH_MS").value.as_i64().unsigned_abs();
-            let body_mb = settings.tunables.get("STALLSCOPE_RECORDER_BODY_BUDGET_MB").value.as_i64().unsigned_abs();
-            let options = RecorderOptions {
-                flush_interval: Duration::from_millis(flush),
-                body_budget: body_mb << 20,
-                ..RecorderOptions::default()
-            };
-            let db = recording.db.clone();
-            Some(blocking(move || Recorder::start_with(&db, start, options)).await?)
+            Some(start_recorder(recording, start, settings).await?)
         }
         None => None,
     };
@@ -278,10 +270,28 @@ pub async fn run_call_list_recorded(
     Ok(SessionOutcome { report, dropped_events, lag })
 }
 
+/// Starts recording a run in `recording`'s database, with the recorder's
+/// flush interval and body budget from the tunables of `settings`.
+pub(crate) async fn start_recorder(
+    recording: &RecordTo,
+    start: RunStart,
+    settings: &Settings,
+) -> Result<(RecorderSink, RecorderHandle), StoreError> {
+    let flush = settings.tunables.get("STALLSCOPE_RECORDER_FLUSH_MS").value.as_i64().unsigned_abs();
+    let body_mb = settings.tunables.get("STALLSCOPE_RECORDER_BODY_BUDGET_MB").value.as_i64().unsigned_abs();
+    let options = RecorderOptions {
+        flush_interval: Duration::from_millis(flush),
+        body_budget: body_mb << 20,
+        ..RecorderOptions::default()
+    };
+    let db = recording.db.clone();
+    blocking(move || Recorder::start_with(&db, start, options)).await
+}
+
 /// Runs database work off the runtime's workers: opening (and perhaps
 /// migrating) a store and waiting for the last commit would otherwise stall
 /// every stream and the in-process simulator sharing those workers.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
     match tokio::task::spawn_blocking(work).await {
@@ -379,7 +389,7 @@ fn scenario_name(source: &RunSource) -> Option<String> {
 }
 
 /// Delivers every event to several sinks, in order.
-struct Tee(Vec<Arc<dyn EventSink>>);
+pub(crate) struct Tee(pub(crate) Vec<Arc<dyn EventSink>>);
 
 impl EventSink for Tee {
     fn emit(&self, event: Event) {

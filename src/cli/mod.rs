@@ -4,6 +4,7 @@
 
 mod budget;
 mod explain;
+mod observe;
 mod probe;
 mod run;
 mod runs;
@@ -81,6 +82,9 @@ pub enum Command {
     Explain(explain::Args),
     /// A headless canary: rounds of calls on a schedule, recorded, with Prometheus metrics on /metrics.
     Watch(watch::Args),
+    /// A recording streaming proxy in front of your own agent: its calls
+    /// pass through unchanged and are recorded, diagnosed and replayable.
+    Observe(observe::Args),
 }
 
 impl Cli {
@@ -113,6 +117,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Some(Command::Tune(args)) => tune::run(&cli, args, out),
         Some(Command::Explain(args)) => explain::run(&cli, args, out),
         Some(Command::Watch(args)) => watch::run(&cli, args, out),
+        Some(Command::Observe(args)) => observe::run(&cli, args, out),
         None => crate::gui::open(
             crate::gui::Launch { config: cli.config_path(), overrides: cli.overrides.clone() },
             cli.db.clone(),

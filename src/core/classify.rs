@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::category::{Category, TimerKind};
+use super::event::EventKind;
 use super::failure::{Failure, TransportKind};
 use super::ratelimit::RateLimits;
 use super::retry_after::{DelaySource, ServerDelay, server_delay};
@@ -251,6 +252,20 @@ pub struct Classification {
     pub server_delay: Option<ServerDelay>,
     /// Rate-limit state the response reported.
     pub rate_limits: Option<RateLimits>,
+}
+
+impl Classification {
+    /// The event that reports it.
+    pub fn event(&self) -> EventKind {
+        EventKind::ErrorClassified {
+            category: self.category,
+            timer: self.timer,
+            status: self.status,
+            retryable: self.retryable,
+            rule: self.rule.clone(),
+            message: self.message.clone(),
+        }
+    }
 }
 
 impl Classification {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::category::{Category, TimerKind};
 use super::failover::Target;
-use super::failure::TransportKind;
+use super::failure::{Failure, TransportKind};
 use super::lag_probe::LagSample;
 
 /// Identifies one call within a run.
@@ -168,6 +168,22 @@ impl std::fmt::Display for AttemptEnd {
             AttemptEnd::InStream { code: None } => f.write_str("in-stream error"),
             AttemptEnd::Malformed => f.write_str("malformed stream"),
             AttemptEnd::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
+impl AttemptEnd {
+    /// How an attempt that failed with `failure` ended.
+    pub fn of(failure: &Failure) -> AttemptEnd {
+        match failure {
+            Failure::Transport { kind, .. } => AttemptEnd::Transport { kind: *kind },
+            Failure::Timeout { timer, .. } => AttemptEnd::Timer { timer: *timer },
+            Failure::Http { status, .. } | Failure::UnexpectedContentType { status, .. } => {
+                AttemptEnd::Status { status: *status }
+            }
+            Failure::InStream { code, .. } => AttemptEnd::InStream { code: code.clone() },
+            Failure::Malformed { .. } => AttemptEnd::Malformed,
+            Failure::Cancelled => AttemptEnd::Cancelled,
         }
     }
 }

@@ -193,6 +193,33 @@ impl Executor {
     }
 }
 
+impl CallReport {
+    /// The report of call `stream` to `target` before anything happened:
+    /// failed, with no attempt.
+    pub fn empty(stream: StreamId, target: Target) -> CallReport {
+        CallReport {
+            stream,
+            outcome: Outcome::Failed,
+            target,
+            attempts: 0,
+            elapsed: Duration::ZERO,
+            ttfb: None,
+            bytes: 0,
+            events: 0,
+            keepalives: 0,
+            content: String::new(),
+            stop_reason: None,
+            error: None,
+            hops: Vec::new(),
+            backoff_sleeps: Vec::new(),
+            retry_after: Vec::new(),
+            refused_wait: None,
+            retry_counts: BTreeMap::new(),
+            low_buckets: Vec::new(),
+        }
+    }
+}
+
 /// The mutable state of one call's loop.
 struct CallState<'a> {
     exec: &'a Executor,
@@ -230,26 +257,7 @@ impl<'a> CallState<'a> {
         CallState {
             exec,
             call,
-            report: CallReport {
-                stream: call.stream,
-                outcome: Outcome::Failed,
-                target: call.target.clone(),
-                attempts: 0,
-                elapsed: Duration::ZERO,
-                ttfb: None,
-                bytes: 0,
-                events: 0,
-                keepalives: 0,
-                content: String::new(),
-                stop_reason: None,
-                error: None,
-                hops: Vec::new(),
-                backoff_sleeps: Vec::new(),
-                retry_after: Vec::new(),
-                refused_wait: None,
-                retry_counts,
-                low_buckets: Vec::new(),
-            },
+            report: CallReport { retry_counts, ..CallReport::empty(call.stream, call.target.clone()) },
             chain,
             hop: 0,
             started,
@@ -461,7 +469,7 @@ impl<'a> CallState<'a> {
         };
         let result = run_attempt(upstream.as_ref(), request, &timers, &scope, progress).await;
         scope.emit(EventKind::AttemptEnded {
-            end: result.as_ref().map_or_else(attempt_end, |()| AttemptEnd::Done),
+            end: result.as_ref().map_or_else(AttemptEnd::of, |()| AttemptEnd::Done),
             stop_reason: progress.stop_reason.clone(),
         });
         result.map(|()| index).map_err(|failure| (Classified::Raw(failure), index))
@@ -482,14 +490,7 @@ impl<'a> CallState<'a> {
 
     fn classify(&self, failure: &Failure) -> Classification {
         let c = self.exec.classifier.classify(failure, self.exec.wall_now());
-        self.emit(EventKind::ErrorClassified {
-            category: c.category,
-            timer: c.timer,
-            status: c.status,
-            retryable: c.retryable,
-            rule: c.rule.clone(),
-            message: c.message.clone(),
-        });
+        self.emit(c.event());
         c
     }
 
@@ -507,17 +508,7 @@ impl<'a> CallState<'a> {
             server_delay: None,
             rate_limits: None,
         };
-        self.emit_for(
-            attempt,
-            EventKind::ErrorClassified {
-                category,
-                timer: None,
-                status: None,
-                retryable: c.retryable,
-                rule: c.rule.clone(),
-                message: c.message.clone(),
-            },
-        );
+        self.emit_for(attempt, c.event());
         c
     }
 
@@ -751,20 +742,6 @@ enum Refusal {
 
 /// The attempt number of events about no attempt (`Event::attempt`).
 const BETWEEN_ATTEMPTS: u32 = 0;
-
-/// How an attempt that failed ended, for its `AttemptEnded` event.
-fn attempt_end(failure: &Failure) -> AttemptEnd {
-    match failure {
-        Failure::Transport { kind, .. } => AttemptEnd::Transport { kind: *kind },
-        Failure::Timeout { timer, .. } => AttemptEnd::Timer { timer: *timer },
-        Failure::Http { status, .. } | Failure::UnexpectedContentType { status, .. } => {
-            AttemptEnd::Status { status: *status }
-        }
-        Failure::InStream { code, .. } => AttemptEnd::InStream { code: code.clone() },
-        Failure::Malformed { .. } => AttemptEnd::Malformed,
-        Failure::Cancelled => AttemptEnd::Cancelled,
-    }
-}
 
 /// A failure as the attempt returned it, or already classified by the
 /// executor (unknown provider, all keys resting).

@@ -121,8 +121,12 @@ impl<'a> Call<'a> {
             Some(Outcome::Failed) => (last, Severity::Failed),
         };
         let pattern = readings.get(basis).map_or(VerdictKind::Incomplete, |r| r.kind);
+        // Retries switched off (none allowed at all, as `observe` runs)
+        // refuse nothing beyond the failure: the failure is the verdict.
+        let retries_off = limits.is_some_and(|l| l.max_retries == 0);
         let denied_beyond = match denial.as_ref().map(|d| d.by) {
-            Some(DeniedBy::FleetBudget | DeniedBy::Deadline | DeniedBy::TotalRetries) => true,
+            Some(DeniedBy::FleetBudget | DeniedBy::Deadline) => true,
+            Some(DeniedBy::TotalRetries) => !retries_off,
             Some(DeniedBy::ServerWaitCap) => pattern != VerdictKind::RateLimited,
             _ => false,
         };
@@ -447,6 +451,11 @@ fn denial(facts: &CallFacts, t: &Try, limits: Option<&RetrySettings>) -> Option<
             DeniedBy::CategoryBudget,
             format!("the {} retry budget ({}) is spent", c.category, own(l)),
             Some(budget_tunable(c.category)),
+        ),
+        Some(l) if l.max_retries == 0 => (
+            DeniedBy::TotalRetries,
+            "retries are off (STALLSCOPE_PROVIDER_STREAM_RETRIES=0)".to_owned(),
+            Some("STALLSCOPE_PROVIDER_STREAM_RETRIES"),
         ),
         Some(l) if total >= l.max_retries => (
             DeniedBy::TotalRetries,

@@ -67,6 +67,16 @@ pub fn wait_for_port(port: u16, child: &mut Child, limit: Duration) {
     }
 }
 
+/// Every byte of the files under `dir` (a database and its journal), as
+/// text, to look for what must never be kept there.
+pub fn files_text(dir: &Path) -> String {
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        seen.extend(std::fs::read(entry.path()).unwrap_or_default());
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
 /// A scratch directory for this test process (tests of one process that
 /// ask for the same name share it).
 pub fn temp_dir(name: &str) -> PathBuf {

@@ -1,0 +1,241 @@
+//! One agent request, from its arrival to the end of its response: routed,
+//! forwarded, answered as the upstream answers, and recorded as one call.
+//!
+//! A streamed request of a dialect (`"stream": true` to chat completions,
+//! Responses or Messages) is a call of the core's executor under
+//! observe's policy ([`super::WATCH_ONLY`]): its one attempt goes through
+//! the governor, so its events, verdict and replay are those of any run.
+//! Any other request (a models list, embeddings, a completion without a
+//! stream) passes through and is recorded as an attempt without a stream.
+//! Observe itself answers only what it must: 404 for a path no route
+//! takes, 413 for a request body over its limit, 502 (naming why) when the
+//! upstream could not be reached.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::{Frame, Incoming};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::relay::{CONNECT_TIMEOUT, Pending, ToAgent, end_to_end};
+use super::{State, routes};
+use crate::core::category::Category;
+use crate::core::event::{AttemptEnd, Event, EventKind, Outcome, StreamId};
+use crate::core::evidence::{recorded_error_body, recorded_headers};
+use crate::core::executor::{Call, CallReport};
+use crate::core::failover::Target;
+use crate::core::failure::Failure;
+use crate::core::transport::failure_from_reqwest;
+use crate::core::upstream::CallInput;
+
+/// The body of a response to the agent.
+pub(super) type AgentBody = UnsyncBoxBody<Bytes, std::io::Error>;
+
+/// The largest request body forwarded: well above any prompt an SDK
+/// sends (a million tokens is about 4 MB).
+const MAX_REQUEST_BYTES: usize = 64 << 20;
+
+/// How much of an error body a passed-through answer keeps for its
+/// classification.
+const ERROR_BODY_KEPT: usize = 64 * 1024;
+
+/// Answers one agent request.
+pub(super) async fn handle(
+    state: Arc<State>,
+    request: hyper::Request<Incoming>,
+) -> Result<hyper::Response<AgentBody>, Infallible> {
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let Some(routed) = state.routes.route(&path) else {
+        let why = format!("stallscope observe: no route for {path}; routes: {}\n", state.routes.describe());
+        return Ok(plain(404, why));
+    };
+    let (url, dialect, route) = (routed.url, routed.dialect, routed.route.name.clone());
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            let why = format!(
+                "stallscope observe: the request body could not be read ({error}); at most {MAX_REQUEST_BYTES} bytes are forwarded\n"
+            );
+            return Ok(plain(413, why));
+        }
+    };
+    let asked: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let model = asked.get("model").and_then(|m| m.as_str()).unwrap_or("-");
+    let streamed = asked.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
+    let Some(client) = state.clients.get(&route) else { return Ok(plain(500, format!("no client for {route}\n"))) };
+    let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap_or(reqwest::Method::POST);
+    let forwarded =
+        client.request(method, &url).headers(end_to_end(&parts.headers, &["host", "content-length"])).body(body);
+    let stream = state.next_stream();
+    let target = Target::new(routes::provider_name(&route, dialect.filter(|_| streamed)), model);
+    let agent_gone = state.cancel.child_token();
+    let (agent_tx, agent_rx) = oneshot::channel();
+    let call = match dialect.filter(|_| streamed) {
+        Some(dialect) => {
+            state.upstream.expect(
+                stream,
+                Pending { request: forwarded, dialect, agent: agent_tx, agent_gone: agent_gone.clone() },
+            );
+            let call = Call { stream, target, input: CallInput::default(), not_before: None };
+            let state = Arc::clone(&state);
+            tokio::spawn(async move {
+                let report = state.executor.run(&call, &agent_gone).await;
+                state.finished(report)
+            })
+        }
+        None => {
+            let state = Arc::clone(&state);
+            tokio::spawn(async move {
+                let report = pass_through(&state, stream, target, forwarded, agent_tx, &agent_gone).await;
+                state.finished(report)
+            })
+        }
+    };
+    Ok(match agent_rx.await {
+        Ok(answer) => to_agent(answer),
+        // No answer came: the upstream could not be reached (or the call
+        // ended otherwise before its headers); say why.
+        Err(_) => {
+            let why = match call.await {
+                Ok(Some(why)) => why,
+                _ => "the call ended before the upstream answered".to_owned(),
+            };
+            plain(502, format!("stallscope observe: {url}: {why}\n"))
+        }
+    })
+}
+
+/// The agent's response: the upstream's status and headers, then its body
+/// as it is read.
+fn to_agent(answer: ToAgent) -> hyper::Response<AgentBody> {
+    let frames = futures_util::stream::unfold(answer.body, |mut rx| async move {
+        let next = rx.recv().await?;
+        Some((next.map(Frame::data), rx))
+    });
+    let mut response = hyper::Response::new(BodyExt::boxed_unsync(StreamBody::new(frames.boxed())));
+    *response.status_mut() = http::StatusCode::from_u16(answer.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    *response.headers_mut() = answer.headers;
+    response
+}
+
+/// A short text answer of observe's own.
+fn plain(status: u16, text: String) -> hyper::Response<AgentBody> {
+    let mut response =
+        hyper::Response::new(Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed_unsync());
+    *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+/// A request that is not a stream of a dialect, forwarded and recorded as
+/// one attempt: its headers, its chunks as they came, how it ended.
+async fn pass_through(
+    state: &State,
+    stream: StreamId,
+    target: Target,
+    request: reqwest::RequestBuilder,
+    agent: oneshot::Sender<ToAgent>,
+    agent_gone: &CancellationToken,
+) -> CallReport {
+    let started = Instant::now();
+    let emit = |attempt, kind| state.emit(Event { at: state.since_epoch(Instant::now()), stream, attempt, kind });
+    emit(0, EventKind::CallStarted { target: target.clone(), context_tokens: None });
+    emit(1, EventKind::AttemptStarted { target: target.clone(), credential: None });
+    let mut report = CallReport::empty(stream, target.clone());
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(error) => {
+            let failure = failure_from_reqwest(&error, CONNECT_TIMEOUT, None);
+            return ended(state, &emit, report, started, Err(failure));
+        }
+    };
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let now = Instant::now();
+    report.ttfb = Some(now - started);
+    let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    emit(1, EventKind::HeadersReceived { status, content_type });
+    emit(
+        1,
+        EventKind::ResponseHeaders { headers: recorded_headers(&headers, state.executor.classifier.headers_read()) },
+    );
+    let (tx, rx) = mpsc::channel(16);
+    if agent.send(ToAgent { status, headers: end_to_end(&headers, &[]), body: rx }).is_err() {
+        agent_gone.cancel();
+    }
+    let mut kept = Vec::new();
+    let mut body = response.bytes_stream();
+    let end = loop {
+        let next = tokio::select! {
+            biased;
+            () = agent_gone.cancelled() => break Err(Failure::Cancelled),
+            () = tx.closed() => break Err(Failure::Cancelled),
+            next = body.next() => next,
+        };
+        match next {
+            None => break Ok(()),
+            Some(Ok(bytes)) => {
+                emit(1, EventKind::ChunkReceived { bytes: bytes.len() });
+                report.bytes += bytes.len() as u64;
+                if status >= 400 && kept.len() < ERROR_BODY_KEPT {
+                    kept.extend_from_slice(&bytes[..bytes.len().min(ERROR_BODY_KEPT - kept.len())]);
+                }
+                if tx.send(Ok(bytes)).await.is_err() {
+                    break Err(Failure::Cancelled);
+                }
+            }
+            Some(Err(error)) => {
+                let failure = failure_from_reqwest(&error, CONNECT_TIMEOUT, None);
+                let _ = tx.send(Err(std::io::Error::other(failure.to_string()))).await;
+                break Err(failure);
+            }
+        }
+    };
+    let end = match end {
+        Ok(()) if status >= 400 => {
+            let (body, truncated) = recorded_error_body(&kept);
+            emit(1, EventKind::ErrorBody { body, truncated });
+            let body = String::from_utf8_lossy(&kept).into_owned();
+            Err(Failure::Http { status, headers: Box::new(headers), body })
+        }
+        other => other,
+    };
+    ended(state, &emit, report, started, end)
+}
+
+/// Records how a passed-through request ended and completes its report.
+fn ended(
+    state: &State,
+    emit: &dyn Fn(u32, EventKind),
+    mut report: CallReport,
+    started: Instant,
+    end: Result<(), Failure>,
+) -> CallReport {
+    report.elapsed = started.elapsed();
+    report.attempts = 1;
+    report.outcome = match end {
+        Ok(()) => {
+            emit(1, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: None });
+            Outcome::Ok
+        }
+        Err(failure) => {
+            let end = AttemptEnd::of(&failure);
+            emit(1, EventKind::AttemptEnded { end, stop_reason: None });
+            let c = state.executor.classifier.classify(&failure, std::time::SystemTime::now());
+            emit(1, c.event());
+            let outcome = if c.category == Category::Cancelled { Outcome::Cancelled } else { Outcome::Failed };
+            report.error = Some(c);
+            outcome
+        }
+    };
+    emit(0, EventKind::Finished { outcome: report.outcome, attempts: 1, stop_reason: None });
+    report
+}

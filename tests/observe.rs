@@ -1,0 +1,179 @@
+//! `stallscope observe` in front of the simulator on loopback, driven by a
+//! plain HTTP client as an agent: what the agent receives through it is
+//! what the upstream sent, chunk by chunk; every call is recorded as a
+//! stream of one run with its verdict; the agent giving up, a request of
+//! no stream, an upstream that cannot be reached and a path no route
+//! takes are each answered and recorded as they happened; the agent's key
+//! is never recorded.
+
+mod observer;
+mod programs;
+
+use std::time::Duration;
+
+use observer::Running;
+use programs::{files_text, free_port, temp_dir};
+use stallscope::core::event::Outcome;
+use stallscope::diagnosis::VerdictKind;
+use stallscope::observe::{ObserveError, ObservePlan, ObserveSource, Observer};
+use stallscope::sim::{SimServer, builtin};
+use stallscope::store::Store;
+
+/// A key only the agent's headers carry.
+const KEY: &str = "sk-observe-RECOGNISABLE-5521";
+
+/// A streamed chat request.
+const STREAMED: &str = r#"{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+
+/// Posts `body` to `url` as an agent with its key, and reads the answer
+/// chunk by chunk: status, the chunks' sizes as read, the text.
+async fn agent_call(client: &reqwest::Client, url: &str, body: &str) -> (u16, Vec<usize>, String) {
+    let mut response = client
+        .post(url)
+        .header("authorization", format!("Bearer {KEY}"))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let (mut sizes, mut bytes) = (Vec::new(), Vec::new());
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        sizes.push(chunk.len());
+        bytes.extend_from_slice(&chunk);
+    }
+    (status, sizes, String::from_utf8(bytes).unwrap())
+}
+
+/// A streamed call through observe reads as it does directly: the same
+/// text in the same chunks; it is recorded as a healthy stream of a run
+/// labelled observe@ADDR, and the agent's key is nowhere in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_call_reads_as_it_does_directly_and_is_recorded() {
+    let dir = temp_dir(&format!("observe-{}", free_port()));
+    let db = dir.join("observe.db");
+    let observer = Running::start(ObserveSource::Scenario("healthy".into()), Some(&db)).await;
+    let direct = SimServer::start(builtin("healthy").unwrap(), 0).await.unwrap();
+    let client = reqwest::Client::new();
+    let (status, observed_chunks, observed) =
+        agent_call(&client, &format!("{}/v1/chat/completions", observer.base), STREAMED).await;
+    let (_, direct_chunks, direct_text) =
+        agent_call(&client, &format!("{}/v1/chat/completions", direct.base_url()), STREAMED).await;
+    assert_eq!(status, 200);
+    assert_eq!(observed, direct_text, "the agent reads what the upstream sent");
+    assert!(observed.ends_with("data: [DONE]\n\n"), "{observed}");
+    assert_eq!(observed_chunks, direct_chunks, "one read a write, as directly: nothing buffered or re-chunked");
+    let calls = observer.ended(1).await;
+    assert_eq!(calls[0].verdict.kind, VerdictKind::Healthy, "{}", calls[0].verdict.summary);
+    assert_eq!(calls[0].report.target.to_string(), "sim/gpt-x");
+    let base = observer.base.clone();
+    let report = observer.stop().await;
+    assert_eq!((report.streams.len(), report.stopped), (1, true));
+    let store = Store::open(&db).unwrap();
+    let run = store.list_runs().unwrap().into_iter().next().unwrap();
+    assert_eq!(run.label.as_deref(), Some(format!("observe@{}", base.trim_start_matches("http://")).as_str()));
+    let stored = store.diagnosed_report(run.id).unwrap().unwrap();
+    assert_eq!(stored.streams[0].diagnosis.as_ref().map(|d| d.kind), Some(VerdictKind::Healthy));
+    drop(store);
+    assert!(!files_text(&dir).contains("RECOGNISABLE"), "the agent's key was recorded");
+    direct.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An agent that gives up on a silent stall (its own 1 s read timeout)
+/// ends the call there: cancelled, after about its timeout, before any
+/// content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_giving_up_ends_the_call_where_it_gave_up() {
+    let observer = Running::start(ObserveSource::Scenario("silent-stall".into()), None).await;
+    let impatient = reqwest::Client::builder().read_timeout(Duration::from_secs(1)).build().unwrap();
+    let url = format!("{}/v1/chat/completions", observer.base);
+    let response = impatient.post(&url).body(STREAMED).send().await.unwrap();
+    assert!(response.text().await.is_err(), "the agent's own timeout");
+    let calls = observer.ended(1).await;
+    let (report, verdict) = (&calls[0].report, &calls[0].verdict);
+    assert_eq!((report.outcome, verdict.kind), (Outcome::Cancelled, VerdictKind::Cancelled), "{}", verdict.summary);
+    assert!(
+        report.elapsed >= Duration::from_secs(1) && report.elapsed < Duration::from_secs(3),
+        "{:?}",
+        report.elapsed
+    );
+    assert!(verdict.summary.contains("before any content"), "{}", verdict.summary);
+    observer.stop().await;
+}
+
+/// A request of no stream (a models list) passes through as the upstream
+/// answered it, and is recorded as an attempt without a stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_of_no_stream_passes_through_as_answered() {
+    let observer = Running::start(ObserveSource::Scenario("healthy".into()), None).await;
+    let response = reqwest::get(format!("{}/v1/models", observer.base)).await.unwrap();
+    assert_eq!(response.status(), 404, "the simulator serves no models list");
+    assert!(response.text().await.unwrap().contains("no endpoint /v1/models"));
+    let calls = observer.ended(1).await;
+    assert_eq!(calls[0].verdict.kind, VerdictKind::InvalidRequest, "{}", calls[0].verdict.summary);
+    assert_eq!(calls[0].report.attempts, 1);
+    observer.stop().await;
+}
+
+/// With a config's routes: `/<provider>/…` goes to that provider; one that
+/// cannot be reached gets observe's own 502 naming why; a path no route
+/// takes gets 404 and is sent nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_go_to_their_provider_and_nowhere_else() {
+    let sim = SimServer::start(builtin("healthy").unwrap(), 0).await.unwrap();
+    let dir = temp_dir(&format!("observe-routes-{}", free_port()));
+    let config = dir.join("config.toml");
+    let row = |name: &str, base: &str| {
+        format!("[[provider]]\nname = \"{name}\"\nkind = \"openai-chat\"\nbase_url = \"{base}/v1\"\nmodel = \"m\"\n\n")
+    };
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    std::fs::write(&config, row("lab", &sim.base_url()) + &row("dead", &dead)).unwrap();
+    let observer = Running::start(ObserveSource::Config(Some(config)), None).await;
+    let client = reqwest::Client::new();
+    let (status, _, text) = agent_call(&client, &format!("{}/lab/chat/completions", observer.base), STREAMED).await;
+    assert_eq!(status, 200);
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let (status, _, text) = agent_call(&client, &format!("{}/dead/chat/completions", observer.base), STREAMED).await;
+    assert_eq!(status, 502, "{text}");
+    assert!(text.starts_with(&format!("stallscope observe: {dead}/v1/chat/completions: ")), "{text}");
+    assert!(text.contains("refused"), "{text}");
+    let (status, _, text) = agent_call(&client, &format!("{}/elsewhere/v1/messages", observer.base), STREAMED).await;
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("no route for /elsewhere/v1/messages"), "{text}");
+    let calls = observer.ended(2).await;
+    let kinds: Vec<VerdictKind> = calls.iter().map(|c| c.verdict.kind).collect();
+    assert!(kinds.contains(&VerdictKind::Healthy) && kinds.contains(&VerdictKind::Refused), "{kinds:?}");
+    let refused = calls.iter().find(|c| c.verdict.kind == VerdictKind::Refused).unwrap();
+    assert!(
+        refused.verdict.summary.ends_with("retries are off (STALLSCOPE_PROVIDER_STREAM_RETRIES=0)"),
+        "{}",
+        refused.verdict.summary
+    );
+    assert_eq!(observer.stop().await.streams.len(), 2, "the unrouted request is no call");
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Listening beyond loopback needs --allow-remote, and says why.
+#[tokio::test]
+async fn a_remote_listen_address_needs_allow_remote() {
+    let plan = ObservePlan {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        allow_remote: false,
+        source: ObserveSource::Upstream("https://api.openai.com".into()),
+        config: None,
+        overrides: Vec::new(),
+        recording: None,
+    };
+    let error = Observer::bind(&plan, &[]).await.err().unwrap();
+    assert!(matches!(error, ObserveError::Remote(_)), "{error}");
+    assert!(error.to_string().contains("add --allow-remote if that is meant"), "{error}");
+    let bad = ObservePlan {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        source: ObserveSource::Upstream("ftp://x".into()),
+        ..plan
+    };
+    let error = Observer::bind(&bad, &[]).await.err().unwrap();
+    assert!(error.to_string().starts_with("--upstream ftp://x/: not an http(s) URL"), "{error}");
+}
