@@ -135,18 +135,22 @@ async fn each_client_reads_through_observe_what_it_reads_directly() {
 
 /// openai-python with a 1 s timeout in front of a silent stall raises its
 /// own timeout error, and observe records the call cancelled where the
-/// SDK gave up.
+/// SDK gave up, with where our idle timer (0.5 s in force) would have
+/// fired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sdk_timeout_is_recorded_where_the_sdk_gave_up() {
     if python().is_none() {
         return;
     }
-    let observed = Running::start(ObserveSource::Scenario("silent-stall".into()), None).await;
+    let sets = ["SSE_IDLE_TIMEOUT_S=0.5"];
+    let observed = Running::start_with(ObserveSource::Scenario("silent-stall".into()), None, &sets).await;
     let said = python_sdk(OPENAI_PY, format!("{}/v1", observed.base), 1.0).await.unwrap();
     assert_eq!(said, "ERROR APITimeoutError");
     let calls = observed.ended(1).await;
     let (report, verdict) = (&calls[0].report, &calls[0].verdict);
     assert_eq!((report.outcome, verdict.kind), (Outcome::Cancelled, VerdictKind::Cancelled), "{}", verdict.summary);
     assert!(report.elapsed >= Duration::from_millis(900) && report.elapsed < Duration::from_secs(3), "{report:?}");
+    let would = calls[0].would_fire.as_ref().map(|w| w.words()).unwrap_or_default();
+    assert!(would.starts_with("our idle timer (0.5 s) would have fired at 0.5 s"), "{would}");
     observed.stop().await;
 }

@@ -82,10 +82,12 @@ async fn a_streamed_call_reads_as_it_does_directly_and_is_recorded() {
 
 /// An agent that gives up on a silent stall (its own 1 s read timeout)
 /// ends the call there: cancelled, after about its timeout, before any
-/// content.
+/// content; our idle timer, at 0.4 s in force, would have fired first,
+/// and says when. A healthy call has no such mark.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_giving_up_ends_the_call_where_it_gave_up() {
-    let observer = Running::start(ObserveSource::Scenario("silent-stall".into()), None).await;
+    let sets = ["SSE_IDLE_TIMEOUT_S=0.4"];
+    let observer = Running::start_with(ObserveSource::Scenario("silent-stall".into()), None, &sets).await;
     let impatient = reqwest::Client::builder().read_timeout(Duration::from_secs(1)).build().unwrap();
     let url = format!("{}/v1/chat/completions", observer.base);
     let response = impatient.post(&url).body(STREAMED).send().await.unwrap();
@@ -99,7 +101,15 @@ async fn the_agent_giving_up_ends_the_call_where_it_gave_up() {
         report.elapsed
     );
     assert!(verdict.summary.contains("before any content"), "{}", verdict.summary);
+    let would = calls[0].would_fire.as_ref().expect("our idle timer would have fired");
+    assert!(would.words().starts_with("our idle timer (0.4 s) would have fired at 0.4 s, of 1."), "{}", would.words());
     observer.stop().await;
+
+    let healthy = Running::start_with(ObserveSource::Scenario("healthy".into()), None, &sets).await;
+    let client = reqwest::Client::new();
+    agent_call(&client, &format!("{}/v1/chat/completions", healthy.base), STREAMED).await;
+    assert_eq!(healthy.ended(1).await[0].would_fire, None, "tokens 25 ms apart keep a 0.4 s idle timer at rest");
+    healthy.stop().await;
 }
 
 /// A request of no stream (a models list) passes through as the upstream

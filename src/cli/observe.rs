@@ -92,12 +92,14 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// `stream 3  upstream/gpt-4o  ok  ttfb 212 ms  1840 ms  healthy: …`.
+/// `stream 3  upstream/gpt-4o  ok  ttfb 212 ms  1840 ms  healthy: …`, and
+/// what our clocks would have done when one would have fired.
 fn call_line(call: &ObservedCall) -> String {
     let r = &call.report;
     let ttfb = r.ttfb.map_or_else(|| "-".to_owned(), |t| format!("{} ms", t.as_millis()));
+    let would = call.would_fire.as_ref().map(|w| format!(" ({})", w.words())).unwrap_or_default();
     format!(
-        "stream {}  {}  {}  ttfb {ttfb}  {} ms  {}",
+        "stream {}  {}  {}  ttfb {ttfb}  {} ms  {}{would}",
         r.stream,
         r.target,
         r.outcome.name(),

@@ -86,14 +86,14 @@ pub(super) async fn handle(
             let state = Arc::clone(&state);
             tokio::spawn(async move {
                 let report = state.executor.run(&call, &agent_gone).await;
-                state.finished(report)
+                state.finished(report).await
             })
         }
         None => {
             let state = Arc::clone(&state);
             tokio::spawn(async move {
                 let report = pass_through(&state, stream, target, forwarded, agent_tx, &agent_gone).await;
-                state.finished(report)
+                state.finished(report).await
             })
         }
     };

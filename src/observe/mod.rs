@@ -25,6 +25,7 @@
 mod exchange;
 mod relay;
 pub mod routes;
+mod would_fire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -44,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ConfigError, Settings};
 use crate::core::event::{Event, EventSink, StreamId};
 use crate::core::executor::{CallReport, Executor, Origin};
+use crate::core::failover::Target;
 use crate::core::fleet::Fleet;
 use crate::core::policy::CorePolicy;
 use crate::core::transport::{ProxySetting, TransportSettings, build_client};
@@ -52,13 +54,17 @@ use crate::diagnosis::{Collector, Diagnosis, diagnose};
 use crate::providers::Dialect;
 use crate::providers::setup::ProviderConfig;
 use crate::recorder::RecorderHandle;
+use crate::replay::recording::RecordedProvider;
 use crate::report::RunReport;
 use crate::session::{RecordTo, RunSource, SessionError, Tee, blocking, settings_for, start_recorder};
 use crate::sim::{SimError, SimServer, builtin};
 use crate::store::StoreError;
 use crate::store::runs::{RunMeta, RunStart};
+use crate::tunables::Tunables;
 use relay::ObservedUpstream;
 use routes::{Route, Routes};
+pub use would_fire::WouldFire;
+use would_fire::{Clocks, Going};
 
 /// The tunables that make the executor watch and never act: no retry, no
 /// failover, no partial recovery, no stream clock.
@@ -159,6 +165,9 @@ pub struct ObservedCall {
     pub report: CallReport,
     /// Its verdict.
     pub verdict: Diagnosis,
+    /// The first of our timers, under the tunables in force, that would
+    /// have fired on it before it ended, when one would.
+    pub would_fire: Option<WouldFire>,
 }
 
 /// What every connection shares.
@@ -168,6 +177,8 @@ struct State {
     upstream: Arc<ObservedUpstream>,
     executor: Executor,
     verdicts: Arc<Collector>,
+    going: Arc<Going>,
+    clocks: Clocks,
     next: AtomicU64,
     /// Calls started and not yet ended, and a wake-up when one ends.
     in_flight: (AtomicUsize, Notify),
@@ -192,12 +203,16 @@ impl State {
         self.executor.sink.emit(event);
     }
 
-    /// Takes a call's report once it has ended; returns why it failed, for
-    /// the 502 of a call the upstream never answered.
-    fn finished(&self, report: CallReport) -> Option<String> {
+    /// Takes a call's report once it has ended, with what our clocks would
+    /// have done on it (replayed off the runtime's workers); returns why it
+    /// failed, for the 502 of a call the upstream never answered.
+    async fn finished(self: &Arc<Self>, report: CallReport) -> Option<String> {
         let verdict = self.verdicts.take(report.stream).unwrap_or_else(|| diagnose(&[]));
+        let events = self.going.take(report.stream);
+        let (state, stream) = (Arc::clone(self), report.stream);
+        let would_fire = tokio::task::spawn_blocking(move || state.clocks.first(stream, &events)).await.ok().flatten();
         let why = report.error.as_ref().map(|e| e.message.clone());
-        (self.on_call)(&ObservedCall { report: report.clone(), verdict: verdict.clone() });
+        (self.on_call)(&ObservedCall { report: report.clone(), verdict: verdict.clone(), would_fire });
         self.calls.lock().unwrap_or_else(PoisonError::into_inner).push((report, verdict));
         self.in_flight.0.fetch_sub(1, Ordering::SeqCst);
         self.in_flight.1.notify_waiters();
@@ -221,6 +236,9 @@ pub struct Observer {
     listener: TcpListener,
     addr: SocketAddr,
     settings: Settings,
+    /// The tunables before observe switched every action off: the clocks
+    /// whose would-fire it reports.
+    in_force: Tunables,
     routes: Routes,
     clients: HashMap<String, reqwest::Client>,
     scenario: Option<(String, SimServer)>,
@@ -239,6 +257,7 @@ impl Observer {
             _ => plan.config.clone(),
         };
         let mut settings = settings_for(&RunSource::Config { path: config, target: None }, &plan.overrides, &[], env)?;
+        let in_force = settings.tunables.clone();
         for setting in WATCH_ONLY {
             settings.tunables.apply_override(setting).map_err(ConfigError::from).map_err(SessionError::from)?;
         }
@@ -291,7 +310,16 @@ impl Observer {
         let listener =
             TcpListener::bind(plan.listen).await.map_err(|source| ObserveError::Bind { addr: plan.listen, source })?;
         let addr = listener.local_addr().map_err(|source| ObserveError::Bind { addr: plan.listen, source })?;
-        Ok(Observer { listener, addr, settings, routes, clients, scenario, recording: plan.recording.clone() })
+        Ok(Observer {
+            listener,
+            addr,
+            settings,
+            in_force,
+            routes,
+            clients,
+            scenario,
+            recording: plan.recording.clone(),
+        })
     }
 
     /// The address it listens on.
@@ -316,26 +344,37 @@ impl Observer {
         let recorded = recorded_providers(&self.routes);
         let label = format!("observe@{}", self.addr);
         let scenario = self.scenario.as_ref().map(|(name, _)| name.clone());
+        // The calls are the agent's: how many, and how many at once, is not
+        // known ahead (0: open-ended). No key pool is used.
+        let meta = RunMeta {
+            requests: 0,
+            concurrency: 0,
+            seed: origin.seed,
+            epoch_unix_ns: origin.epoch_unix_ns(),
+            rules: serde_json::to_value(self.settings.classifier.rules()).unwrap_or_default(),
+            pools: BTreeMap::new(),
+        };
+        let clocks = Clocks::new(
+            &self.in_force,
+            self.settings.tunables.clone(),
+            meta.clone(),
+            self.settings.classifier.rules().to_vec(),
+            recorded
+                .iter()
+                .map(|p| RecordedProvider { target: Target::new(&p.name, &p.model), dialect: Some(p.kind) })
+                .collect(),
+        );
         let recorder = match &self.recording {
             Some(recording) => {
                 let label = Some(recording.label.clone().unwrap_or(label));
-                // The calls are the agent's: how many, and how many at once,
-                // is not known ahead (0: open-ended). No key pool is used.
-                let meta = RunMeta {
-                    requests: 0,
-                    concurrency: 0,
-                    seed: origin.seed,
-                    epoch_unix_ns: origin.epoch_unix_ns(),
-                    rules: serde_json::to_value(self.settings.classifier.rules()).unwrap_or_default(),
-                    pools: BTreeMap::new(),
-                };
                 let start = RunStart::new(label, scenario.clone(), &self.settings.tunables, &recorded).with_meta(meta);
                 Some(start_recorder(&RecordTo { label: None, ..recording.clone() }, start, &self.settings).await?)
             }
             None => None,
         };
         let verdicts = Arc::new(Collector::new(Some(self.settings.policy.retry.clone())));
-        let mut sinks: Vec<Arc<dyn EventSink>> = vec![verdicts.clone()];
+        let going = Arc::new(Going::default());
+        let mut sinks: Vec<Arc<dyn EventSink>> = vec![verdicts.clone(), going.clone()];
         sinks.extend(recorder.as_ref().map(|(sink, _)| Arc::new(sink.clone()) as Arc<dyn EventSink>));
         sinks.extend(watcher);
         let upstream = Arc::new(ObservedUpstream::default());
@@ -361,6 +400,8 @@ impl Observer {
             upstream,
             executor,
             verdicts,
+            going,
+            clocks,
             next: AtomicU64::new(0),
             in_flight: (AtomicUsize::new(0), Notify::new()),
             calls: Mutex::new(Vec::new()),

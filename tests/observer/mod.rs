@@ -25,12 +25,17 @@ pub struct Running {
 impl Running {
     /// Observes `source`, recording into `db` when given.
     pub async fn start(source: ObserveSource, db: Option<&Path>) -> Running {
+        Running::start_with(source, db, &[]).await
+    }
+
+    /// [`Running::start`] with tunables `sets` in force.
+    pub async fn start_with(source: ObserveSource, db: Option<&Path>, sets: &[&str]) -> Running {
         let plan = ObservePlan {
             listen: "127.0.0.1:0".parse().unwrap(),
             allow_remote: false,
             source,
             config: None,
-            overrides: Vec::new(),
+            overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
             recording: db.map(|db| RecordTo { db: db.to_owned(), label: None, batch: None }),
         };
         let observer = Observer::bind(&plan, &[]).await.unwrap();
