@@ -154,3 +154,30 @@ async fn an_sdk_timeout_is_recorded_where_the_sdk_gave_up() {
     assert!(would.starts_with("our idle timer (0.5 s) would have fired at 0.5 s"), "{would}");
     observed.stop().await;
 }
+
+/// openai-python's own retries of a 429 with `retry-after-ms` (its
+/// max_retries=2, against two 429s and then an answer) are the attempts of
+/// one observed call, the SDK's waits its backoff: rate limited,
+/// recovered on attempt 3, each wait as asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_s_own_retries_are_attempts_of_one_call() {
+    let Some(python) = python() else { return };
+    let observed = Running::start(ObserveSource::Scenario("rate-limited-ms".into()), None).await;
+    let retrying = OPENAI_PY.replace("max_retries=0", "max_retries=2");
+    let base = format!("{}/v1", observed.base);
+    let said = client(python, vec!["-c".into(), retrying, base, KEY.into(), "10".into()]).await;
+    assert_eq!(said.trim(), "tok ".repeat(20).trim());
+    let calls = observed.ended(3).await;
+    let last = calls.last().unwrap();
+    assert!(calls.iter().all(|c| c.report.stream == last.report.stream), "one call");
+    assert_eq!((last.report.outcome, last.report.attempts), (Outcome::Ok, 3));
+    for wait in &last.report.backoff_sleeps {
+        assert!(*wait >= Duration::from_millis(650) && *wait < Duration::from_secs(3), "the SDK's wait: {wait:?}");
+    }
+    let verdict = &last.verdict;
+    let evidence: Vec<String> = verdict.evidence.iter().map(|e| format!("{:?} {}", e.at_ms, e.text)).collect();
+    assert_eq!(verdict.kind, VerdictKind::RateLimited, "{}\n{}", verdict.summary, evidence.join("\n"));
+    assert!(verdict.summary.contains("asked to wait 0.70 s (retry-after-ms), honoured"), "{}", verdict.summary);
+    assert!(verdict.summary.ends_with("recovered on attempt 3"), "{}", verdict.summary);
+    observed.stop().await;
+}

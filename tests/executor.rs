@@ -321,6 +321,24 @@ async fn cancellation_stops_a_stream_whose_chunks_never_pause() {
     assert_eq!(progress.events, 100, "the chunk that cancelled is the last one read");
 }
 
+/// A caller that stops reading an error body it has the status of (an
+/// SDK closing a 429 to retry it, as observe sees) leaves the attempt that
+/// status, its body as far as it came, not a cancel.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_while_an_error_body_is_read_keeps_the_status() {
+    let head = (429, vec![("retry-after-ms", "700")]);
+    let script =
+        Script { headers_after: Duration::ZERO, open: Ok(head), body: vec![Step::Send("{\"error\""), Step::Hang] };
+    let up = Scripted::new(vec![script]);
+    let cancel = CancellationToken::new();
+    let sink = CancelAtChunk { chunks: AtomicUsize::new(0), at: 1, token: cancel.clone() };
+    let (result, _) = one_attempt(&*up, NO_JITTER, &sink, &cancel).await;
+    match result {
+        Err(Failure::Http { status: 429, body, .. }) => assert_eq!(body, "{\"error\""),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// An upstream whose body hands over all its chunks at once, each stamped
 /// with when it arrived, as a replayed body does.
 struct Stamped(Vec<(Duration, &'static str)>);

@@ -14,8 +14,10 @@ use std::time::Duration;
 use observer::Running;
 use programs::{files_text, free_port, temp_dir};
 use stallscope::core::event::Outcome;
-use stallscope::diagnosis::VerdictKind;
+use stallscope::diagnosis::{Severity, VerdictKind};
 use stallscope::observe::{ObserveError, ObservePlan, ObserveSource, Observer};
+use stallscope::replay::recording::Recording;
+use stallscope::replay::whatif::{WhatIf, what_if};
 use stallscope::sim::{SimServer, builtin};
 use stallscope::store::Store;
 
@@ -186,4 +188,51 @@ async fn a_remote_listen_address_needs_allow_remote() {
     };
     let error = Observer::bind(&bad, &[]).await.err().unwrap();
     assert!(error.to_string().starts_with("--upstream ftp://x/: not an http(s) URL"), "{error}");
+}
+
+/// The agent's own retry of a call it gave up on (the same body again)
+/// is the call's next attempt, its wait the backoff: one stream of two
+/// attempts, recovered; a request with another body is a new call. A
+/// what-if of the recorded run with our idle timer in the agent's place
+/// catches the stall sooner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_s_own_retry_is_the_call_s_next_attempt() {
+    let dir = temp_dir(&format!("observe-retry-{}", free_port()));
+    let db = dir.join("observe.db");
+    let observer = Running::start(ObserveSource::Scenario("silent-stall".into()), Some(&db)).await;
+    let url = format!("{}/v1/chat/completions", observer.base);
+    let impatient = reqwest::Client::builder().read_timeout(Duration::from_millis(800)).build().unwrap();
+    let first = impatient.post(&url).body(STREAMED).send().await.unwrap();
+    assert!(first.text().await.is_err(), "the agent gives up");
+    observer.ended(1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = reqwest::Client::new();
+    let (status, _, text) = agent_call(&client, &url, STREAMED).await;
+    assert_eq!(status, 200);
+    assert!(text.ends_with("data: [DONE]\n\n"), "the simulator's attempt 2 is healthy: {text}");
+    let calls = observer.ended(2).await;
+    let retried = &calls[1];
+    assert_eq!(retried.report.stream, calls[0].report.stream, "one call");
+    assert_eq!((retried.report.outcome, retried.report.attempts), (Outcome::Ok, 2));
+    let gap = retried.report.backoff_sleeps[0];
+    assert!(gap >= Duration::from_millis(250) && gap < Duration::from_secs(2), "the agent's wait: {gap:?}");
+    let verdict = &retried.verdict;
+    assert_eq!((verdict.kind, verdict.severity), (VerdictKind::Cancelled, Severity::Recovered), "{}", verdict.summary);
+    assert!(verdict.summary.ends_with("recovered on attempt 2"), "{}", verdict.summary);
+    let other = r#"{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"another"}]}"#;
+    agent_call(&client, &url, other).await;
+    let calls = observer.ended(3).await;
+    assert_ne!(calls[2].report.stream, calls[0].report.stream, "another body is another call");
+    let report = observer.stop().await;
+    assert_eq!(report.streams.len(), 2);
+
+    let store = Store::open(&db).unwrap();
+    let run = store.list_runs().unwrap()[0].id;
+    let recording = Recording::load(&store, run).unwrap();
+    let sets = ["SSE_IDLE_TIMEOUT_S=0.3", "PROVIDER_STREAM_RETRIES=2"].map(str::to_owned).to_vec();
+    let whatif = what_if(&recording, &WhatIf { overrides: sets, ..WhatIf::default() }).unwrap();
+    let stream = &whatif.streams[0];
+    assert!(stream.sooner_s.is_some_and(|s| s > 0.3), "{stream:?}");
+    assert_eq!(stream.after.attempts, 2, "{stream:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -355,7 +355,7 @@ impl<'a> CallState<'a> {
                         return self.fail(self.backoff_crosses_deadline(at, budget, sleep));
                     }
                     let reason = match (&classification.server_delay, requested) {
-                        (Some(delay), Some(_)) => SleepReason::ServerRequested { header: delay_header(&delay.source) },
+                        (Some(delay), Some(_)) => SleepReason::ServerRequested { header: delay.source.header() },
                         _ => SleepReason::Backoff,
                     };
                     let category = classification.category;
@@ -719,15 +719,6 @@ fn call_seed(run_seed: u64, stream: StreamId) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
-}
-
-/// The header a server-requested wait came from, for events.
-fn delay_header(source: &DelaySource) -> String {
-    match source {
-        DelaySource::RetryAfterMs => "retry-after-ms".to_owned(),
-        DelaySource::RetryAfterSeconds | DelaySource::RetryAfterDate => "retry-after".to_owned(),
-        DelaySource::ResetHint { header } => header.clone(),
-    }
 }
 
 /// Why a retry on the same target was not made.

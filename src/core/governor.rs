@@ -440,7 +440,7 @@ async fn govern(
             .await;
             let chunk = match next {
                 Wait::Chunk(chunk) => chunk,
-                Wait::Cancelled => return Err(Failure::Cancelled),
+                Wait::Cancelled => return Err(cancelled_while(&mut reading, scope)),
                 // A sleep that moved is only sure to wake the task once polled
                 // again: raising the flag has the next wait poll it.
                 Wait::Timer => match on_wake(&mut clocks, sleep.as_mut(), Instant::now()) {
@@ -460,7 +460,7 @@ async fn govern(
             // A token cancelled while chunks keep coming has raised the flag
             // (which starts raised, before the token was first polled with it).
             if sleep_and_cancel_woke.is_raised() && scope.cancel.is_cancelled() {
-                return Err(Failure::Cancelled);
+                return Err(cancelled_while(&mut reading, scope));
             }
             // The sleep is never later than the earliest clock, so a chunk that
             // comes before it needs no look at the clocks (this runs per chunk).
@@ -543,6 +543,17 @@ async fn govern(
         tokio::time::sleep_until(ahead_until).await;
     }
     result
+}
+
+/// The failure of an attempt cancelled while `reading`: an error status
+/// already answered is that answer (its body as far as it came: a caller
+/// that stops reading an error body has the status it asked for),
+/// anything else is cancelled.
+fn cancelled_while(reading: &mut Reading, scope: &AttemptScope<'_>) -> Failure {
+    match reading {
+        Reading::ErrorBody(collected) => collected.take_failure(scope, Instant::now()),
+        Reading::Stream => Failure::Cancelled,
+    }
 }
 
 /// When a chunk came, and the same as its events' stamp.

@@ -77,6 +77,17 @@ pub struct ServerDelay {
     pub raw: String,
 }
 
+impl DelaySource {
+    /// The header a delay from this source is read from.
+    pub fn header(&self) -> String {
+        match self {
+            DelaySource::RetryAfterMs => "retry-after-ms".to_owned(),
+            DelaySource::RetryAfterSeconds | DelaySource::RetryAfterDate => "retry-after".to_owned(),
+            DelaySource::ResetHint { header } => header.clone(),
+        }
+    }
+}
+
 /// Reads the delay a response asks the client to wait before retrying.
 ///
 /// Precedence is `retry-after-ms`, then `retry-after`, then reset hints. A

@@ -97,8 +97,9 @@ pub(super) struct Reading {
     pub suggestion: Option<String>,
     /// The timer that caught it, with its budget.
     pub timer: Option<(TimerKind, Duration)>,
-    /// The silence before an idle cut, or the wait before a gateway
-    /// answered for the provider: what a hop's fixed timer shows as.
+    /// The silence before an idle cut or a cancel, or the wait before a
+    /// gateway answered for the provider: what a hop's, or a caller's,
+    /// fixed timer shows as.
     pub silence: Option<Duration>,
 }
 
@@ -158,7 +159,7 @@ pub(super) fn read(t: &Try) -> Reading {
         Some(AttemptEnd::Status { status }) => answered(t, Some(status)),
         Some(AttemptEnd::InStream { code }) => in_stream(t, code.as_deref()),
         Some(AttemptEnd::Malformed) => malformed(t),
-        Some(AttemptEnd::Cancelled) => Reading::new(VerdictKind::Cancelled, phase_words(t.phase).to_owned()),
+        Some(AttemptEnd::Cancelled) => cancelled(t),
         None if t.started_at.is_none() => between_attempts(t),
         None if t.classified.is_some() => answered(t, t.status),
         None => Reading::new(VerdictKind::Incomplete, format!("attempt {} was {}", t.number, phase_words(t.phase))),
@@ -166,6 +167,20 @@ pub(super) fn read(t: &Try) -> Reading {
     let mut evidence = response_evidence(t);
     evidence.append(&mut reading.evidence);
     reading.evidence = evidence;
+    reading
+}
+
+/// The call was cancelled from outside (an observed agent that gave up,
+/// Ctrl-C): where the attempt was, and how long it had been silent, the
+/// wait that a caller's own timeout cut short.
+fn cancelled(t: &Try) -> Reading {
+    let at = t.stopped_at();
+    let silence = at.saturating_sub(t.last_sign_of_life().unwrap_or(at));
+    let mut reading = Reading::new(
+        VerdictKind::Cancelled,
+        format!("{}, {} after the last sign of life", phase_words(t.phase), secs(silence)),
+    );
+    reading.silence = Some(silence);
     reading
 }
 

@@ -158,7 +158,7 @@ fn a_call_cancelled_while_streaming_is_cancelled() {
     s.finished(500, Outcome::Cancelled);
     let d = s.diagnose();
     assert_eq!((d.kind, d.severity, d.tunable.as_deref()), (VerdictKind::Cancelled, Severity::Notice, None));
-    assert_eq!(d.summary, "cancelled after 0.50 s while streaming (attempt 1)");
+    assert_eq!(d.summary, "cancelled after 0.50 s while streaming, 0.47 s after the last sign of life (attempt 1)");
 }
 
 /// A stall, then a healthy retry: still worth naming, as recovered.

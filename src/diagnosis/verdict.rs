@@ -338,9 +338,10 @@ pub struct Basis {
     /// The response headers that name who answered (`server`, `via`,
     /// `x-cache`), lower-case, as received.
     pub peer: Vec<(String, String)>,
-    /// The silence that ended in a cut (`idle_cut`), or the wait before
-    /// a gateway answered for the provider (`gateway_timeout`), in
-    /// milliseconds: what a hop's fixed timer shows as.
+    /// The silence that ended in a cut (`idle_cut`) or a cancel (an
+    /// observed agent giving up: `cancelled`), or the wait before a
+    /// gateway answered for the provider (`gateway_timeout`), in
+    /// milliseconds: what a hop's, or a caller's, fixed timer shows as.
     #[serde(default)]
     pub idle_ms: Option<f64>,
     /// The limit that refused the last retry, when one did.

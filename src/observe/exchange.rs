@@ -22,10 +22,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::relay::{CONNECT_TIMEOUT, Pending, ToAgent, end_to_end};
+use super::relay::{CONNECT_TIMEOUT, Delivery, Pending, ToAgent, end_to_end};
+use super::retries::{Continuing, Key};
 use super::{State, routes};
 use crate::core::category::Category;
-use crate::core::event::{AttemptEnd, Event, EventKind, Outcome, StreamId};
+use crate::core::event::{AttemptEnd, Event, EventKind, EventSink, Outcome, StreamId};
 use crate::core::evidence::{recorded_error_body, recorded_headers};
 use crate::core::executor::{Call, CallReport};
 use crate::core::failover::Target;
@@ -69,34 +70,36 @@ pub(super) async fn handle(
     let model = asked.get("model").and_then(|m| m.as_str()).unwrap_or("-");
     let streamed = asked.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
     let Some(client) = state.clients.get(&route) else { return Ok(plain(500, format!("no client for {route}\n"))) };
+    let key = Key::of(&route, &body);
     let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap_or(reqwest::Method::POST);
     let forwarded =
         client.request(method, &url).headers(end_to_end(&parts.headers, &["host", "content-length"])).body(body);
-    let stream = state.next_stream();
+    // A retry of a call that failed or was cut goes on as its next attempt.
+    let retried = state.recent.retried(&key, Instant::now());
+    let stream = state.start(retried.as_ref().map(|r| r.stream));
+    let mut executor = state.executor.clone();
+    if let Some(ended) = &retried {
+        let now = Instant::now();
+        executor.sink.emit(ended.backoff(state.since_epoch(ended.at), now - ended.at));
+        executor.sink = Arc::new(Continuing { inner: executor.sink, before: ended.report.attempts });
+    }
     let target = Target::new(routes::provider_name(&route, dialect.filter(|_| streamed)), model);
     let agent_gone = state.cancel.child_token();
     let (agent_tx, agent_rx) = oneshot::channel();
-    let call = match dialect.filter(|_| streamed) {
-        Some(dialect) => {
-            state.upstream.expect(
-                stream,
-                Pending { request: forwarded, dialect, agent: agent_tx, agent_gone: agent_gone.clone() },
-            );
-            let call = Call { stream, target, input: CallInput::default(), not_before: None };
-            let state = Arc::clone(&state);
-            tokio::spawn(async move {
-                let report = state.executor.run(&call, &agent_gone).await;
-                state.finished(report).await
-            })
-        }
-        None => {
-            let state = Arc::clone(&state);
-            tokio::spawn(async move {
-                let report = pass_through(&state, stream, target, forwarded, agent_tx, &agent_gone).await;
-                state.finished(report).await
-            })
-        }
-    };
+    let state_of_call = Arc::clone(&state);
+    let call = tokio::spawn(async move {
+        let state = state_of_call;
+        let report = match dialect.filter(|_| streamed) {
+            Some(dialect) => {
+                let pending = Pending { request: forwarded, dialect, agent: agent_tx, agent_gone: agent_gone.clone() };
+                state.upstream.expect(stream, pending);
+                let call = Call { stream, target, input: CallInput::default(), not_before: None };
+                executor.run(&call, &agent_gone).await
+            }
+            None => pass_through(&state, &*executor.sink, stream, target, forwarded, agent_tx, &agent_gone).await,
+        };
+        state.finished(report, key, retried).await
+    });
     Ok(match agent_rx.await {
         Ok(answer) => to_agent(answer),
         // No answer came: the upstream could not be reached (or the call
@@ -139,6 +142,7 @@ fn plain(status: u16, text: String) -> hyper::Response<AgentBody> {
 /// one attempt: its headers, its chunks as they came, how it ended.
 async fn pass_through(
     state: &State,
+    sink: &dyn EventSink,
     stream: StreamId,
     target: Target,
     request: reqwest::RequestBuilder,
@@ -146,7 +150,7 @@ async fn pass_through(
     agent_gone: &CancellationToken,
 ) -> CallReport {
     let started = Instant::now();
-    let emit = |attempt, kind| state.emit(Event { at: state.since_epoch(Instant::now()), stream, attempt, kind });
+    let emit = |attempt, kind| sink.emit(Event { at: state.since_epoch(Instant::now()), stream, attempt, kind });
     emit(0, EventKind::CallStarted { target: target.clone(), context_tokens: None });
     emit(1, EventKind::AttemptStarted { target: target.clone(), credential: None });
     let mut report = CallReport::empty(stream, target.clone());
@@ -172,12 +176,13 @@ async fn pass_through(
         agent_gone.cancel();
     }
     let mut kept = Vec::new();
+    let mut delivery = Delivery::of(&headers);
     let mut body = response.bytes_stream();
     let end = loop {
         let next = tokio::select! {
             biased;
             () = agent_gone.cancelled() => break Err(Failure::Cancelled),
-            () = tx.closed() => break Err(Failure::Cancelled),
+            () = tx.closed(), if !delivery.complete() => break Err(Failure::Cancelled),
             next = body.next() => next,
         };
         match next {
@@ -188,7 +193,8 @@ async fn pass_through(
                 if status >= 400 && kept.len() < ERROR_BODY_KEPT {
                     kept.extend_from_slice(&bytes[..bytes.len().min(ERROR_BODY_KEPT - kept.len())]);
                 }
-                if tx.send(Ok(bytes)).await.is_err() {
+                delivery.sent(bytes.len());
+                if tx.send(Ok(bytes)).await.is_err() && !delivery.complete() {
                     break Err(Failure::Cancelled);
                 }
             }

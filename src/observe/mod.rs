@@ -24,6 +24,7 @@
 
 mod exchange;
 mod relay;
+mod retries;
 pub mod routes;
 mod would_fire;
 
@@ -43,14 +44,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, Settings};
-use crate::core::event::{Event, EventSink, StreamId};
+use crate::core::event::{EventSink, Outcome, StreamId};
 use crate::core::executor::{CallReport, Executor, Origin};
 use crate::core::failover::Target;
 use crate::core::fleet::Fleet;
 use crate::core::policy::CorePolicy;
+use crate::core::policy::RetrySettings;
 use crate::core::transport::{ProxySetting, TransportSettings, build_client};
 use crate::core::upstream::{Upstream, Upstreams};
-use crate::diagnosis::{Collector, Diagnosis, diagnose};
+use crate::diagnosis::{Diagnosis, diagnose_with};
 use crate::providers::Dialect;
 use crate::providers::setup::ProviderConfig;
 use crate::recorder::RecorderHandle;
@@ -62,6 +64,7 @@ use crate::store::StoreError;
 use crate::store::runs::{RunMeta, RunStart};
 use crate::tunables::Tunables;
 use relay::ObservedUpstream;
+use retries::{Ended, Key, Recent};
 use routes::{Route, Routes};
 pub use would_fire::WouldFire;
 use would_fire::{Clocks, Going};
@@ -176,8 +179,10 @@ struct State {
     clients: HashMap<String, reqwest::Client>,
     upstream: Arc<ObservedUpstream>,
     executor: Executor,
-    verdicts: Arc<Collector>,
+    /// The retry limits verdicts are read against (observe's: none).
+    limits: RetrySettings,
     going: Arc<Going>,
+    recent: Recent,
     clocks: Clocks,
     next: AtomicU64,
     /// Calls started and not yet ended, and a wake-up when one ends.
@@ -188,32 +193,53 @@ struct State {
 }
 
 impl State {
-    /// A new call's stream id; the call counts as in flight until
-    /// [`State::finished`].
-    fn next_stream(&self) -> StreamId {
+    /// The stream of a call starting: `continued`'s (a retry), else a new
+    /// one; the call counts as in flight until [`State::finished`].
+    fn start(&self, continued: Option<StreamId>) -> StreamId {
         self.in_flight.0.fetch_add(1, Ordering::SeqCst);
-        self.next.fetch_add(1, Ordering::Relaxed)
+        continued.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed))
     }
 
     fn since_epoch(&self, at: Instant) -> std::time::Duration {
         at.saturating_duration_since(self.executor.epoch)
     }
 
-    fn emit(&self, event: Event) {
-        self.executor.sink.emit(event);
-    }
-
     /// Takes a call's report once it has ended, with what our clocks would
     /// have done on it (replayed off the runtime's workers); returns why it
     /// failed, for the 502 of a call the upstream never answered.
-    async fn finished(self: &Arc<Self>, report: CallReport) -> Option<String> {
-        let verdict = self.verdicts.take(report.stream).unwrap_or_else(|| diagnose(&[]));
-        let events = self.going.take(report.stream);
-        let (state, stream) = (Arc::clone(self), report.stream);
-        let would_fire = tokio::task::spawn_blocking(move || state.clocks.first(stream, &events)).await.ok().flatten();
+    async fn finished(self: &Arc<Self>, report: CallReport, key: Key, retried: Option<Ended>) -> Option<String> {
+        let (stream, now, continued) = (report.stream, Instant::now(), retried.is_some());
+        let (mut events, report) = match retried {
+            Some(mut ended) => {
+                let gap = now.saturating_duration_since(ended.at).saturating_sub(report.elapsed);
+                (std::mem::take(&mut ended.events), ended.continued(report, gap))
+            }
+            None => (Vec::new(), report),
+        };
+        events.extend(self.going.take(stream));
+        let verdict = diagnose_with(&events, &self.limits);
+        let state = Arc::clone(self);
+        let replayed = tokio::task::spawn_blocking(move || {
+            let would_fire = state.clocks.first(stream, &events);
+            (would_fire, events)
+        });
+        let (would_fire, events) = match replayed.await {
+            Ok(replayed) => replayed,
+            // The replay panicked: let the panic continue rather than invent a mark.
+            Err(join) => std::panic::resume_unwind(join.into_panic()),
+        };
         let why = report.error.as_ref().map(|e| e.message.clone());
         (self.on_call)(&ObservedCall { report: report.clone(), verdict: verdict.clone(), would_fire });
-        self.calls.lock().unwrap_or_else(PoisonError::into_inner).push((report, verdict));
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        if continued {
+            calls.retain(|(r, _)| r.stream != stream);
+        }
+        calls.push((report.clone(), verdict));
+        drop(calls);
+        // A call that failed or was cut may be retried by the agent.
+        if report.outcome != Outcome::Ok && !self.cancel.is_cancelled() {
+            self.recent.keep(Ended { key, stream, at: now, events, report });
+        }
         self.in_flight.0.fetch_sub(1, Ordering::SeqCst);
         self.in_flight.1.notify_waiters();
         why
@@ -372,9 +398,8 @@ impl Observer {
             }
             None => None,
         };
-        let verdicts = Arc::new(Collector::new(Some(self.settings.policy.retry.clone())));
         let going = Arc::new(Going::default());
-        let mut sinks: Vec<Arc<dyn EventSink>> = vec![verdicts.clone(), going.clone()];
+        let mut sinks: Vec<Arc<dyn EventSink>> = vec![going.clone()];
         sinks.extend(recorder.as_ref().map(|(sink, _)| Arc::new(sink.clone()) as Arc<dyn EventSink>));
         sinks.extend(watcher);
         let upstream = Arc::new(ObservedUpstream::default());
@@ -399,8 +424,9 @@ impl Observer {
             clients: self.clients,
             upstream,
             executor,
-            verdicts,
+            limits: self.settings.policy.retry.clone(),
             going,
+            recent: Recent::default(),
             clocks,
             next: AtomicU64::new(0),
             in_flight: (AtomicUsize::new(0), Notify::new()),

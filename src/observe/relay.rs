@@ -139,23 +139,51 @@ impl Upstream for ObservedUpstream {
     }
 }
 
+/// How much of a response's body the agent has been handed, against
+/// what its `content-length` says: an agent whose connection lets the body
+/// go once it has every byte has not given up.
+pub(super) struct Delivery {
+    expected: Option<u64>,
+    sent: u64,
+}
+
+impl Delivery {
+    /// For a response with `headers`.
+    pub fn of(headers: &HeaderMap) -> Delivery {
+        let expected =
+            headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+        Delivery { expected, sent: 0 }
+    }
+
+    /// `n` more bytes handed over.
+    pub fn sent(&mut self, n: usize) {
+        self.sent += n as u64;
+    }
+
+    /// Whether every byte the response announced has been handed over.
+    pub fn complete(&self) -> bool {
+        self.expected.is_some_and(|n| self.sent >= n)
+    }
+}
+
 /// Reads the upstream's body to its end: each chunk to the agent first,
-/// then a copy to the core. The agent gone, the upstream is let go and
-/// the call cancelled; an upstream that breaks breaks the agent's body
-/// too.
+/// then a copy to the core. The agent gone before it had the whole body,
+/// the upstream is let go and the call cancelled; an upstream that breaks
+/// breaks the agent's body too.
 async fn pump(
     response: reqwest::Response,
     agent: mpsc::Sender<Result<Bytes, std::io::Error>>,
     core: mpsc::UnboundedSender<Result<Chunk, Failure>>,
     agent_gone: CancellationToken,
 ) {
+    let mut delivery = Delivery::of(response.headers());
     let mut body = response.bytes_stream();
     loop {
         // An agent that gives up while the upstream is silent is noticed
         // when it goes, not at the next chunk.
         let next = tokio::select! {
             biased;
-            () = agent.closed() => {
+            () = agent.closed(), if !delivery.complete() => {
                 agent_gone.cancel();
                 return;
             }
@@ -164,7 +192,8 @@ async fn pump(
         let Some(next) = next else { return };
         match next {
             Ok(bytes) => {
-                if agent.send(Ok(bytes.clone())).await.is_err() {
+                delivery.sent(bytes.len());
+                if agent.send(Ok(bytes.clone())).await.is_err() && !delivery.complete() {
                     agent_gone.cancel();
                     return;
                 }
