@@ -176,6 +176,7 @@ async fn a_remote_listen_address_needs_allow_remote() {
         source: ObserveSource::Upstream("https://api.openai.com".into()),
         config: None,
         overrides: Vec::new(),
+        edits: Vec::new(),
         recording: None,
     };
     let error = Observer::bind(&plan, &[]).await.err().unwrap();

@@ -58,6 +58,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         source,
         config: cli.config_path(),
         overrides: cli.overrides.clone(),
+        edits: Vec::new(),
         recording: args.record.recording()?,
     };
     let env = process_env();

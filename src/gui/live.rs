@@ -24,6 +24,7 @@ use super::runner::{EVENT_CAPACITY, Runner, Update};
 use super::timeline::{Clock, TimelineView};
 use super::transport;
 use super::whatif::WhatIfView;
+use crate::observe::{ObservePlan, ObserveSource};
 use crate::probe::ProbePlan;
 use crate::providers::Dialect;
 use crate::session::{RecordTo, RunSource, SessionPlan};
@@ -71,6 +72,11 @@ pub struct RunForm {
     /// A label for the next recorded run only (it is cleared when the run
     /// starts, so it never sticks to later runs).
     pub label: String,
+    /// Where **Observe** listens for an agent's requests.
+    pub observe_listen: String,
+    /// The one upstream **Observe** forwards to; empty: the source above
+    /// (its scenario's simulator, or every configured provider's route).
+    pub observe_upstream: String,
 }
 
 impl Default for RunForm {
@@ -83,6 +89,8 @@ impl Default for RunForm {
             prompt: "Say hello in five words.".to_owned(),
             record: true,
             label: String::new(),
+            observe_listen: "127.0.0.1:8787".to_owned(),
+            observe_upstream: String::new(),
         }
     }
 }
@@ -119,6 +127,35 @@ impl RunForm {
                 vec![(target.clone(), plan(RunSource::Config { path: config, target: Some(target.clone()) }))]
             }
         }
+    }
+}
+
+impl RunForm {
+    /// What **Observe** observes: the upstream given, else the source
+    /// chosen above; why not, when it cannot.
+    pub fn observe_plan(
+        &self,
+        config: Option<PathBuf>,
+        overrides: Vec<String>,
+        edits: Vec<String>,
+        db: Option<PathBuf>,
+    ) -> Result<ObservePlan, String> {
+        let listen = self.observe_listen.trim().parse().map_err(|_| {
+            format!("Observe: listen address `{}` is not one; give an address like 127.0.0.1:8787", self.observe_listen)
+        })?;
+        let upstream = self.observe_upstream.trim();
+        let source = match &self.choice {
+            _ if !upstream.is_empty() => ObserveSource::Upstream(upstream.to_owned()),
+            Choice::Scenario(name) => ObserveSource::Scenario(name.clone()),
+            Choice::Provider(_) => ObserveSource::Config(config.clone()),
+            Choice::AllStories => {
+                return Err("Observe: give an upstream, or choose one scenario or a configured provider as the source"
+                    .to_owned());
+            }
+        };
+        let label = (!self.label.trim().is_empty()).then(|| self.label.trim().to_owned());
+        let recording = db.filter(|_| self.record).map(|db| RecordTo { db, label, batch: None });
+        Ok(ObservePlan { listen, allow_remote: false, source, config, overrides, edits, recording })
     }
 }
 
@@ -219,6 +256,8 @@ pub enum Action {
     WhatIf,
     /// Probe every configured route.
     Probe,
+    /// Observe an agent's traffic.
+    Observe,
 }
 
 /// The live view's state that does not persist.
@@ -250,6 +289,8 @@ pub struct Live {
     pub checks: SuggestionCheck,
     /// The readiness of the configured routes.
     pub probe: ProbeView,
+    /// Where the observer going on listens and forwards, once it does.
+    observing: Option<String>,
 }
 
 impl Live {
@@ -284,6 +325,34 @@ impl Live {
         }
         self.showing = Showing::Live { started: Instant::now(), ended_s: None };
         self.fold_about = true;
+    }
+
+    /// Observes an agent's traffic under `plan`, replacing what is shown:
+    /// its calls come in as lanes, with their verdicts as they end.
+    pub fn start_observe(&mut self, plan: ObservePlan, env: Vec<(String, String)>, ctx: &egui::Context) {
+        self.label = plan.recording.as_ref().and_then(|r| r.label.clone());
+        if self.runner().is_none() {
+            return;
+        }
+        self.timeline = Timeline::new();
+        self.results.clear();
+        (self.replayable, self.recorded, self.observing) = (None, Vec::new(), None);
+        self.whatif.clear();
+        self.checks.clear();
+        super::memory::give_back();
+        self.timeline.add_part(format!("observe@{}", plan.listen), 0.0);
+        let ctx = ctx.clone();
+        if let Some(runner) = &mut self.runner {
+            runner.observe(plan, env, move || ctx.request_repaint());
+        }
+        self.showing = Showing::Live { started: Instant::now(), ended_s: None };
+        self.fold_about = true;
+    }
+
+    /// Where the observer going on listens and forwards, once it does:
+    /// `observing on http://127.0.0.1:8787 → https://api.openai.com`.
+    pub fn observing(&self) -> Option<&str> {
+        self.observing.as_deref()
     }
 
     /// The runner, started at first use; `None` (and a result line saying
@@ -433,7 +502,15 @@ impl Live {
             match update {
                 Update::Event { part, event } => self.timeline.ingest(part, &event),
                 Update::Verdict { part, stream, diagnosis } => self.timeline.set_verdict(part, stream, *diagnosis),
+                Update::Observing { part, url, routes } => {
+                    // The address bound, which a port 0 only now tells.
+                    if let Some(p) = self.timeline.parts.get_mut(part) {
+                        p.label = format!("observe@{}", url.trim_start_matches("http://"));
+                    }
+                    self.observing = Some(format!("observing on {url} → {routes}"));
+                }
                 Update::PartDone { part, result } => {
+                    self.observing = None;
                     if let Ok(outcome) = &result {
                         self.recorded.extend(outcome.report.run_id);
                     }
@@ -566,6 +643,28 @@ impl Live {
             }
             if running {
                 ui.spinner();
+            }
+        });
+        ui.horizontal_wrapped(|ui| {
+            let listen = egui::TextEdit::singleline(&mut form.observe_listen).desired_width(130.0);
+            labelled(ui, "Observe on", 130.0, |ui| ui.add(listen));
+            let upstream = egui::TextEdit::singleline(&mut form.observe_upstream)
+                .desired_width(240.0)
+                .hint_text("the source above");
+            labelled(ui, "Upstream", 240.0, |ui| ui.add(upstream)).on_hover_text(
+                "Where the agent's requests go, e.g. https://api.openai.com; empty: the source above (a \
+                 scenario's simulator, or every configured provider under /<name>)",
+            );
+            let can = !running && blocked.is_none();
+            let button = ui.add_enabled(can, egui::Button::new("Observe")).on_hover_text(
+                "A recording streaming proxy for your own agent: point its base URL here; its calls pass \
+                 through unchanged and come in as lanes, with their verdicts. Stop ends it.",
+            );
+            if button.clicked() {
+                action = Action::Observe;
+            }
+            if let Some(observing) = &self.observing {
+                ui.label(RichText::new(observing).strong());
             }
         });
         let error = ui.visuals().error_fg_color;

@@ -271,6 +271,21 @@ impl App {
         self.prefs.timeline.follow_live = true;
     }
 
+    /// Observes an agent's traffic with the form's listen address and
+    /// upstream (else its source), under the tunables being edited.
+    pub fn start_observe(&mut self, ctx: &egui::Context) {
+        let (config, overrides, edits) =
+            (self.launch.config.clone(), self.launch.overrides.clone(), self.prefs.tunables.assignments());
+        match self.prefs.form.observe_plan(config, overrides, edits, self.db.clone()) {
+            Ok(plan) => {
+                self.live.start_observe(plan, self.env.clone(), ctx);
+                self.prefs.form.label.clear();
+                self.prefs.timeline.follow_live = true;
+            }
+            Err(why) => self.live.results.push(why),
+        }
+    }
+
     /// Probes every configured route with the tunables being edited,
     /// recorded when the form records.
     pub fn start_probe(&mut self, ctx: &egui::Context) {
@@ -420,6 +435,7 @@ impl eframe::App for App {
                         self.live.start_whatif(self.db.clone(), changes, ui.ctx());
                     }
                     Action::Probe => self.start_probe(ui.ctx()),
+                    Action::Observe => self.start_observe(ui.ctx()),
                     Action::None => {}
                 }
             }

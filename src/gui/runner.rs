@@ -19,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::event::{Event, EventSink, StreamId};
 use crate::core::executor::CallReport;
+use crate::core::lag_probe::LagSummary;
 use crate::diagnosis::Diagnosis;
+use crate::observe::{ObservePlan, ObservedCall, Observer};
 use crate::session::{SessionOutcome, SessionPlan, run_session};
 
 /// What arrives from a run.
@@ -40,6 +42,15 @@ pub enum Update {
         stream: StreamId,
         /// The verdict.
         diagnosis: Box<Diagnosis>,
+    },
+    /// An observer of part `part` listens, and where its requests go.
+    Observing {
+        /// The part.
+        part: usize,
+        /// `http://ADDR`, where an agent sends its requests.
+        url: String,
+        /// Where they go, in words.
+        routes: String,
     },
     /// A part ended: its report, or why it could not run.
     PartDone {
@@ -153,6 +164,44 @@ impl Runner {
                 wake();
             });
         }
+    }
+
+    /// Observes an agent's traffic ([`crate::observe`]) as the one part of
+    /// a run until stopped: its calls' events and verdicts come as a run's
+    /// do, once it listens an [`Update::Observing`] says where; any
+    /// earlier run is cancelled.
+    pub fn observe(&mut self, plan: ObservePlan, env: Vec<(String, String)>, wake: impl Fn() + Send + Sync + 'static) {
+        self.stop();
+        self.generation += 1;
+        self.cancel = CancellationToken::new();
+        self.parts_running = 1;
+        self.dropped = Arc::default();
+        let (generation, part) = (self.generation, 0);
+        let (sender, events, dropped) = (self.sender.clone(), self.event_sender.clone(), Arc::clone(&self.dropped));
+        let (cancel, wake) = (self.cancel.clone(), Arc::new(wake));
+        self.runtime.spawn(async move {
+            let sink = Arc::new(ChannelSink { generation, part, events, dropped });
+            let result = match Observer::bind(&plan, &env).await {
+                Ok(observer) => {
+                    let (url, routes) = (format!("http://{}", observer.addr()), observer.routes());
+                    let _ = sender.send((generation, Update::Observing { part, url, routes }));
+                    wake();
+                    let (verdicts, woken) = (sender.clone(), Arc::clone(&wake));
+                    let on_call = move |call: &ObservedCall| {
+                        let diagnosis = Box::new(call.verdict.clone());
+                        let _ = verdicts
+                            .send((generation, Update::Verdict { part, stream: call.report.stream, diagnosis }));
+                        woken();
+                    };
+                    let run = observer.run(&cancel, Some(sink), on_call).await;
+                    run.map(|report| SessionOutcome { report, dropped_events: 0, lag: LagSummary::default() })
+                        .map_err(|e| e.to_string())
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = sender.send((generation, Update::PartDone { part, result }));
+            wake();
+        });
     }
 
     /// Runs `work` on the runner's runtime beside any run (a route probe).

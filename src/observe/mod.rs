@@ -110,6 +110,8 @@ pub struct ObservePlan {
     pub config: Option<PathBuf>,
     /// `NAME=VALUE` overrides (`--set`).
     pub overrides: Vec<String>,
+    /// `NAME=VALUE` edits from the app, above the overrides.
+    pub edits: Vec<String>,
     /// Record the run, or not.
     pub recording: Option<RecordTo>,
 }
@@ -282,7 +284,8 @@ impl Observer {
             ObserveSource::Config(path) => path.clone(),
             _ => plan.config.clone(),
         };
-        let mut settings = settings_for(&RunSource::Config { path: config, target: None }, &plan.overrides, &[], env)?;
+        let source = RunSource::Config { path: config, target: None };
+        let mut settings = settings_for(&source, &plan.overrides, &plan.edits, env)?;
         let in_force = settings.tunables.clone();
         for setting in WATCH_ONLY {
             settings.tunables.apply_override(setting).map_err(ConfigError::from).map_err(SessionError::from)?;

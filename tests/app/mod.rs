@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use egui_kittest::Harness;
-use stallscope::gui::App;
+use stallscope::gui::{App, Launch};
 
 /// A scratch directory removed when the test ends.
 pub struct Scratch(PathBuf);
@@ -38,6 +38,18 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The app over `dir`'s config (written empty when absent) and database,
+/// with no environment (a developer's own settings must not leak in).
+pub fn open(dir: &Scratch) -> Harness<'static, App> {
+    let (config, db) = (dir.config(), dir.db());
+    if !config.exists() {
+        std::fs::write(&config, "").unwrap();
+    }
+    Harness::builder()
+        .with_size(egui::vec2(1400.0, 900.0))
+        .build_eframe(move |cc| App::new(cc, Launch { config: Some(config), overrides: vec![] }, Some(db), vec![]))
 }
 
 /// Steps frames (real time passes between them) until the UI shows what

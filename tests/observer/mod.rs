@@ -36,6 +36,7 @@ impl Running {
             source,
             config: None,
             overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
+            edits: Vec::new(),
             recording: db.map(|db| RecordTo { db: db.to_owned(), label: None, batch: None }),
         };
         let observer = Observer::bind(&plan, &[]).await.unwrap();
