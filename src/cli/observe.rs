@@ -63,7 +63,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     };
     let env = process_env();
     let written = &mut *out;
-    let report = until_ctrl_c(|cancel| async move {
+    let outcome = until_ctrl_c(|cancel| async move {
         let out = written;
         let observer = Observer::bind(&plan, &env).await?;
         eprintln!("stallscope: observing on http://{} → {}", observer.addr(), observer.routes());
@@ -75,11 +75,11 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         tokio::pin!(run);
         loop {
             tokio::select! {
-                report = &mut run => {
+                outcome = &mut run => {
                     while let Ok(text) = line.try_recv() {
                         writeln!(out, "{text}")?;
                     }
-                    break anyhow::Ok(report?);
+                    break anyhow::Ok(outcome?);
                 }
                 Some(text) = line.recv() => {
                     writeln!(out, "{text}")?;
@@ -88,8 +88,13 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
             }
         }
     })??;
+    let report = &outcome.report;
     let recorded = report.run_id.map(|id| format!("; recorded as run {id}")).unwrap_or_default();
-    writeln!(out, "{}{recorded}", report.summary_line())?;
+    let dropped = match outcome.dropped_events {
+        0 => String::new(),
+        n => format!("; {n} events the recorder fell behind on were not kept"),
+    };
+    writeln!(out, "{}{recorded}{dropped}", report.summary_line())?;
     Ok(())
 }
 

@@ -19,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::event::{Event, EventSink, StreamId};
 use crate::core::executor::CallReport;
-use crate::core::lag_probe::LagSummary;
 use crate::diagnosis::Diagnosis;
 use crate::observe::{ObservePlan, ObservedCall, Observer};
 use crate::session::{SessionOutcome, SessionPlan, run_session};
@@ -193,9 +192,7 @@ impl Runner {
                             .send((generation, Update::Verdict { part, stream: call.report.stream, diagnosis }));
                         woken();
                     };
-                    let run = observer.run(&cancel, Some(sink), on_call).await;
-                    run.map(|report| SessionOutcome { report, dropped_events: 0, lag: LagSummary::default() })
-                        .map_err(|e| e.to_string())
+                    observer.run(&cancel, Some(sink), on_call).await.map_err(|e| e.to_string())
                 }
                 Err(e) => Err(e.to_string()),
             };

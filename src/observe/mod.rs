@@ -48,6 +48,7 @@ use crate::core::event::{EventSink, Outcome, StreamId};
 use crate::core::executor::{CallReport, Executor, Origin};
 use crate::core::failover::Target;
 use crate::core::fleet::Fleet;
+use crate::core::lag_probe::LagSummary;
 use crate::core::policy::CorePolicy;
 use crate::core::policy::RetrySettings;
 use crate::core::transport::{ProxySetting, TransportSettings, build_client};
@@ -58,7 +59,7 @@ use crate::providers::setup::ProviderConfig;
 use crate::recorder::RecorderHandle;
 use crate::replay::recording::RecordedProvider;
 use crate::report::RunReport;
-use crate::session::{RecordTo, RunSource, SessionError, Tee, blocking, settings_for, start_recorder};
+use crate::session::{RecordTo, RunSource, SessionError, SessionOutcome, Tee, blocking, settings_for, start_recorder};
 use crate::sim::{SimError, SimServer, builtin};
 use crate::store::StoreError;
 use crate::store::runs::{RunMeta, RunStart};
@@ -362,13 +363,15 @@ impl Observer {
     }
 
     /// Serves until `cancel`, recording the run when asked; `on_call` sees
-    /// each call as it ends, with its verdict. Returns the run's report.
+    /// each call as it ends, with its verdict. Returns the run's report and
+    /// the events the recorder could not keep (observe measures no lag of
+    /// its own: its clocks act on nothing).
     pub async fn run(
         self,
         cancel: &CancellationToken,
         watcher: Option<Arc<dyn EventSink>>,
         on_call: impl Fn(&ObservedCall) + Send + Sync + 'static,
-    ) -> Result<RunReport, ObserveError> {
+    ) -> Result<SessionOutcome, ObserveError> {
         let origin = Origin::now(rand::random());
         let recorded = recorded_providers(&self.routes);
         let label = format!("observe@{}", self.addr);
@@ -451,21 +454,23 @@ impl Observer {
         report.seed = Some(origin.seed);
         report.stopped = true;
         report.attach_diagnoses(diagnoses);
-        if let Some((_, handle)) = recorder {
-            finish(handle, &mut report).await?;
-        }
+        let dropped_events = match recorder {
+            Some((_, handle)) => finish(handle, &mut report).await?,
+            None => 0,
+        };
         if let Some((_, server)) = self.scenario {
             server.shutdown().await;
         }
-        Ok(report)
+        Ok(SessionOutcome { report, dropped_events, lag: LagSummary::default() })
     }
 }
 
-/// Commits the run's last events and its report.
-async fn finish(handle: RecorderHandle, report: &mut RunReport) -> Result<(), StoreError> {
+/// Commits the run's last events and its report; how many events the
+/// recorder could not keep.
+async fn finish(handle: RecorderHandle, report: &mut RunReport) -> Result<u64, StoreError> {
     report.run_id = Some(handle.run_id());
     let stored = report.clone();
-    blocking(move || handle.finish(&stored)).await.map(drop)
+    blocking(move || handle.finish(&stored)).await
 }
 
 /// Accepts connections until `cancel`, then lets the calls in flight end

@@ -44,7 +44,7 @@ impl Running {
         let (cancel, calls) = (CancellationToken::new(), Arc::<Mutex<Vec<ObservedCall>>>::default());
         let (token, seen) = (cancel.clone(), Arc::clone(&calls));
         let run = tokio::spawn(async move {
-            observer.run(&token, None, move |call| seen.lock().unwrap().push(call.clone())).await.unwrap()
+            observer.run(&token, None, move |call| seen.lock().unwrap().push(call.clone())).await.unwrap().report
         });
         Running { base, cancel, calls, run }
     }
