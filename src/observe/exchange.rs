@@ -70,7 +70,7 @@ pub(super) async fn handle(
     let model = asked.get("model").and_then(|m| m.as_str()).unwrap_or("-");
     let streamed = asked.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
     let Some(client) = state.clients.get(&route) else { return Ok(plain(500, format!("no client for {route}\n"))) };
-    let key = Key::of(&route, &body);
+    let key = Key::of(&url, &body);
     let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap_or(reqwest::Method::POST);
     let forwarded =
         client.request(method, &url).headers(end_to_end(&parts.headers, &["host", "content-length"])).body(body);

@@ -1,5 +1,5 @@
 //! The agent's own retries, as attempts of one call: a request with the
-//! same route and body as a call that failed or was cut within the last
+//! same URL and body as a call that failed or was cut within the last
 //! minute ([`RETRY_WINDOW`]) is that call's next attempt, and the agent's
 //! wait between them is the call's backoff (a server-requested one when
 //! the failure asked for a wait), so the verdict, the replay and `whatif`
@@ -27,20 +27,20 @@ use crate::core::executor::CallReport;
 /// off to 8 s at most, honouring a `retry-after` of up to a minute).
 pub const RETRY_WINDOW: Duration = Duration::from_secs(60);
 
-/// What tells a request's call: its route and its body.
+/// What tells a request's call: its upstream URL and its body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Key {
-    route: String,
+    url: String,
     len: usize,
     hash: u64,
 }
 
 impl Key {
-    /// The key of a request to `route` with `body`.
-    pub fn of(route: &str, body: &[u8]) -> Key {
+    /// The key of a request to `url` with `body`.
+    pub fn of(url: &str, body: &[u8]) -> Key {
         let mut hasher = DefaultHasher::new();
         body.hash(&mut hasher);
-        Key { route: route.to_owned(), len: body.len(), hash: hasher.finish() }
+        Key { url: url.to_owned(), len: body.len(), hash: hasher.finish() }
     }
 }
 
@@ -155,7 +155,7 @@ mod tests {
     fn a_request_is_a_retry_only_of_a_failed_call_of_the_same_body_within_the_window() {
         let recent = Recent::default();
         let start = Instant::now();
-        let key = Key::of("upstream", b"{\"model\":\"m\",\"stream\":true}");
+        let key = Key::of("http://gw/v1/chat/completions", b"{\"model\":\"m\",\"stream\":true}");
         let ended = |at| Ended {
             key: key.clone(),
             stream: 4,
@@ -164,8 +164,10 @@ mod tests {
             report: CallReport::empty(4, Target::new("upstream", "m")),
         };
         recent.keep(ended(start));
-        assert!(recent.retried(&Key::of("upstream", b"{\"model\":\"other\"}"), start).is_none(), "another body");
-        assert!(recent.retried(&Key::of("elsewhere", b"{\"model\":\"m\",\"stream\":true}"), start).is_none());
+        let other_body = Key::of("http://gw/v1/chat/completions", b"{\"model\":\"other\"}");
+        assert!(recent.retried(&other_body, start).is_none(), "another body");
+        let other_path = Key::of("http://gw/v1/responses", b"{\"model\":\"m\",\"stream\":true}");
+        assert!(recent.retried(&other_path, start).is_none(), "another endpoint");
         assert_eq!(recent.retried(&key, start + Duration::from_secs(5)).map(|e| e.stream), Some(4));
         assert!(recent.retried(&key, start).is_none(), "taken once");
         recent.keep(ended(start));
