@@ -18,11 +18,11 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::relay::{CONNECT_TIMEOUT, Delivery, Pending, ToAgent, end_to_end};
+use super::relay::{CONNECT_TIMEOUT, Pending, ToAgent, end_to_end, relay};
 use super::retries::{Continuing, Key};
 use super::{State, routes};
 use crate::core::category::Category;
@@ -31,6 +31,7 @@ use crate::core::evidence::{recorded_error_body, recorded_headers};
 use crate::core::executor::{Call, CallReport};
 use crate::core::failover::Target;
 use crate::core::failure::Failure;
+use crate::core::governor::ERROR_BODY_LIMIT;
 use crate::core::transport::failure_from_reqwest;
 use crate::core::upstream::CallInput;
 
@@ -40,10 +41,6 @@ pub(super) type AgentBody = UnsyncBoxBody<Bytes, std::io::Error>;
 /// The largest request body forwarded: well above any prompt an SDK
 /// sends (a million tokens is about 4 MB).
 const MAX_REQUEST_BYTES: usize = 64 << 20;
-
-/// How much of an error body a passed-through answer keeps for its
-/// classification.
-const ERROR_BODY_KEPT: usize = 64 * 1024;
 
 /// Answers one agent request.
 pub(super) async fn handle(
@@ -171,38 +168,25 @@ async fn pass_through(
         1,
         EventKind::ResponseHeaders { headers: recorded_headers(&headers, state.executor.classifier.headers_read()) },
     );
-    let (tx, rx) = mpsc::channel(16);
-    if agent.send(ToAgent { status, headers: end_to_end(&headers, &[]), body: rx }).is_err() {
-        agent_gone.cancel();
-    }
+    let mut copies = relay(response, agent, agent_gone.clone());
     let mut kept = Vec::new();
-    let mut delivery = Delivery::of(&headers);
-    let mut body = response.bytes_stream();
     let end = loop {
         let next = tokio::select! {
             biased;
             () = agent_gone.cancelled() => break Err(Failure::Cancelled),
-            () = tx.closed(), if !delivery.complete() => break Err(Failure::Cancelled),
-            next = body.next() => next,
+            next = copies.recv() => next,
         };
         match next {
             None => break Ok(()),
-            Some(Ok(bytes)) => {
+            Some(Ok(chunk)) => {
+                let bytes = chunk.bytes;
                 emit(1, EventKind::ChunkReceived { bytes: bytes.len() });
                 report.bytes += bytes.len() as u64;
-                if status >= 400 && kept.len() < ERROR_BODY_KEPT {
-                    kept.extend_from_slice(&bytes[..bytes.len().min(ERROR_BODY_KEPT - kept.len())]);
-                }
-                delivery.sent(bytes.len());
-                if tx.send(Ok(bytes)).await.is_err() && !delivery.complete() {
-                    break Err(Failure::Cancelled);
+                if status >= 400 && kept.len() < ERROR_BODY_LIMIT {
+                    kept.extend_from_slice(&bytes[..bytes.len().min(ERROR_BODY_LIMIT - kept.len())]);
                 }
             }
-            Some(Err(error)) => {
-                let failure = failure_from_reqwest(&error, CONNECT_TIMEOUT, None);
-                let _ = tx.send(Err(std::io::Error::other(failure.to_string()))).await;
-                break Err(failure);
-            }
+            Some(Err(failure)) => break Err(failure),
         }
     };
     let end = match end {

@@ -115,16 +115,9 @@ impl Upstream for ObservedUpstream {
                 return Err(Failure::Transport { kind: TransportKind::Other, message });
             };
             let response = pending.request.send().await.map_err(|e| failure_from_reqwest(&e, CONNECT_TIMEOUT, None))?;
-            let status = response.status().as_u16();
-            let headers = response.headers().clone();
-            let (agent_tx, agent_rx) = mpsc::channel(AGENT_QUEUE);
-            let head = ToAgent { status, headers: end_to_end(&headers, &[]), body: agent_rx };
-            if pending.agent.send(head).is_err() {
-                pending.agent_gone.cancel();
-            }
-            let (core_tx, core_rx) = mpsc::unbounded_channel();
-            tokio::spawn(pump(response, agent_tx, core_tx, pending.agent_gone));
-            let body: Body = futures_util::stream::unfold(core_rx, |mut rx| async move {
+            let (status, headers) = (response.status().as_u16(), response.headers().clone());
+            let copies = relay(response, pending.agent, pending.agent_gone);
+            let body: Body = futures_util::stream::unfold(copies, |mut rx| async move {
                 let next = rx.recv().await?;
                 Some((next, rx))
             })
@@ -139,29 +132,49 @@ impl Upstream for ObservedUpstream {
     }
 }
 
+/// Hands `response` to the agent: its head at once, then its body chunk
+/// by chunk as it is read (see [`pump`]); returns a copy of every chunk,
+/// for the core or the recording. An agent already gone when the head is
+/// in cancels `agent_gone`.
+pub(super) fn relay(
+    response: reqwest::Response,
+    agent: oneshot::Sender<ToAgent>,
+    agent_gone: CancellationToken,
+) -> mpsc::UnboundedReceiver<Result<Chunk, Failure>> {
+    let (agent_tx, agent_rx) = mpsc::channel(AGENT_QUEUE);
+    let head =
+        ToAgent { status: response.status().as_u16(), headers: end_to_end(response.headers(), &[]), body: agent_rx };
+    if agent.send(head).is_err() {
+        agent_gone.cancel();
+    }
+    let (copies_tx, copies) = mpsc::unbounded_channel();
+    tokio::spawn(pump(response, agent_tx, copies_tx, agent_gone));
+    copies
+}
+
 /// How much of a response's body the agent has been handed, against
 /// what its `content-length` says: an agent whose connection lets the body
 /// go once it has every byte has not given up.
-pub(super) struct Delivery {
+struct Delivery {
     expected: Option<u64>,
     sent: u64,
 }
 
 impl Delivery {
     /// For a response with `headers`.
-    pub fn of(headers: &HeaderMap) -> Delivery {
+    fn of(headers: &HeaderMap) -> Delivery {
         let expected =
             headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
         Delivery { expected, sent: 0 }
     }
 
     /// `n` more bytes handed over.
-    pub fn sent(&mut self, n: usize) {
+    fn sent(&mut self, n: usize) {
         self.sent += n as u64;
     }
 
     /// Whether every byte the response announced has been handed over.
-    pub fn complete(&self) -> bool {
+    fn complete(&self) -> bool {
         self.expected.is_some_and(|n| self.sent >= n)
     }
 }

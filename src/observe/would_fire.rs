@@ -61,6 +61,9 @@ impl WouldFire {
 /// no stream, and the clock settings in force.
 pub(super) struct Clocks {
     base: Recording,
+    /// How the recorded run's verdicts are read: made once, from its
+    /// tunables.
+    run: RecordedRun,
     overrides: Vec<String>,
 }
 
@@ -75,10 +78,9 @@ impl Clocks {
         providers: Vec<RecordedProvider>,
     ) -> Clocks {
         let overrides = CLOCKS.iter().map(|name| format!("{name}={}", in_force.get(name).value)).collect();
-        Clocks {
-            base: Recording { run: 0, tunables: recorded, meta, rules, providers, streams: Vec::new() },
-            overrides,
-        }
+        let run = RecordedRun::new(&recorded.sourced_snapshot(), &BTreeMap::new());
+        let base = Recording { run: 0, tunables: recorded, meta, rules, providers, streams: Vec::new() };
+        Clocks { base, run, overrides }
     }
 
     /// The first of our timers that would have fired on `events` (stream
@@ -87,8 +89,7 @@ impl Clocks {
         let started = events.iter().find(|e| matches!(e.kind, EventKind::AttemptStarted { .. }))?.at;
         let ended = events.last()?.at;
         let mut replay = Recording { streams: Vec::new(), ..self.base.clone() };
-        let run = RecordedRun::new(&self.base.tunables.sourced_snapshot(), &BTreeMap::new());
-        replay.streams.push(recording::stream(stream, events, &run));
+        replay.streams.push(recording::stream(stream, events, &self.run));
         let fired = Arc::new(FirstFired::default());
         let whatif = WhatIf { overrides: self.overrides.clone(), ..WhatIf::default() };
         what_if_watched(&replay, &whatif, Some(fired.clone() as Arc<dyn EventSink>)).ok()?;
