@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use observer::Running;
 use programs::{files_text, free_port, temp_dir};
-use stallscope::core::event::Outcome;
+use stallscope::core::category::TimerKind;
+use stallscope::core::event::{AttemptEnd, EventKind, Outcome};
 use stallscope::diagnosis::{Severity, VerdictKind};
 use stallscope::observe::{ObserveError, ObservePlan, ObserveSource, Observer};
 use stallscope::replay::recording::Recording;
@@ -85,11 +86,15 @@ async fn a_streamed_call_reads_as_it_does_directly_and_is_recorded() {
 /// An agent that gives up on a silent stall (its own 1 s read timeout)
 /// ends the call there: cancelled, after about its timeout, before any
 /// content; our idle timer, at 0.4 s in force, would have fired first,
-/// and says when. A healthy call has no such mark.
+/// and says when. The recording has both: the agent disconnecting where
+/// it did, then the call's end, and our timer's mark where it would have
+/// fired. A healthy call has no such mark.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_giving_up_ends_the_call_where_it_gave_up() {
     let sets = ["SSE_IDLE_TIMEOUT_S=0.4"];
-    let observer = Running::start_with(ObserveSource::Scenario("silent-stall".into()), None, &sets).await;
+    let dir = temp_dir(&format!("observe-gone-{}", free_port()));
+    let db = dir.join("observe.db");
+    let observer = Running::start_with(ObserveSource::Scenario("silent-stall".into()), Some(&db), &sets).await;
     let impatient = reqwest::Client::builder().read_timeout(Duration::from_secs(1)).build().unwrap();
     let url = format!("{}/v1/chat/completions", observer.base);
     let response = impatient.post(&url).body(STREAMED).send().await.unwrap();
@@ -106,6 +111,24 @@ async fn the_agent_giving_up_ends_the_call_where_it_gave_up() {
     let would = calls[0].would_fire.as_ref().expect("our idle timer would have fired");
     assert!(would.words().starts_with("our idle timer (0.4 s) would have fired at 0.4 s, of 1."), "{}", would.words());
     observer.stop().await;
+    let store = Store::open(&db).unwrap();
+    let run = store.list_runs().unwrap()[0].id;
+    let events = store.events(run, report.stream).unwrap();
+    let started = events.iter().find(|e| matches!(e.kind, EventKind::AttemptStarted { .. })).unwrap().at;
+    let kinds: Vec<&EventKind> = events.iter().map(|e| &e.kind).collect();
+    let gone = kinds.iter().position(|k| matches!(k, EventKind::AgentDisconnected)).expect("the agent disconnected");
+    assert!(
+        matches!(kinds[gone + 1], EventKind::AttemptEnded { end: AttemptEnd::Cancelled, .. }),
+        "the call ends where the agent went: {kinds:?}"
+    );
+    let mark = events.iter().find(|e| matches!(e.kind, EventKind::TimerWouldFire { .. })).expect("our timer's mark");
+    assert!(
+        matches!(mark.kind, EventKind::TimerWouldFire { timer: TimerKind::Idle, after } if after == Duration::from_millis(400))
+    );
+    let into = mark.at - started;
+    assert!(into >= Duration::from_millis(400) && into < Duration::from_millis(900), "{into:?} into the attempt");
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
 
     let healthy = Running::start_with(ObserveSource::Scenario("healthy".into()), None, &sets).await;
     let client = reqwest::Client::new();

@@ -426,6 +426,22 @@ pub enum EventKind {
         /// The category of the break.
         category: Category,
     },
+    /// The agent whose call observe relays closed its connection before
+    /// its response was complete (its own timeout, or it gave up): the
+    /// call ends cancelled there, by the agent, not by stallscope.
+    AgentDisconnected,
+    /// One of our timers would have fired here, under the tunables in
+    /// force, on an attempt observe relayed without acting (its clocks are
+    /// off): what stallscope's core would have done. Stamped where it
+    /// would have fired; sent once the attempt has ended, so it comes
+    /// after the attempt's own events in the order sent, and in its place
+    /// when read back in time order.
+    TimerWouldFire {
+        /// Which timer.
+        timer: TimerKind,
+        /// Its budget.
+        after: Duration,
+    },
     /// The call ended.
     Finished {
         /// How.

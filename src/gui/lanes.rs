@@ -992,6 +992,10 @@ pub fn describe(kind: &EventKind) -> String {
         EventKind::TimerArmed { timer, after, floor: None } => format!("{timer} timer armed: {}", secs(after)),
         EventKind::TimerDisarmed { timer, reason } => format!("{timer} timer off: {reason}"),
         EventKind::TimerFired { timer, after, .. } => format!("{timer} timer FIRED after {}", secs(after)),
+        EventKind::TimerWouldFire { timer, after } => {
+            format!("our {timer} timer ({}) would have fired here (observed: not acted on)", secs(after))
+        }
+        EventKind::AgentDisconnected => "the agent disconnected".to_owned(),
         EventKind::RateLimitObserved { requests_remaining, tokens_remaining, exhausted_reset } => {
             let n = |v: &Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
             let reset = exhausted_reset.as_ref().map(|d| format!(", resets in {}", secs(d))).unwrap_or_default();

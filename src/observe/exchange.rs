@@ -20,9 +20,8 @@ use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::UnsyncBoxB
 use hyper::body::{Frame, Incoming};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use super::relay::{CONNECT_TIMEOUT, Pending, ToAgent, end_to_end, relay};
+use super::relay::{AgentGone, CONNECT_TIMEOUT, Pending, ToAgent, end_to_end, relay};
 use super::retries::{Continuing, Key};
 use super::{State, routes};
 use crate::core::category::Category;
@@ -72,16 +71,23 @@ pub(super) async fn handle(
     let forwarded =
         client.request(method, &url).headers(end_to_end(&parts.headers, &["host", "content-length"])).body(body);
     // A retry of a call that failed or was cut goes on as its next attempt.
-    let retried = state.recent.retried(&key, Instant::now());
+    let mut retried = state.recent.retried(&key, Instant::now());
     let stream = state.start(retried.as_ref().map(|r| r.stream));
     let mut executor = state.executor.clone();
-    if let Some(ended) = &retried {
+    if let Some(ended) = &mut retried {
         let now = Instant::now();
+        state.going.resume(stream, std::mem::take(&mut ended.record));
         executor.sink.emit(ended.backoff(state.since_epoch(ended.at), now - ended.at));
         executor.sink = Arc::new(Continuing { inner: executor.sink, before: ended.report.attempts });
     }
     let target = Target::new(routes::provider_name(&route, dialect.filter(|_| streamed)), model);
-    let agent_gone = state.cancel.child_token();
+    let agent_gone = AgentGone {
+        token: state.cancel.child_token(),
+        sink: Arc::clone(&executor.sink),
+        epoch: state.executor.epoch,
+        stream,
+        attempt: 1,
+    };
     let (agent_tx, agent_rx) = oneshot::channel();
     let state_of_call = Arc::clone(&state);
     let call = tokio::spawn(async move {
@@ -91,7 +97,7 @@ pub(super) async fn handle(
                 let pending = Pending { request: forwarded, dialect, agent: agent_tx, agent_gone: agent_gone.clone() };
                 state.upstream.expect(stream, pending);
                 let call = Call { stream, target, input: CallInput::default(), not_before: None };
-                executor.run(&call, &agent_gone).await
+                executor.run(&call, &agent_gone.token).await
             }
             None => pass_through(&state, &*executor.sink, stream, target, forwarded, agent_tx, &agent_gone).await,
         };
@@ -144,7 +150,7 @@ async fn pass_through(
     target: Target,
     request: reqwest::RequestBuilder,
     agent: oneshot::Sender<ToAgent>,
-    agent_gone: &CancellationToken,
+    agent_gone: &AgentGone,
 ) -> CallReport {
     let started = Instant::now();
     let emit = |attempt, kind| sink.emit(Event { at: state.since_epoch(Instant::now()), stream, attempt, kind });
@@ -173,7 +179,7 @@ async fn pass_through(
     let end = loop {
         let next = tokio::select! {
             biased;
-            () = agent_gone.cancelled() => break Err(Failure::Cancelled),
+            () = agent_gone.token.cancelled() => break Err(Failure::Cancelled),
             next = copies.recv() => next,
         };
         match next {

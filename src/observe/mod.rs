@@ -53,7 +53,7 @@ use crate::core::policy::CorePolicy;
 use crate::core::policy::RetrySettings;
 use crate::core::transport::{ProxySetting, TransportSettings, build_client};
 use crate::core::upstream::{Upstream, Upstreams};
-use crate::diagnosis::{Diagnosis, diagnose_with};
+use crate::diagnosis::Diagnosis;
 use crate::providers::Dialect;
 use crate::providers::setup::ProviderConfig;
 use crate::recorder::RecorderHandle;
@@ -184,7 +184,10 @@ struct State {
     executor: Executor,
     /// The retry limits verdicts are read against (observe's: none).
     limits: RetrySettings,
+    /// Each call's record while it goes (the executor's sink feeds it).
     going: Arc<Going>,
+    /// Where events go beyond [`Going`]: the recorder and the front end.
+    out: Arc<dyn EventSink>,
     recent: Recent,
     clocks: Clocks,
     next: AtomicU64,
@@ -208,29 +211,32 @@ impl State {
     }
 
     /// Takes a call's report once it has ended, with what our clocks would
-    /// have done on it (replayed off the runtime's workers); returns why it
-    /// failed, for the 502 of a call the upstream never answered.
+    /// have done on its latest attempt (replayed off the runtime's
+    /// workers, and marked in its events); returns why it failed, for the
+    /// 502 of a call the upstream never answered.
     async fn finished(self: &Arc<Self>, report: CallReport, key: Key, retried: Option<Ended>) -> Option<String> {
         let (stream, now, continued) = (report.stream, Instant::now(), retried.is_some());
-        let (mut events, report) = match retried {
-            Some(mut ended) => {
+        let report = match retried {
+            Some(ended) => {
                 let gap = now.saturating_duration_since(ended.at).saturating_sub(report.elapsed);
-                (std::mem::take(&mut ended.events), ended.continued(report, gap))
+                ended.continued(report, gap)
             }
-            None => (Vec::new(), report),
+            None => report,
         };
-        events.extend(self.going.take(stream));
-        let verdict = diagnose_with(&events, &self.limits);
+        let record = self.going.take(stream);
         let state = Arc::clone(self);
-        let replayed = tokio::task::spawn_blocking(move || {
-            let would_fire = state.clocks.first(stream, &events);
-            (would_fire, events)
-        });
-        let (would_fire, events) = match replayed.await {
+        let replayed = tokio::task::spawn_blocking(move || (state.clocks.first(stream, &record), record));
+        let (would_fire, mut record) = match replayed.await {
             Ok(replayed) => replayed,
             // The replay panicked: let the panic continue rather than invent a mark.
             Err(join) => std::panic::resume_unwind(join.into_panic()),
         };
+        let would_fire = would_fire.map(|(would, mark)| {
+            record.push(&mark);
+            self.out.emit(mark);
+            would
+        });
+        let verdict = record.fold().verdict(Some(&self.limits));
         let why = report.error.as_ref().map(|e| e.message.clone());
         (self.on_call)(&ObservedCall { report: report.clone(), verdict: verdict.clone(), would_fire });
         let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
@@ -241,7 +247,7 @@ impl State {
         drop(calls);
         // A call that failed or was cut may be retried by the agent.
         if report.outcome != Outcome::Ok && !self.cancel.is_cancelled() {
-            self.recent.keep(Ended { key, stream, at: now, events, report });
+            self.recent.keep(Ended { key, stream, at: now, record, report });
         }
         self.in_flight.0.fetch_sub(1, Ordering::SeqCst);
         self.in_flight.1.notify_waiters();
@@ -405,9 +411,10 @@ impl Observer {
             None => None,
         };
         let going = Arc::new(Going::default());
-        let mut sinks: Vec<Arc<dyn EventSink>> = vec![going.clone()];
+        let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
         sinks.extend(recorder.as_ref().map(|(sink, _)| Arc::new(sink.clone()) as Arc<dyn EventSink>));
         sinks.extend(watcher);
+        let out: Arc<dyn EventSink> = Arc::new(Tee(sinks));
         let upstream = Arc::new(ObservedUpstream::default());
         let mut upstreams = Upstreams::default();
         for row in &recorded {
@@ -419,7 +426,7 @@ impl Observer {
             policy: Arc::new(policy),
             classifier: Arc::new(self.settings.classifier.clone()),
             upstreams: Arc::new(upstreams),
-            sink: Arc::new(Tee(sinks)),
+            sink: Arc::new(Tee(vec![going.clone(), Arc::clone(&out)])),
             epoch: origin.epoch,
             wall_epoch: origin.wall_epoch,
             seed: origin.seed,
@@ -432,6 +439,7 @@ impl Observer {
             executor,
             limits: self.settings.policy.retry.clone(),
             going,
+            out,
             recent: Recent::default(),
             clocks,
             next: AtomicU64::new(0),

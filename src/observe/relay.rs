@@ -9,7 +9,7 @@
 //! provider, so an observed stream's events are the events of any run.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,9 +17,10 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::event::StreamId;
+use crate::core::event::{Event, EventKind, EventSink, StreamId};
 use crate::core::failure::{Failure, TransportKind};
 use crate::core::transport::failure_from_reqwest;
 use crate::core::upstream::{AttemptRequest, Body, Chunk, Decoder, Response, Upstream};
@@ -86,8 +87,39 @@ pub(super) struct Pending {
     pub dialect: Dialect,
     /// Where the response goes once its headers are in.
     pub agent: oneshot::Sender<ToAgent>,
-    /// Cancelled when the agent stops reading: the call ends there.
-    pub agent_gone: CancellationToken,
+    /// What ends the call when the agent stops reading.
+    pub agent_gone: AgentGone,
+}
+
+/// How a call ends when its agent goes before it has its whole response
+/// (its own timeout, or it gave up): the call's events say so where it
+/// was noticed ([`EventKind::AgentDisconnected`]), then its token is
+/// cancelled and the core ends it there. Observe stopping cancels the
+/// token too, and is not the agent going.
+#[derive(Clone)]
+pub(super) struct AgentGone {
+    /// The call's cancellation.
+    pub token: CancellationToken,
+    /// Where the call's events go.
+    pub sink: Arc<dyn EventSink>,
+    /// What the call's events are stamped from.
+    pub epoch: Instant,
+    /// The call.
+    pub stream: StreamId,
+    /// Its attempt under way.
+    pub attempt: u32,
+}
+
+impl AgentGone {
+    /// The agent went: said once, and the call cancelled.
+    fn departed(&self) {
+        if !self.token.is_cancelled() {
+            let at = Instant::now().saturating_duration_since(self.epoch);
+            let kind = EventKind::AgentDisconnected;
+            self.sink.emit(Event { at, stream: self.stream, attempt: self.attempt, kind });
+        }
+        self.token.cancel();
+    }
 }
 
 /// The upstream of observed calls: each call's request, sent when the
@@ -116,7 +148,8 @@ impl Upstream for ObservedUpstream {
             };
             let response = pending.request.send().await.map_err(|e| failure_from_reqwest(&e, CONNECT_TIMEOUT, None))?;
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
-            let copies = relay(response, pending.agent, pending.agent_gone);
+            let agent_gone = AgentGone { attempt: request.attempt, ..pending.agent_gone };
+            let copies = relay(response, pending.agent, agent_gone);
             let body: Body = futures_util::stream::unfold(copies, |mut rx| async move {
                 let next = rx.recv().await?;
                 Some((next, rx))
@@ -135,17 +168,17 @@ impl Upstream for ObservedUpstream {
 /// Hands `response` to the agent: its head at once, then its body chunk
 /// by chunk as it is read (see [`pump`]); returns a copy of every chunk,
 /// for the core or the recording. An agent already gone when the head is
-/// in cancels `agent_gone`.
+/// in ends the call ([`AgentGone`]).
 pub(super) fn relay(
     response: reqwest::Response,
     agent: oneshot::Sender<ToAgent>,
-    agent_gone: CancellationToken,
+    agent_gone: AgentGone,
 ) -> mpsc::UnboundedReceiver<Result<Chunk, Failure>> {
     let (agent_tx, agent_rx) = mpsc::channel(AGENT_QUEUE);
     let head =
         ToAgent { status: response.status().as_u16(), headers: end_to_end(response.headers(), &[]), body: agent_rx };
     if agent.send(head).is_err() {
-        agent_gone.cancel();
+        agent_gone.departed();
     }
     let (copies_tx, copies) = mpsc::unbounded_channel();
     tokio::spawn(pump(response, agent_tx, copies_tx, agent_gone));
@@ -187,7 +220,7 @@ async fn pump(
     response: reqwest::Response,
     agent: mpsc::Sender<Result<Bytes, std::io::Error>>,
     core: mpsc::UnboundedSender<Result<Chunk, Failure>>,
-    agent_gone: CancellationToken,
+    agent_gone: AgentGone,
 ) {
     let mut delivery = Delivery::of(response.headers());
     let mut body = response.bytes_stream();
@@ -197,7 +230,7 @@ async fn pump(
         let next = tokio::select! {
             biased;
             () = agent.closed(), if !delivery.complete() => {
-                agent_gone.cancel();
+                agent_gone.departed();
                 return;
             }
             next = body.next() => next,
@@ -207,7 +240,7 @@ async fn pump(
             Ok(bytes) => {
                 delivery.sent(bytes.len());
                 if agent.send(Ok(bytes.clone())).await.is_err() && !delivery.complete() {
-                    agent_gone.cancel();
+                    agent_gone.departed();
                     return;
                 }
                 // The core may have stopped reading (the stream said it was

@@ -8,8 +8,8 @@
 //! Calls are told apart by their bodies: the same request sent again after
 //! a success is a new call, and so is one that changes anything in its
 //! body (another message, another model). Only the latest minute of
-//! failed calls is kept, each with its events until it is retried or let
-//! go.
+//! failed calls is kept, each with the fold of its events until it is
+//! retried or let go.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use crate::core::category::Category;
 use crate::core::event::{Event, EventKind, EventSink, SleepReason, StreamId};
 use crate::core::executor::CallReport;
+use crate::replay::recording::StreamRecord;
 
 /// How long after a failed call a request with the same body is its
 /// retry: SDKs retry within seconds (openai-python and anthropic back
@@ -52,8 +53,8 @@ pub(super) struct Ended {
     pub stream: StreamId,
     /// When it ended.
     pub at: Instant,
-    /// Its events so far.
-    pub events: Vec<Event>,
+    /// Its events so far, folded.
+    pub record: StreamRecord,
     /// Its report so far.
     pub report: CallReport,
 }
@@ -160,7 +161,7 @@ mod tests {
             key: key.clone(),
             stream: 4,
             at,
-            events: Vec::new(),
+            record: StreamRecord::default(),
             report: CallReport::empty(4, Target::new("upstream", "m")),
         };
         recent.keep(ended(start));

@@ -1,10 +1,14 @@
-//! What stallscope's clocks would have done on an observed stream: the
-//! stream replayed in virtual time through the core under the tunables in
-//! force (observe itself ran with every clock off), by the same what-if
-//! that replays any run, and the first timer that fires within what was
+//! What stallscope's clocks would have done on an observed stream: each
+//! of its attempts (one request of the agent's) replayed, once it has
+//! ended, in virtual time through the core under the tunables in force
+//! (observe itself runs with every clock off), by the same what-if that
+//! replays any run, and the first timer that fires within what was
 //! recorded ("the idle timer (30 s) would have fired at 30.0 s; the agent
-//! waited 412 s"). A timer that would fire only after the agent had given
-//! up is not claimed: what came after is not known.
+//! waited 412 s"). The mark goes into the stream's events as a
+//! [`EventKind::TimerWouldFire`] where the timer would have fired, so the
+//! lanes, the log and the verdict read it as they read the rest. A timer
+//! that would fire only after the agent had given up is not claimed: what
+//! came after is not known.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,8 +17,9 @@ use std::time::Duration;
 use crate::core::category::TimerKind;
 use crate::core::classify::Rule;
 use crate::core::event::{Event, EventKind, EventSink, StreamId};
+use crate::core::per_stream::PerStream;
 use crate::diagnosis::RecordedRun;
-use crate::replay::recording::{self, RecordedProvider, Recording};
+use crate::replay::recording::{RecordedAttempt, RecordedProvider, Recording, StreamRecord};
 use crate::replay::whatif::{WhatIf, what_if_watched};
 use crate::store::runs::RunMeta;
 use crate::tunables::Tunables;
@@ -31,9 +36,11 @@ pub(super) const CLOCKS: [&str; 7] = [
     "STALLSCOPE_TTFB_DISABLE_ABOVE_TOKENS",
 ];
 
-/// A timer of ours that would have fired on an observed stream.
+/// A timer of ours that would have fired on an observed attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WouldFire {
+    /// The attempt (the agent's request) it would have fired on.
+    pub attempt: u32,
     /// Which.
     pub timer: TimerKind,
     /// Its budget.
@@ -83,42 +90,54 @@ impl Clocks {
         Clocks { base, run, overrides }
     }
 
-    /// The first of our timers that would have fired on `events` (stream
-    /// `stream`'s, as recorded) before the recording of its attempt ended.
-    pub fn first(&self, stream: StreamId, events: &[Event]) -> Option<WouldFire> {
-        let started = events.iter().find(|e| matches!(e.kind, EventKind::AttemptStarted { .. }))?.at;
-        let ended = events.last()?.at;
-        let mut replay = Recording { streams: Vec::new(), ..self.base.clone() };
-        replay.streams.push(recording::stream(stream, events, &self.run));
+    /// The first of our timers that would have fired on the latest
+    /// attempt of `record` (call `stream`'s, as recorded so far), before
+    /// the recording of that attempt ended: the attempt replayed alone, as
+    /// the agent's request it was.
+    pub fn first(&self, stream: StreamId, record: &StreamRecord) -> Option<(WouldFire, Event)> {
+        let mut recorded = record.recorded(stream, &self.run);
+        let latest = recorded.attempts.pop()?;
+        let (ordinal, (started, ended)) = (latest.ordinal, latest.span());
+        recorded.started = started;
+        recorded.attempts = vec![RecordedAttempt { ordinal: 1, ..latest }];
+        let replay = Recording { streams: vec![recorded], ..self.base.clone() };
         let fired = Arc::new(FirstFired::default());
         let whatif = WhatIf { overrides: self.overrides.clone(), ..WhatIf::default() };
         what_if_watched(&replay, &whatif, Some(fired.clone() as Arc<dyn EventSink>)).ok()?;
         let (at, timer, budget) = fired.0.lock().unwrap_or_else(PoisonError::into_inner).take()?;
-        (at <= ended).then(|| WouldFire {
+        let kind = EventKind::TimerWouldFire { timer, after: budget };
+        let would = WouldFire {
+            attempt: ordinal,
             timer,
             budget,
             at: at.saturating_sub(started),
             recorded: ended.saturating_sub(started),
-        })
+        };
+        (at <= ended).then_some((would, Event { at, stream, attempt: ordinal, kind }))
     }
 }
 
-/// Each call's events while it is going, for its replay once it ends:
-/// the one copy of a stream's events observe holds (the recorder and the
-/// verdicts keep none).
+/// Each call's events folded while it goes, for its verdict and its
+/// replay once it ends: the one record of a stream observe holds (the
+/// recorder and the front ends keep their own), no event kept.
 #[derive(Default)]
-pub(super) struct Going(Mutex<std::collections::HashMap<StreamId, Vec<Event>>>);
+pub(super) struct Going(PerStream<StreamRecord>);
 
 impl Going {
-    /// Takes the events of call `stream`, which has ended.
-    pub fn take(&self, stream: StreamId) -> Vec<Event> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&stream).unwrap_or_default()
+    /// Takes the record of call `stream`, which has ended.
+    pub fn take(&self, stream: StreamId) -> StreamRecord {
+        self.0.remove(stream).unwrap_or_default()
+    }
+
+    /// Goes on with `record` for call `stream`: an agent's retry of it.
+    pub fn resume(&self, stream: StreamId, record: StreamRecord) {
+        self.0.with(stream, |streams| streams.insert(stream, record));
     }
 }
 
 impl EventSink for Going {
     fn emit(&self, event: Event) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).entry(event.stream).or_default().push(event);
+        self.0.with(event.stream, |streams| streams.entry(event.stream).or_default().push(&event));
     }
 }
 

@@ -237,21 +237,59 @@ impl Recording {
 /// One stream's events (in order) folded into its attempts, with its
 /// verdict read as `run` reads it.
 pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStream {
-    let mut fold = StreamFold::default();
-    // Each attempt's chunks and events, gathered before they are shared.
-    let mut bodies = Vec::new();
-    let (mut target, mut context_tokens, mut attempts) = (Target::new("", ""), None, Vec::<RecordedAttempt>::new());
-    for event in events {
-        fold.push(event);
-        let attempt = attempts.last_mut().filter(|a| a.ordinal == event.attempt);
-        let gathered = bodies.last_mut().filter(|_| attempt.is_some());
+    let mut record = StreamRecord::default();
+    events.iter().for_each(|event| record.push(event));
+    record.recorded(id, run)
+}
+
+/// One attempt's chunks and parsed events, as they come.
+type Gathered = (Vec<RecordedChunk>, Vec<(EventClass, u32)>);
+
+/// One stream's events folded, as they come, into what a replay and a
+/// verdict need of it, keeping no event: each attempt's head, its chunks'
+/// times and sizes, its parsed events' classes and lengths, how it ended,
+/// and the stream's [`StreamFold`]. [`stream`] reads a stored stream with
+/// it; observe keeps one per call while the call goes.
+#[derive(Debug, Clone)]
+pub struct StreamRecord {
+    fold: StreamFold,
+    target: Target,
+    context_tokens: Option<u64>,
+    attempts: Vec<RecordedAttempt>,
+    /// Each attempt's chunks and parsed events, gathered before they are
+    /// shared.
+    bodies: Vec<Gathered>,
+    /// The first and the latest event's times.
+    span: Option<(Duration, Duration)>,
+}
+
+impl Default for StreamRecord {
+    fn default() -> Self {
+        StreamRecord {
+            fold: StreamFold::default(),
+            target: Target::new("", ""),
+            context_tokens: None,
+            attempts: Vec::new(),
+            bodies: Vec::new(),
+            span: None,
+        }
+    }
+}
+
+impl StreamRecord {
+    /// Folds the stream's next event in.
+    pub fn push(&mut self, event: &Event) {
+        self.fold.push(event);
+        self.span = Some(self.span.map_or((event.at, event.at), |(first, _)| (first, event.at)));
+        let attempt = self.attempts.last_mut().filter(|a| a.ordinal == event.attempt);
+        let gathered = self.bodies.last_mut().filter(|_| attempt.is_some());
         match (&event.kind, attempt) {
-            (EventKind::CallStarted { target: target_of, context_tokens: tokens }, _) => {
-                target = target_of.clone();
-                context_tokens = *tokens;
+            (EventKind::CallStarted { target, context_tokens }, _) => {
+                self.target = target.clone();
+                self.context_tokens = *context_tokens;
             }
             (EventKind::AttemptStarted { target, .. }, _) => {
-                attempts.push(RecordedAttempt {
+                self.attempts.push(RecordedAttempt {
                     ordinal: event.attempt,
                     target: target.clone(),
                     started: event.at,
@@ -263,7 +301,7 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
                     message: None,
                     body: None,
                 });
-                bodies.push((Vec::new(), Vec::new()));
+                self.bodies.push((Vec::new(), Vec::new()));
             }
             (EventKind::HeadersReceived { status, content_type }, Some(attempt)) => {
                 attempt.response = Some(RecordedResponse {
@@ -315,19 +353,31 @@ pub fn stream(id: StreamId, events: &[Event], run: &RecordedRun) -> RecordedStre
             _ => {}
         }
     }
-    for (attempt, (chunks, events)) in attempts.iter_mut().zip(bodies) {
-        (attempt.chunks, attempt.events) = (chunks.into(), events.into());
+
+    /// The fold of the events so far, which the verdict is read from.
+    pub fn fold(&self) -> &StreamFold {
+        &self.fold
     }
-    RecordedStream {
-        id,
-        target,
-        context_tokens,
-        course: fold.course(),
-        verdict: run.judge(id, &fold),
-        started: events.first().map_or(Duration::ZERO, |e| e.at),
-        last_at: events.last().map_or(Duration::ZERO, |e| e.at),
-        attempts,
-        clocks: fold.attempt_clocks(),
+
+    /// The stream so far as recorded, with its verdict read as `run`
+    /// reads it.
+    pub fn recorded(&self, id: StreamId, run: &RecordedRun) -> RecordedStream {
+        let mut attempts = self.attempts.clone();
+        for (attempt, (chunks, events)) in attempts.iter_mut().zip(&self.bodies) {
+            (attempt.chunks, attempt.events) = (chunks.as_slice().into(), events.as_slice().into());
+        }
+        let (started, last_at) = self.span.unwrap_or_default();
+        RecordedStream {
+            id,
+            target: self.target.clone(),
+            context_tokens: self.context_tokens,
+            course: self.fold.course(),
+            verdict: run.judge(id, &self.fold),
+            started,
+            last_at,
+            attempts,
+            clocks: self.fold.attempt_clocks(),
+        }
     }
 }
 

@@ -108,6 +108,10 @@ pub mod kind {
     /// its texts), `aux` 1 when the per-attempt cap cut it; the body is the
     /// `bodies` row whose `event_id` is this row's id.
     pub const BODY_RECORDED: i64 = 24;
+    /// `AgentDisconnected`: nothing more.
+    pub const AGENT_DISCONNECTED: i64 = 25;
+    /// `TimerWouldFire`: `code` timer, `value` budget in ns.
+    pub const TIMER_WOULD_FIRE: i64 = 26;
     /// `n` consecutive chunk and SSE events of one stream and attempt.
     pub const PACKED: i64 = 100;
 }
@@ -493,6 +497,10 @@ fn encode_columns(event: &Event) -> Option<Row> {
         EventKind::CredentialRotated { provider, from, to } => {
             (CREDENTIAL_ROTATED, None, Some(int(*to)?), Some(int(*from)?), json(provider))
         }
+        EventKind::AgentDisconnected => (AGENT_DISCONNECTED, None, None, None, None),
+        EventKind::TimerWouldFire { timer, after } => {
+            (TIMER_WOULD_FIRE, Some(timer_code(*timer)), Some(ns(*after)?), None, None)
+        }
         EventKind::PartialRecovered { chars, category } => {
             (PARTIAL_RECOVERED, Some(category_code(*category)), Some(int(*chars)?), None, None)
         }
@@ -867,6 +875,8 @@ fn decode_kind(row: &Columns<'_>) -> Option<EventKind> {
             };
             EventKind::BodyRecorded { body }
         }
+        AGENT_DISCONNECTED => EventKind::AgentDisconnected,
+        TIMER_WOULD_FIRE => EventKind::TimerWouldFire { timer: timer_from(code()?)?, after: duration(value()?)? },
         FINISHED => EventKind::Finished {
             outcome: outcome_from(code()?)?,
             attempts: u32::try_from(value()?).ok()?,
