@@ -194,6 +194,7 @@ fn main() {
             overrides: vec!["RECORDER_FLUSH_MS=200".into()],
             edits: Vec::new(),
             recording: Some(RecordTo { db: db.clone(), label: Some("bench".into()), batch: None }),
+            service: Default::default(),
         };
         let observer = Observer::bind(&plan, &[]).await.unwrap();
         let observed = format!("http://{}", observer.addr());

@@ -270,9 +270,13 @@ impl RecorderHandle {
 
     /// Blocks until every event emitted before this call is committed.
     pub fn flush(&self) -> Result<(), StoreError> {
-        let (reply, answer) = sync_channel(1);
-        self.tx.send(Message::Flush(reply)).map_err(|_| self.gone())?;
-        answer.recv().map_err(|_| self.gone())?
+        self.flusher().flush()
+    }
+
+    /// What flushes this recording from elsewhere while this handle stays
+    /// with whoever finishes the run.
+    pub fn flusher(&self) -> Flusher {
+        Flusher { tx: self.tx.clone(), path: self.path.clone() }
     }
 
     /// Commits every queued event, stores `report` and completes the run.
@@ -288,6 +292,24 @@ impl RecorderHandle {
             let _ = thread.join();
         }
         result
+    }
+}
+
+/// Flushes a recording ([`RecorderHandle::flusher`]).
+#[derive(Debug, Clone)]
+pub struct Flusher {
+    tx: SyncSender<Message>,
+    path: std::path::PathBuf,
+}
+
+impl Flusher {
+    /// Blocks until every event emitted before this call is committed; an
+    /// error once the run is finished (its events are all committed then).
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let gone = || StoreError::WriterGone { path: self.path.clone() };
+        let (reply, answer) = sync_channel(1);
+        self.tx.send(Message::Flush(reply)).map_err(|_| gone())?;
+        answer.recv().map_err(|_| gone())?
     }
 }
 

@@ -16,11 +16,12 @@ use programs::{files_text, free_port, temp_dir};
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::{AttemptEnd, EventKind, Outcome};
 use stallscope::diagnosis::{Severity, VerdictKind};
-use stallscope::observe::{ObserveError, ObservePlan, ObserveSource, Observer};
+use stallscope::observe::{ObserveError, ObservePlan, ObserveSource, Observer, Service};
 use stallscope::replay::recording::Recording;
 use stallscope::replay::whatif::{WhatIf, what_if};
 use stallscope::sim::{SimServer, builtin};
 use stallscope::store::Store;
+use stallscope::watch::Retention;
 
 /// A key only the agent's headers carry.
 const KEY: &str = "sk-observe-RECOGNISABLE-5521";
@@ -201,6 +202,7 @@ async fn a_remote_listen_address_needs_allow_remote() {
         overrides: Vec::new(),
         edits: Vec::new(),
         recording: None,
+        service: Service::default(),
     };
     let error = Observer::bind(&plan, &[]).await.err().unwrap();
     assert!(matches!(error, ObserveError::Remote(_)), "{error}");
@@ -258,5 +260,81 @@ async fn the_agent_s_own_retry_is_the_call_s_next_attempt() {
     let stream = &whatif.streams[0];
     assert!(stream.sooner_s.is_some_and(|s| s > 0.3), "{stream:?}");
     assert_eq!(stream.after.attempts, 2, "{stream:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Polls `url` (a `/metrics`) until a line starts with `series` and ends
+/// with `value`, within 10 s.
+async fn metric_reaches(client: &reqwest::Client, url: &str, series: &str, value: &str) -> String {
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = client.get(url).send().await.unwrap().text().await.unwrap();
+        if text.lines().any(|l| l.starts_with(series) && l.ends_with(&format!(" {value}"))) {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no {series} … {value} in:\n{text}");
+}
+
+/// A long-running observer: it serves the metrics `watch` serves, labelled
+/// observe@SITE, our clocks' would-fire counts as each attempt ends and a
+/// call once it is over (its retry window passed); it starts a new run
+/// every interval once the last one had a call, and the database keeps
+/// the runs `--keep` says, never the one just closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_running_observer_rotates_its_runs_and_serves_its_metrics() {
+    let dir = temp_dir(&format!("observe-service-{}", free_port()));
+    let db = dir.join("observe.db");
+    let service = Service {
+        rotate: Some(Duration::from_millis(1500)),
+        retention: Some(Retention::Rounds(1)),
+        site: Some("lab".into()),
+        metrics_addr: Some("127.0.0.1:0".parse().unwrap()),
+        retry_window: Some(Duration::from_millis(500)),
+        ..Service::default()
+    };
+    let sets = ["SSE_IDLE_TIMEOUT_S=0.4"];
+    let source = ObserveSource::Scenario("silent-stall".into());
+    let observer = Running::start_service(source, Some(&db), &sets, service).await;
+    let mut serving = None;
+    for _ in 0..100 {
+        serving = observer.seen().metrics;
+        if serving.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let metrics = format!("http://{}/metrics", serving.expect("metrics are served"));
+    let impatient = reqwest::Client::builder().read_timeout(Duration::from_secs(1)).build().unwrap();
+    let url = format!("{}/v1/chat/completions", observer.base);
+    let response = impatient.post(&url).body(STREAMED).send().await.unwrap();
+    assert!(response.text().await.is_err(), "the agent's own timeout");
+    let client = reqwest::Client::new();
+    let site = r#"site="observe@lab",provider="sim",model="gpt-x""#;
+    metric_reaches(&client, &metrics, &format!(r#"stallscope_would_fire_total{{{site},timer="idle"}}"#), "1").await;
+    // Counted once its retry window has passed.
+    let calls = format!(r#"stallscope_calls_total{{{site},outcome="cancelled",verdict="cancelled"}}"#);
+    metric_reaches(&client, &metrics, &calls, "1").await;
+    for _ in 0..100 {
+        if !observer.seen().rotated.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = observer.seen().rotated.first().copied().expect("the first run was rotated out");
+    assert_eq!(first.1, 1, "its one call");
+    // The scenario's next call answers.
+    let (status, _, _) = agent_call(&client, &url, STREAMED).await;
+    assert_eq!(status, 200);
+    observer.ended(2).await;
+    let last = observer.stop().await;
+    assert_eq!(last.streams.len(), 1, "the second run has the second call");
+    let store = Store::open(&db).unwrap();
+    let runs: Vec<_> =
+        store.list_runs().unwrap().into_iter().filter(|r| r.label.as_deref() == Some("observe@lab")).collect();
+    assert_eq!(runs.len(), 1, "--keep 1 deleted the first run at the last one's close: {runs:?}");
+    assert_eq!(Some(runs[0].id), last.run_id);
+    drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -246,6 +246,40 @@ async fn a_recorded_run_reaches_phoenix_as_a_trace_per_call() {
     assert!(first.starts_with("round 0: recorded") && first.ends_with(" spans sent"), "{first}");
     let sent: usize = first.rsplit(", ").next().and_then(|s| s.split(' ').next()).unwrap().parse().unwrap();
     assert_eq!(listed(&base, total + sent).await.len(), total + sent);
+
+    // An observer sends each agent's call once it is over, while it runs.
+    let port = free_port();
+    let mut observe = Running(
+        Command::new(env!("CARGO_BIN_EXE_stallscope"))
+            .args(["observe", "--scenario", "healthy", "--listen", &format!("127.0.0.1:{port}"), "--otlp", &base])
+            .arg("--db")
+            .arg(scratch.path().join("observed.db"))
+            .env_clear()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port, &mut observe.0, Duration::from_secs(20));
+    let answer = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+        .body(r#"{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.text().await.unwrap().ends_with("data: [DONE]\n\n"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let observed = loop {
+        let spans = listed(&base, total + sent + 1).await;
+        if let Some(call) = spans.iter().find(|s| s["name"] == "chat gpt-x") {
+            break call.clone();
+        }
+        assert!(Instant::now() < deadline, "the observed call never reached Phoenix");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    drop(observe);
+    assert_eq!(observed["attributes"]["gen_ai.provider.name"], "sim");
+    assert_eq!(observed["attributes"]["stallscope.verdict"], "healthy");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,6 +1,8 @@
-//! `stallscope watch` scraped by a real Prometheus (the Debian package),
-//! checked through Prometheus's HTTP API against the rounds the store
-//! holds; and the alerting rules shipped in docs/ checked by `promtool`.
+//! `stallscope watch` and `stallscope observe` scraped by a real
+//! Prometheus (the Debian package), checked through Prometheus's HTTP API
+//! against the rounds the store holds and the calls an agent made, the
+//! shipped dashboard's queries run on both; and the alerting rules shipped
+//! in docs/ checked by `promtool`.
 //!
 //! Both run whenever the programs are present (see [`programs`] for what
 //! happens when one is absent).
@@ -35,6 +37,47 @@ async fn query(client: &reqwest::Client, base: &str, promql: &str) -> Vec<(serde
         .iter()
         .map(|s| (s["metric"].clone(), s["value"][1].as_str().unwrap().parse().unwrap()))
         .collect()
+}
+
+/// A Prometheus on `web_port`, storing in `dir`, scraping `/metrics` on
+/// `metrics_port` every 0.7 s, once it has scraped it; and its base URL.
+async fn start_prometheus(prometheus: &Path, dir: &Path, metrics_port: u16, web_port: u16) -> (Running, String) {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 700ms\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: stallscope\n    \
+             static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+    )
+    .unwrap();
+    let mut server = Running(
+        Command::new(prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{web_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(web_port, &mut server.0, Duration::from_secs(20));
+    let base = format!("http://127.0.0.1:{web_port}");
+    let client = reqwest::Client::new();
+    // It listens before its storage is open, and answers 503 until then.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !client.get(format!("{base}/-/ready")).send().await.is_ok_and(|r| r.status().is_success()) {
+        assert!(Instant::now() < deadline, "Prometheus is not ready after 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Its first scrape comes only once discovery hands it the target (up
+    // to 5 s after it is ready): a series that appears before then is
+    // first seen with its later value, and its first increase is lost.
+    while query(&client, &base, r#"up{job="stallscope"}"#).await.is_empty() {
+        assert!(Instant::now() < deadline, "Prometheus has not scraped after 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (server, base)
 }
 
 /// Data-stall timer fires the store holds for the oldest `rounds` rounds.
@@ -72,34 +115,8 @@ async fn prometheus_scrapes_the_counters_the_store_records() {
             .unwrap(),
     );
     wait_for_port(metrics_port, &mut watch.0, Duration::from_secs(20));
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 700ms\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: stallscope\n    \
-             static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
-        ),
-    )
-    .unwrap();
-    let mut server = Running(
-        Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{web_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    wait_for_port(web_port, &mut server.0, Duration::from_secs(20));
-    let base = format!("http://127.0.0.1:{web_port}");
+    let (server, base) = start_prometheus(&prometheus, &dir, metrics_port, web_port).await;
     let client = reqwest::Client::new();
-    // It listens before its storage is open, and answers 503 until then.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !client.get(format!("{base}/-/ready")).send().await.is_ok_and(|r| r.status().is_success()) {
-        assert!(Instant::now() < deadline, "Prometheus is not ready after 60 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     // A scrape during a round may see its timers fire before the round is
     // counted (rounds start each second; scrapes every 0.7 s, so they do
     // not keep one phase to the rounds): poll until one scrape shows whole rounds, at least three
@@ -147,35 +164,100 @@ async fn prometheus_scrapes_the_counters_the_store_records() {
     let detected =
         query(&client, &base, r#"stallscope_stall_detection_seconds_count{site="ci",timer="data_stall"}"#).await;
     assert!(detected.iter().map(|(_, v)| v).sum::<f64>() >= fires, "{detected:?}");
-    dashboard_queries_run(&client, &base).await;
+    // Every call stalled.
+    dashboard_queries_run(&client, &base, "Stall rate by site and provider", |rates| {
+        rates.iter().map(|(m, v)| (serde_json::json!([m["site"], m["provider"]]), *v)).collect::<Vec<_>>()
+            == vec![(serde_json::json!(["ci", "sim"]), 1.0)]
+    })
+    .await;
     drop(server);
     drop(watch);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Every query of the shipped Grafana dashboard runs on the scraped
-/// canary (its variables set to "all"), and the stall rate says that
-/// every call stalled.
-async fn dashboard_queries_run(client: &reqwest::Client, base: &str) {
+/// `stallscope observe` in front of an agent that gives up on a slow first
+/// token, twice, scraped by Prometheus: its site is observe@SITE; our
+/// idle timer would have fired on each of the agent's attempts, and each
+/// call, once its retry window passed, counts as cancelled; the
+/// dashboard's observe panels show them (a counter's first sample is its
+/// start, so the second call is what a rate sees).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_an_observer() {
+    let Some(prometheus) = prometheus_program("prometheus") else { return };
+    let dir = temp_dir("prometheus-observe");
+    let (listen_port, metrics_port, web_port) = (free_port(), free_port(), free_port());
+    let mut observe = Running(
+        Command::new(env!("CARGO_BIN_EXE_stallscope"))
+            .args(["observe", "--scenario", "slow-first-token", "--site", "ci", "--retry-window", "500ms"])
+            .args(["--listen", &format!("127.0.0.1:{listen_port}")])
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
+            .args(["--set", "SSE_IDLE_TIMEOUT_S=0.3", "--no-record"])
+            .env_clear()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(metrics_port, &mut observe.0, Duration::from_secs(20));
+    let (server, base) = start_prometheus(&prometheus, &dir, metrics_port, web_port).await;
+    let impatient = reqwest::Client::builder().read_timeout(Duration::from_millis(800)).build().unwrap();
+    for round in 0..2 {
+        if round > 0 {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        // The first message differs: two calls, not a call and its retry.
+        let response = impatient
+            .post(format!("http://127.0.0.1:{listen_port}/v1/chat/completions"))
+            .body(format!(r#"{{"model":"gpt-x","stream":true,"messages":[{{"role":"user","content":"hi {round}"}}]}}"#))
+            .send()
+            .await
+            .unwrap();
+        assert!(response.text().await.is_err(), "the agent's own timeout");
+    }
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let calls = query(&client, &base, r#"stallscope_calls_total{site="observe@ci",verdict="cancelled"}"#).await;
+        let would = query(&client, &base, r#"stallscope_would_fire_total{site="observe@ci",timer="idle"}"#).await;
+        if calls.iter().any(|(_, v)| *v >= 2.0) && would.iter().any(|(_, v)| *v >= 2.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Prometheus never showed the observed call: {calls:?} {would:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    dashboard_queries_run(&client, &base, "Observed agents: where our timers would have fired", |fired| {
+        fired.iter().any(|(m, v)| m["timer"] == "idle" && *v > 0.0)
+    })
+    .await;
+    drop(server);
+    drop(observe);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The series of one dashboard panel's query.
+type Series = Vec<(serde_json::Value, f64)>;
+
+/// Every query of the shipped Grafana dashboard runs on what Prometheus
+/// scraped (its variables set to "all"), and panel `title`'s first query
+/// comes to what `shows` looks for (a rate needs two scrapes of the series,
+/// and a change between them: 0 / 0 is NaN until then).
+async fn dashboard_queries_run(client: &reqwest::Client, base: &str, title: &str, shows: impl Fn(&Series) -> bool) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/grafana/stallscope-canary.json");
     let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let panels = dashboard["panels"].as_array().unwrap();
+    assert!(panels.iter().any(|p| p["title"] == title), "no panel {title}");
     for panel in panels {
         for target in panel["targets"].as_array().unwrap() {
             let expr = target["expr"].as_str().unwrap();
             let promql = expr.replace("$site", ".*").replace("$provider", ".*").replace("$__rate_interval", "1m");
             let mut result = query(client, base, &promql).await;
-            if panel["title"] == "Stall rate by site and provider" {
-                // A rate needs two scrapes of the series, and a change
-                // between them (0 / 0 is NaN).
+            if panel["title"] == title {
                 let deadline = Instant::now() + Duration::from_secs(30);
-                while result.iter().all(|(_, v)| v.is_nan()) && Instant::now() < deadline {
+                while !shows(&result) && Instant::now() < deadline {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     result = query(client, base, &promql).await;
                 }
-                let rates: Vec<(serde_json::Value, f64)> =
-                    result.into_iter().map(|(m, v)| (serde_json::json!([m["site"], m["provider"]]), v)).collect();
-                assert_eq!(rates, vec![(serde_json::json!(["ci", "sim"]), 1.0)], "{promql}");
+                assert!(shows(&result), "{title}: {promql}: {result:?}");
             }
         }
     }

@@ -8,6 +8,7 @@ mod observe;
 mod probe;
 mod run;
 mod runs;
+mod service;
 mod sim;
 mod tunables;
 mod tune;

@@ -4,13 +4,16 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::Result;
 
 use super::Cli;
 use super::run::{RecordArgs, until_ctrl_c};
+use super::service::{KeepArgs, OtlpArgs};
 use crate::config::process_env;
-use crate::observe::{ObservePlan, ObserveSource, ObservedCall, Observer};
+use crate::observe::{ObserveEvent, ObservePlan, ObserveSource, ObservedCall, Observer, Service};
+use crate::watch::parse_every;
 
 /// Options of `stallscope observe`.
 #[derive(Debug, clap::Args)]
@@ -23,6 +26,11 @@ Requests and responses pass through unchanged, the agent's key included; respons
 by chunk as they are read. Nothing is retried, timed out or changed: the agent's own behaviour is what \
 is recorded. Each call is a stream of one run labelled observe@ADDR (runs show, export, whatif and tune \
 read it like any run); the request headers, keys included, are never recorded.
+
+A long-running observer: --rotate starts a new run every interval (the database keeps them as --keep \
+says), --site names where it runs (its runs and metrics are labelled observe@SITE), --metrics-addr serves the \
+Prometheus metrics `watch` serves, --otlp sends each call once it is over as a trace. A call is over when it \
+ended well, or when the agent can no longer retry it (--retry-window).
 
 Ctrl-C stops: calls in flight end cancelled, and the run is recorded as stopped.")]
 pub struct Args {
@@ -42,6 +50,31 @@ pub struct Args {
     /// network (`stallscope sim --list` names them).
     #[arg(long, value_name = "NAME")]
     scenario: Option<String>,
+    /// Start a new run every interval (10m, 1h, 1d), once the last one has
+    /// had a call, as watch rounds do; the database keeps them as --keep
+    /// says.
+    #[arg(long, value_name = "DURATION", value_parser = parse_every)]
+    rotate: Option<Duration>,
+    /// Where this observer runs: its runs are labelled observe@SITE, and so
+    /// is the `site` of its metrics (default: the listen address).
+    #[arg(long, value_name = "NAME")]
+    site: Option<String>,
+    /// Serve Prometheus metrics on /metrics at HOST:PORT (the metrics
+    /// `watch` serves: calls by route, outcome and verdict, TTFB,
+    /// detection and duration histograms, our timers' would-fire counts,
+    /// our own runtime's lag).
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// How long after a call that failed or was cut a request with the
+    /// same body counts as the agent's retry of it (an attempt of the same
+    /// call); a call is counted and sent as a trace once no retry of it can
+    /// come.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_every)]
+    retry_window: Duration,
+    #[command(flatten)]
+    keep: KeepArgs,
+    #[command(flatten)]
+    otlp: OtlpArgs,
     #[command(flatten)]
     record: RecordArgs,
 }
@@ -52,6 +85,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         (None, Some(name)) => ObserveSource::Scenario(name.clone()),
         (None, None) => ObserveSource::Config(cli.config_path()),
     };
+    let env = process_env();
     let plan = ObservePlan {
         listen: args.listen,
         allow_remote: args.allow_remote,
@@ -60,17 +94,27 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         overrides: cli.overrides.clone(),
         edits: Vec::new(),
         recording: args.record.recording()?,
+        service: Service {
+            rotate: args.rotate,
+            retention: Some(args.keep.retention()),
+            site: args.site.clone(),
+            metrics_addr: args.metrics_addr,
+            otlp: args.otlp.destination(&env)?,
+            retry_window: Some(args.retry_window),
+        },
     };
-    let env = process_env();
     let written = &mut *out;
     let outcome = until_ctrl_c(|cancel| async move {
         let out = written;
         let observer = Observer::bind(&plan, &env).await?;
         eprintln!("stallscope: observing on http://{} → {}", observer.addr(), observer.routes());
-        // One line a call as it ends, written here: `out` is this thread's.
+        // One line a call as it ends, written here: `out` is this thread's;
+        // what goes to stderr is written where it happens.
         let (lines, mut line) = tokio::sync::mpsc::unbounded_channel();
-        let run = observer.run(&cancel, None, move |call| {
-            let _ = lines.send(call_line(call));
+        let run = observer.run_watched(&cancel, None, move |event| {
+            if let Some(text) = event_line(&event) {
+                let _ = lines.send(text);
+            }
         });
         tokio::pin!(run);
         loop {
@@ -96,6 +140,41 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     };
     writeln!(out, "{}{recorded}{dropped}", report.summary_line())?;
     Ok(())
+}
+
+/// The line of `event` on stdout, when it has one; what is said on
+/// stderr is said here.
+fn event_line(event: &ObserveEvent<'_>) -> Option<String> {
+    match event {
+        ObserveEvent::Serving(addr) => eprintln!("stallscope: serving metrics on http://{addr}/metrics"),
+        ObserveEvent::Call(call) => return Some(call_line(call)),
+        ObserveEvent::Rotated(ended) => {
+            let report = &ended.outcome.report;
+            let mut line = format!("run {}", report.summary_line());
+            if let Some(id) = report.run_id {
+                line.push_str(&format!(", recorded as run {id}"));
+            }
+            if ended.outcome.dropped_events > 0 {
+                line.push_str(&format!(
+                    ", {} events the recorder fell behind on not kept",
+                    ended.outcome.dropped_events
+                ));
+            }
+            if !ended.deleted.is_empty() {
+                line.push_str(&format!(", {} old runs deleted", ended.deleted.len()));
+            }
+            if let Some(error) = &ended.error {
+                eprintln!("stallscope: {error}");
+            }
+            return Some(line);
+        }
+        ObserveEvent::NotRotated(error) => {
+            eprintln!("stallscope: a new run could not be recorded ({error}); the run in force goes on")
+        }
+        ObserveEvent::Traces(Err(why)) => eprintln!("stallscope: traces not sent: {why}"),
+        ObserveEvent::Traces(Ok(_)) => {}
+    }
+    None
 }
 
 /// `stream 3  upstream/gpt-4o  ok  ttfb 212 ms  1840 ms  healthy: …`, and

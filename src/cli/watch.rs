@@ -12,13 +12,13 @@ use anyhow::{Context, Result, bail};
 
 use super::Cli;
 use super::run::until_ctrl_c;
+use super::service::{KeepArgs, OtlpArgs};
 use crate::config::process_env;
-use crate::export::otlp::Destination;
 use crate::metrics::{DEFAULT_ADDR, Metrics, RoundResult};
 use crate::probe::MAX_CONTEXT_TOKENS;
 use crate::providers::Dialect;
 use crate::store::Store;
-use crate::watch::{CallPlan, RecordingChange, Retention, Round, WatchEvent, WatchPlan, parse_every, watch};
+use crate::watch::{CallPlan, RecordingChange, Round, WatchEvent, WatchPlan, parse_every, watch};
 
 /// Options of `stallscope watch`.
 #[derive(Debug, clap::Args)]
@@ -34,12 +34,8 @@ pub struct Args {
     /// Where /metrics is served, HOST:PORT.
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_ADDR)]
     metrics_addr: SocketAddr,
-    /// Keep the newest N rounds in the database (default 1000).
-    #[arg(long, value_name = "N", conflicts_with = "keep_days", value_parser = clap::value_parser!(u32).range(1..))]
-    keep: Option<u32>,
-    /// Keep the rounds of the last D days instead.
-    #[arg(long, value_name = "D", value_parser = positive_days)]
-    keep_days: Option<f64>,
+    #[command(flatten)]
+    keep: KeepArgs,
     /// Each round runs this built-in scenario, served in-process.
     #[arg(long, value_name = "NAME")]
     scenario: Option<String>,
@@ -72,24 +68,8 @@ pub struct Args {
     /// Record no round.
     #[arg(long)]
     no_record: bool,
-    /// Also send each recorded round as OpenTelemetry traces (a trace per
-    /// call) to this OTLP/HTTP receiver: its base URL (…/v1/traces is
-    /// appended) or its traces URL. Phoenix: http://127.0.0.1:6006
-    #[arg(long, value_name = "URL", conflicts_with = "no_record")]
-    otlp: Option<String>,
-    /// A header sent with every OTLP request, NAME=VALUE (repeatable), for
-    /// a receiver's API key: NAME=env:VAR reads the value from the
-    /// environment variable VAR, so the key is on no command line. Values
-    /// are never printed.
-    #[arg(long, value_name = "NAME=VALUE", requires = "otlp")]
-    otlp_header: Vec<String>,
-}
-
-fn positive_days(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(days) if days > 0.0 && days.is_finite() => Ok(days),
-        _ => Err(format!("`{text}` is not a number of days above 0")),
-    }
+    #[command(flatten)]
+    otlp: OtlpArgs,
 }
 
 /// The machine's host name, the default site.
@@ -132,9 +112,9 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         every: args.every,
         site: args.site.clone().unwrap_or_else(host_name),
         db,
-        retention: args.keep_days.map_or(Retention::Rounds(args.keep.unwrap_or(1000) as usize), Retention::Days),
+        retention: args.keep.retention(),
         metrics_addr: Some(args.metrics_addr),
-        otlp: args.otlp.as_deref().map(|url| Destination::parse(url, &args.otlp_header, &env)).transpose()?,
+        otlp: args.otlp.destination(&env)?,
     };
     let mut failed_write = None;
     let failed = &mut failed_write;

@@ -328,13 +328,20 @@ pub fn send_runs(store: &Store, ids: &[RunId], destination: &Destination) -> Res
 
 /// The traces of stored run `id`, each stream with its verdict.
 pub fn run_traces(store: &Store, id: RunId) -> Result<RunTraces, OtlpError> {
+    streams_traces(store, id, &store.streams(id)?)
+}
+
+/// The traces of `streams` of stored run `id`, each with its verdict: a
+/// run's calls sent as they end (observe), with the ids the whole run's
+/// export gives them.
+pub fn streams_traces(store: &Store, id: RunId, streams: &[StreamId]) -> Result<RunTraces, OtlpError> {
     let record = store.run(id)?.ok_or(OtlpError::NoRun(id))?;
     // Runs recorded before the epoch was kept start at their start time.
     let epoch_unix_ns =
         record.meta.as_ref().map_or(record.summary.started_at_ms.saturating_mul(1_000_000), |m| m.epoch_unix_ns);
     let recorded = store.recorded_run(id)?;
     let mut calls = Vec::new();
-    for stream in store.streams(id)? {
+    for &stream in streams {
         let events = store.events(id, stream)?;
         let verdict = recorded.diagnose(stream, &events);
         calls.push(call_spans(Ids::new(epoch_unix_ns, id, stream), epoch_unix_ns, &events, Some(&verdict)));

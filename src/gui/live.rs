@@ -24,7 +24,7 @@ use super::runner::{EVENT_CAPACITY, Runner, Update};
 use super::timeline::{Clock, TimelineView};
 use super::transport;
 use super::whatif::WhatIfView;
-use crate::observe::{ObservePlan, ObserveSource};
+use crate::observe::{ObservePlan, ObserveSource, Service};
 use crate::probe::ProbePlan;
 use crate::providers::Dialect;
 use crate::session::{RecordTo, RunSource, SessionPlan};
@@ -155,7 +155,16 @@ impl RunForm {
         };
         let label = (!self.label.trim().is_empty()).then(|| self.label.trim().to_owned());
         let recording = db.filter(|_| self.record).map(|db| RecordTo { db, label, batch: None });
-        Ok(ObservePlan { listen, allow_remote: false, source, config, overrides, edits, recording })
+        Ok(ObservePlan {
+            listen,
+            allow_remote: false,
+            source,
+            config,
+            overrides,
+            edits,
+            recording,
+            service: Service::default(),
+        })
     }
 }
 

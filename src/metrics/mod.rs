@@ -14,6 +14,7 @@
 //! | `stallscope_attempts_total` | counter | site, provider, model, end |
 //! | `stallscope_retries_total` | counter | site, provider, model, category |
 //! | `stallscope_timer_fires_total` | counter | site, provider, model, timer |
+//! | `stallscope_would_fire_total` | counter | site, provider, model, timer |
 //! | `stallscope_failover_hops_total` | counter | site, from, to, reason |
 //! | `stallscope_ttfb_seconds` | histogram | site, provider, model |
 //! | `stallscope_call_duration_seconds` | histogram | site, provider, model, outcome |
@@ -104,6 +105,7 @@ pub struct Metrics {
     attempts: Family<AttemptLabels, Counter>,
     retries: Family<CategoryLabels, Counter>,
     timer_fires: Family<TimerLabels, Counter>,
+    would_fire: Family<TimerLabels, Counter>,
     failover_hops: Family<HopLabels, Counter>,
     ttfb: Histograms<Route>,
     call_duration: Histograms<OutcomeLabels>,
@@ -157,6 +159,7 @@ impl Metrics {
             attempts: Family::default(),
             retries: Family::default(),
             timer_fires: Family::default(),
+            would_fire: Family::default(),
             failover_hops: Family::default(),
             ttfb: Family::new_with_constructor(wait_buckets),
             call_duration: Family::new_with_constructor(call_buckets),
@@ -182,6 +185,11 @@ impl Metrics {
         registry.register("attempts", "Attempts ended, by target and how they ended", m.attempts.clone());
         registry.register("retries", "Retries scheduled, by target and failure category", m.retries.clone());
         registry.register("timer_fires", "Timers that fired, by target and timer", m.timer_fires.clone());
+        registry.register(
+            "would_fire",
+            "Observed attempts on which one of our timers, under the tunables in force, would have fired (observe acts on none), by target and timer",
+            m.would_fire.clone(),
+        );
         registry.register(
             "failover_hops",
             "Failover hops, by targets left and taken and cause",

@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::category::TimerKind;
 use crate::core::event::{AttemptEnd, Event, EventKind, EventSink, SleepReason};
 use crate::core::executor::CallReport;
+use crate::core::failover::Target;
 use crate::core::lag_probe::LagSample;
 use crate::core::per_stream::PerStream;
 use crate::diagnosis::{Diagnosis, StreamFold};
@@ -73,6 +75,13 @@ impl CallMetrics {
         let m = &self.metrics;
         m.calls.get_or_create(&CallLabels { route: route.clone(), outcome, verdict: verdict.kind.name() }).inc();
         m.call_duration.get_or_create(&OutcomeLabels { route, outcome }).observe(report.elapsed.as_secs_f64());
+    }
+
+    /// Counts an observed attempt to `target` on which our `timer` would
+    /// have fired.
+    pub fn would_fire(&self, target: &Target, timer: TimerKind) {
+        let labels = TimerLabels { route: Route::new(&self.site, target), timer: timer.name() };
+        self.metrics.would_fire.get_or_create(&labels).inc();
     }
 
     /// Counts what one event of a stream says, with the stream's current

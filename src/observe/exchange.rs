@@ -27,7 +27,7 @@ use super::{State, routes};
 use crate::core::category::Category;
 use crate::core::event::{AttemptEnd, Event, EventKind, EventSink, Outcome, StreamId};
 use crate::core::evidence::{recorded_error_body, recorded_headers};
-use crate::core::executor::{Call, CallReport};
+use crate::core::executor::{Call, CallReport, Executor};
 use crate::core::failover::Target;
 use crate::core::failure::Failure;
 use crate::core::governor::ERROR_BODY_LIMIT;
@@ -71,20 +71,19 @@ pub(super) async fn handle(
     let forwarded =
         client.request(method, &url).headers(end_to_end(&parts.headers, &["host", "content-length"])).body(body);
     // A retry of a call that failed or was cut goes on as its next attempt.
-    let mut retried = state.recent.retried(&key, Instant::now());
-    let stream = state.start(retried.as_ref().map(|r| r.stream));
-    let mut executor = state.executor.clone();
+    let (segment, stream, mut retried) = state.admit(state.recent.retried(&key, Instant::now()));
+    let mut executor = segment.executor.clone();
     if let Some(ended) = &mut retried {
         let now = Instant::now();
-        state.going.resume(stream, std::mem::take(&mut ended.record));
-        executor.sink.emit(ended.backoff(state.since_epoch(ended.at), now - ended.at));
+        segment.going.resume(stream, std::mem::take(&mut ended.record));
+        executor.sink.emit(ended.backoff(ended.at.saturating_duration_since(executor.epoch), now - ended.at));
         executor.sink = Arc::new(Continuing { inner: executor.sink, before: ended.report.attempts });
     }
     let target = Target::new(routes::provider_name(&route, dialect.filter(|_| streamed)), model);
     let agent_gone = AgentGone {
         token: state.cancel.child_token(),
         sink: Arc::clone(&executor.sink),
-        epoch: state.executor.epoch,
+        epoch: executor.epoch,
         stream,
         attempt: 1,
     };
@@ -95,13 +94,13 @@ pub(super) async fn handle(
         let report = match dialect.filter(|_| streamed) {
             Some(dialect) => {
                 let pending = Pending { request: forwarded, dialect, agent: agent_tx, agent_gone: agent_gone.clone() };
-                state.upstream.expect(stream, pending);
+                segment.upstream.expect(stream, pending);
                 let call = Call { stream, target, input: CallInput::default(), not_before: None };
                 executor.run(&call, &agent_gone.token).await
             }
-            None => pass_through(&state, &*executor.sink, stream, target, forwarded, agent_tx, &agent_gone).await,
+            None => pass_through(&executor, stream, target, forwarded, agent_tx, &agent_gone).await,
         };
-        state.finished(report, key, retried).await
+        state.finished(segment, report, key, retried).await
     });
     Ok(match agent_rx.await {
         Ok(answer) => to_agent(answer),
@@ -144,8 +143,7 @@ fn plain(status: u16, text: String) -> hyper::Response<AgentBody> {
 /// A request that is not a stream of a dialect, forwarded and recorded as
 /// one attempt: its headers, its chunks as they came, how it ended.
 async fn pass_through(
-    state: &State,
-    sink: &dyn EventSink,
+    executor: &Executor,
     stream: StreamId,
     target: Target,
     request: reqwest::RequestBuilder,
@@ -153,7 +151,10 @@ async fn pass_through(
     agent_gone: &AgentGone,
 ) -> CallReport {
     let started = Instant::now();
-    let emit = |attempt, kind| sink.emit(Event { at: state.since_epoch(Instant::now()), stream, attempt, kind });
+    let emit = |attempt, kind| {
+        let at = Instant::now().saturating_duration_since(executor.epoch);
+        executor.sink.emit(Event { at, stream, attempt, kind });
+    };
     emit(0, EventKind::CallStarted { target: target.clone(), context_tokens: None });
     emit(1, EventKind::AttemptStarted { target: target.clone(), credential: None });
     let mut report = CallReport::empty(stream, target.clone());
@@ -161,7 +162,7 @@ async fn pass_through(
         Ok(response) => response,
         Err(error) => {
             let failure = failure_from_reqwest(&error, CONNECT_TIMEOUT, None);
-            return ended(state, &emit, report, started, Err(failure));
+            return ended(executor, &emit, report, started, Err(failure));
         }
     };
     let status = response.status().as_u16();
@@ -170,10 +171,7 @@ async fn pass_through(
     report.ttfb = Some(now - started);
     let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     emit(1, EventKind::HeadersReceived { status, content_type });
-    emit(
-        1,
-        EventKind::ResponseHeaders { headers: recorded_headers(&headers, state.executor.classifier.headers_read()) },
-    );
+    emit(1, EventKind::ResponseHeaders { headers: recorded_headers(&headers, executor.classifier.headers_read()) });
     let mut copies = relay(response, agent, agent_gone.clone());
     let mut kept = Vec::new();
     let end = loop {
@@ -204,12 +202,12 @@ async fn pass_through(
         }
         other => other,
     };
-    ended(state, &emit, report, started, end)
+    ended(executor, &emit, report, started, end)
 }
 
 /// Records how a passed-through request ended and completes its report.
 fn ended(
-    state: &State,
+    executor: &Executor,
     emit: &dyn Fn(u32, EventKind),
     mut report: CallReport,
     started: Instant,
@@ -225,7 +223,7 @@ fn ended(
         Err(failure) => {
             let end = AttemptEnd::of(&failure);
             emit(1, EventKind::AttemptEnded { end, stop_reason: None });
-            let c = state.executor.classifier.classify(&failure, std::time::SystemTime::now());
+            let c = executor.classifier.classify(&failure, std::time::SystemTime::now());
             emit(1, c.event());
             let outcome = if c.category == Category::Cancelled { Outcome::Cancelled } else { Outcome::Failed };
             report.error = Some(c);

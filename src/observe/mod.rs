@@ -26,49 +26,44 @@ mod exchange;
 mod relay;
 mod retries;
 pub mod routes;
+mod segment;
+mod traces;
 mod would_fire;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, Settings};
 use crate::core::event::{EventSink, Outcome, StreamId};
-use crate::core::executor::{CallReport, Executor, Origin};
-use crate::core::failover::Target;
-use crate::core::fleet::Fleet;
-use crate::core::lag_probe::LagSummary;
+use crate::core::executor::CallReport;
 use crate::core::policy::CorePolicy;
-use crate::core::policy::RetrySettings;
 use crate::core::transport::{ProxySetting, TransportSettings, build_client};
-use crate::core::upstream::{Upstream, Upstreams};
 use crate::diagnosis::Diagnosis;
+use crate::export::otlp::{Destination, OtlpError, Sent};
+use crate::metrics::{Metrics, MetricsServer, ServeError};
 use crate::providers::Dialect;
 use crate::providers::setup::ProviderConfig;
-use crate::recorder::RecorderHandle;
-use crate::replay::recording::RecordedProvider;
-use crate::report::RunReport;
-use crate::session::{RecordTo, RunSource, SessionError, SessionOutcome, Tee, blocking, settings_for, start_recorder};
+use crate::session::{RecordTo, RunSource, SessionError, SessionOutcome, settings_for};
 use crate::sim::{SimError, SimServer, builtin};
-use crate::store::StoreError;
-use crate::store::runs::{RunMeta, RunStart};
+use crate::store::{RunId, StoreError};
 use crate::tunables::Tunables;
-use relay::ObservedUpstream;
+use crate::watch::Retention;
 use retries::{Ended, Key, Recent};
 use routes::{Route, Routes};
+use segment::Segment;
+use traces::Traces;
 pub use would_fire::WouldFire;
-use would_fire::{Clocks, Going};
 
 /// The tunables that make the executor watch and never act: no retry, no
 /// failover, no partial recovery, no stream clock.
@@ -97,8 +92,33 @@ pub enum ObserveSource {
     Scenario(String),
 }
 
+/// What a long-running observer adds: a new run every interval, which
+/// of its runs the database keeps, where it measures from, its Prometheus
+/// metrics and its traces.
+#[derive(Debug, Clone, Default)]
+pub struct Service {
+    /// Start a new run every interval, once the run in force has had a
+    /// call (`--rotate`); `None`: one run until observe stops.
+    pub rotate: Option<Duration>,
+    /// Which runs of its label the database keeps (`None`: all).
+    pub retention: Option<Retention>,
+    /// Where it measures from (`--site`): its runs are labelled
+    /// `observe@SITE`, and that is its metrics' `site` (default: the
+    /// listen address).
+    pub site: Option<String>,
+    /// Where `/metrics` is served.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Where each call, once over, is sent as an OpenTelemetry trace (read
+    /// back from its recording, so recording must be on).
+    pub otlp: Option<Destination>,
+    /// How long after a failed call a request with the same body is its
+    /// retry (`--retry-window`; `None`: a minute): until then the call is
+    /// not over, so not yet counted or sent.
+    pub retry_window: Option<Duration>,
+}
+
 /// What to observe, and how.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ObservePlan {
     /// Where to listen.
     pub listen: SocketAddr,
@@ -115,6 +135,8 @@ pub struct ObservePlan {
     pub edits: Vec<String>,
     /// Record the run, or not.
     pub recording: Option<RecordTo>,
+    /// Rotation, retention, metrics and traces.
+    pub service: Service,
 }
 
 /// Observe could not start, or its record could not be kept.
@@ -148,6 +170,15 @@ pub enum ObserveError {
         /// What is wrong.
         why: String,
     },
+    /// Traces asked for without recording, which they are read back from.
+    #[error("--otlp sends each call read back from its recording: it needs recording (drop --no-record)")]
+    OtlpUnrecorded,
+    /// `/metrics` could not be served.
+    #[error(transparent)]
+    Metrics(#[from] ServeError),
+    /// The OTLP endpoint is not one traces can be sent to.
+    #[error(transparent)]
+    Otlp(#[from] OtlpError),
     /// A config source with no `[[provider]]` row.
     #[error("no route to observe: the config file has no [[provider]] row (give --upstream URL, or --config PATH)")]
     NoRoutes,
@@ -172,49 +203,106 @@ pub struct ObservedCall {
     /// Its verdict.
     pub verdict: Diagnosis,
     /// The first of our timers, under the tunables in force, that would
-    /// have fired on it before it ended, when one would.
+    /// have fired on its latest attempt before that attempt ended, when
+    /// one would.
     pub would_fire: Option<WouldFire>,
+}
+
+/// A run an observer rotated out and closed.
+#[derive(Debug)]
+pub struct RunEnded {
+    /// Its report (`run_id` set when it was recorded) and what the
+    /// recorder could not keep.
+    pub outcome: SessionOutcome,
+    /// Older runs of its label the retention deleted after it.
+    pub deleted: Vec<RunId>,
+    /// Why its record, or the retention, failed, when one did.
+    pub error: Option<String>,
+}
+
+/// What an observer tells its front end as it goes.
+#[derive(Debug)]
+pub enum ObserveEvent<'a> {
+    /// `/metrics` is served on this address.
+    Serving(SocketAddr),
+    /// An agent's request ended: a call, or the next attempt of one.
+    Call(&'a ObservedCall),
+    /// A run was rotated out (`--rotate`) and closed.
+    Rotated(&'a RunEnded),
+    /// A new run could not be opened (its recorder could not start): the
+    /// run in force goes on, and the next rotation tries again.
+    NotRotated(&'a StoreError),
+    /// Calls that were over were sent as traces, or could not be.
+    Traces(&'a Result<Sent, String>),
+}
+
+/// What every run of an observer opens with.
+struct Setup {
+    /// The settings observe runs under (every action off).
+    settings: Settings,
+    /// The tunables before observe switched every action off: the clocks
+    /// whose would-fire it reports.
+    in_force: Tunables,
+    /// The providers its calls are recorded under.
+    recorded: Vec<ProviderConfig>,
+    /// The scenario served behind it, if one is.
+    scenario: Option<String>,
+    /// The front end's sink.
+    watcher: Option<Arc<dyn EventSink>>,
+    /// The Prometheus metrics, when served.
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// What every connection shares.
 struct State {
     routes: Routes,
     clients: HashMap<String, reqwest::Client>,
-    upstream: Arc<ObservedUpstream>,
-    executor: Executor,
-    /// The retry limits verdicts are read against (observe's: none).
-    limits: RetrySettings,
-    /// Each call's record while it goes (the executor's sink feeds it).
-    going: Arc<Going>,
-    /// Where events go beyond [`Going`]: the recorder and the front end.
-    out: Arc<dyn EventSink>,
+    /// The run new calls go to.
+    current: Mutex<Arc<Segment>>,
+    /// Calls that failed or were cut, waiting for the agent's retry.
     recent: Recent,
-    clocks: Clocks,
-    next: AtomicU64,
-    /// Calls started and not yet ended, and a wake-up when one ends.
-    in_flight: (AtomicUsize, Notify),
-    calls: Mutex<Vec<(CallReport, Diagnosis)>>,
-    on_call: Box<dyn Fn(&ObservedCall) + Send + Sync>,
+    /// Calls that are over, to send as traces.
+    traces: Option<Arc<Traces>>,
+    on_event: Box<dyn Fn(ObserveEvent<'_>) + Send + Sync>,
     cancel: CancellationToken,
 }
 
 impl State {
-    /// The stream of a call starting: `continued`'s (a retry), else a new
-    /// one; the call counts as in flight until [`State::finished`].
-    fn start(&self, continued: Option<StreamId>) -> StreamId {
-        self.in_flight.0.fetch_add(1, Ordering::SeqCst);
-        continued.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed))
+    /// The run in force.
+    fn current(&self) -> Arc<Segment> {
+        Arc::clone(&self.current.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    fn since_epoch(&self, at: Instant) -> std::time::Duration {
-        at.saturating_duration_since(self.executor.epoch)
+    /// A request's call: the call it retries (`retried`) when that call's
+    /// run still takes calls, else a new call of the run in force. A retry
+    /// that cannot go on is a new call, and the call it retried is over.
+    fn admit(&self, retried: Option<Ended>) -> (Arc<Segment>, StreamId, Option<Ended>) {
+        if let Some(ended) = retried {
+            if let Some(stream) = ended.segment.admit(Some(ended.stream)) {
+                return (Arc::clone(&ended.segment), stream, Some(ended));
+            }
+            self.over(&ended.segment, &ended.report, &ended.verdict);
+        }
+        loop {
+            let segment = self.current();
+            // The run in force is retired only once another is: ask again.
+            if let Some(stream) = segment.admit(None) {
+                return (segment, stream, None);
+            }
+        }
     }
 
     /// Takes a call's report once it has ended, with what our clocks would
     /// have done on its latest attempt (replayed off the runtime's
     /// workers, and marked in its events); returns why it failed, for the
     /// 502 of a call the upstream never answered.
-    async fn finished(self: &Arc<Self>, report: CallReport, key: Key, retried: Option<Ended>) -> Option<String> {
+    async fn finished(
+        self: &Arc<Self>,
+        segment: Arc<Segment>,
+        report: CallReport,
+        key: Key,
+        retried: Option<Ended>,
+    ) -> Option<String> {
         let (stream, now, continued) = (report.stream, Instant::now(), retried.is_some());
         let report = match retried {
             Some(ended) => {
@@ -223,9 +311,9 @@ impl State {
             }
             None => report,
         };
-        let record = self.going.take(stream);
-        let state = Arc::clone(self);
-        let replayed = tokio::task::spawn_blocking(move || (state.clocks.first(stream, &record), record));
+        let record = segment.going.take(stream);
+        let replaying = Arc::clone(&segment);
+        let replayed = tokio::task::spawn_blocking(move || (replaying.clocks.first(stream, &record), record));
         let (would_fire, mut record) = match replayed.await {
             Ok(replayed) => replayed,
             // The replay panicked: let the panic continue rather than invent a mark.
@@ -233,35 +321,44 @@ impl State {
         };
         let would_fire = would_fire.map(|(would, mark)| {
             record.push(&mark);
-            self.out.emit(mark);
+            segment.out.emit(mark);
+            if let Some(metrics) = &segment.metrics {
+                metrics.would_fire(&report.target, would.timer);
+            }
             would
         });
-        let verdict = record.fold().verdict(Some(&self.limits));
+        let verdict = record.fold().verdict(Some(&segment.limits));
         let why = report.error.as_ref().map(|e| e.message.clone());
-        (self.on_call)(&ObservedCall { report: report.clone(), verdict: verdict.clone(), would_fire });
-        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
-        if continued {
-            calls.retain(|(r, _)| r.stream != stream);
-        }
-        calls.push((report.clone(), verdict));
-        drop(calls);
+        let call = ObservedCall { report, verdict, would_fire };
+        (self.on_event)(ObserveEvent::Call(&call));
+        let ObservedCall { report, verdict, .. } = call;
+        segment.keep(&report, &verdict, continued);
         // A call that failed or was cut may be retried by the agent.
-        if report.outcome != Outcome::Ok && !self.cancel.is_cancelled() {
-            self.recent.keep(Ended { key, stream, at: now, record, report });
+        if report.outcome != Outcome::Ok && !self.cancel.is_cancelled() && segment.admitting() {
+            self.recent.keep(Ended { key, stream, at: now, record, report, verdict, segment: Arc::clone(&segment) });
+        } else {
+            self.over(&segment, &report, &verdict);
         }
-        self.in_flight.0.fetch_sub(1, Ordering::SeqCst);
-        self.in_flight.1.notify_waiters();
+        segment.release();
         why
     }
 
-    /// Waits until every call started has ended.
-    async fn settled(&self) {
-        loop {
-            let woken = self.in_flight.1.notified();
-            if self.in_flight.0.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            woken.await;
+    /// A call is over: it ended well, or no retry of it will come. Counted
+    /// (by the route it was made for, its outcome and verdict) and sent as
+    /// a trace.
+    fn over(&self, segment: &Segment, report: &CallReport, verdict: &Diagnosis) {
+        if let Some(metrics) = &segment.metrics {
+            metrics.on_finish(report, verdict);
+        }
+        if let Some(traces) = &self.traces {
+            traces.over(segment, report.stream);
+        }
+    }
+
+    /// The calls whose retry window has passed are over.
+    fn expire(&self, now: Instant) {
+        for ended in self.recent.expired(now) {
+            self.over(&ended.segment, &ended.report, &ended.verdict);
         }
     }
 }
@@ -270,14 +367,12 @@ impl State {
 pub struct Observer {
     listener: TcpListener,
     addr: SocketAddr,
-    settings: Settings,
-    /// The tunables before observe switched every action off: the clocks
-    /// whose would-fire it reports.
-    in_force: Tunables,
+    setup: Setup,
     routes: Routes,
     clients: HashMap<String, reqwest::Client>,
-    scenario: Option<(String, SimServer)>,
+    scenario: Option<SimServer>,
     recording: Option<RecordTo>,
+    service: Service,
 }
 
 impl Observer {
@@ -286,6 +381,9 @@ impl Observer {
     pub async fn bind(plan: &ObservePlan, env: &[(String, String)]) -> Result<Observer, ObserveError> {
         if !plan.listen.ip().is_loopback() && !plan.allow_remote {
             return Err(ObserveError::Remote(plan.listen));
+        }
+        if plan.service.otlp.is_some() && plan.recording.is_none() {
+            return Err(ObserveError::OtlpUnrecorded);
         }
         let config = match &plan.source {
             ObserveSource::Config(path) => path.clone(),
@@ -346,15 +444,24 @@ impl Observer {
         let listener =
             TcpListener::bind(plan.listen).await.map_err(|source| ObserveError::Bind { addr: plan.listen, source })?;
         let addr = listener.local_addr().map_err(|source| ObserveError::Bind { addr: plan.listen, source })?;
+        let (scenario, server) = scenario.unzip();
+        let setup = Setup {
+            settings,
+            in_force,
+            recorded: recorded_providers(&routes),
+            scenario,
+            watcher: None,
+            metrics: plan.service.metrics_addr.map(|_| Arc::new(Metrics::new())),
+        };
         Ok(Observer {
             listener,
             addr,
-            settings,
-            in_force,
+            setup,
             routes,
             clients,
-            scenario,
+            scenario: server,
             recording: plan.recording.clone(),
+            service: plan.service.clone(),
         })
     }
 
@@ -368,122 +475,212 @@ impl Observer {
         self.routes.describe()
     }
 
+    /// The label of its runs, and the `site` of its metrics:
+    /// `observe@SITE` (`--site`), else `observe@ADDR`.
+    pub fn site(&self) -> String {
+        format!("observe@{}", self.service.site.clone().unwrap_or_else(|| self.addr.to_string()))
+    }
+
     /// Serves until `cancel`, recording the run when asked; `on_call` sees
-    /// each call as it ends, with its verdict. Returns the run's report and
-    /// the events the recorder could not keep (observe measures no lag of
-    /// its own: its clocks act on nothing).
+    /// each call as it ends, with its verdict. Returns the last run's
+    /// report and the events the recorder could not keep.
     pub async fn run(
         self,
         cancel: &CancellationToken,
         watcher: Option<Arc<dyn EventSink>>,
         on_call: impl Fn(&ObservedCall) + Send + Sync + 'static,
     ) -> Result<SessionOutcome, ObserveError> {
-        let origin = Origin::now(rand::random());
-        let recorded = recorded_providers(&self.routes);
-        let label = format!("observe@{}", self.addr);
-        let scenario = self.scenario.as_ref().map(|(name, _)| name.clone());
-        // The calls are the agent's: how many, and how many at once, is not
-        // known ahead (0: open-ended). No key pool is used.
-        let meta = RunMeta {
-            requests: 0,
-            concurrency: 0,
-            seed: origin.seed,
-            epoch_unix_ns: origin.epoch_unix_ns(),
-            rules: serde_json::to_value(self.settings.classifier.rules()).unwrap_or_default(),
-            pools: BTreeMap::new(),
-        };
-        let clocks = Clocks::new(
-            &self.in_force,
-            self.settings.tunables.clone(),
-            meta.clone(),
-            self.settings.classifier.rules().to_vec(),
-            recorded
-                .iter()
-                .map(|p| RecordedProvider { target: Target::new(&p.name, &p.model), dialect: Some(p.kind) })
-                .collect(),
-        );
-        let recorder = match &self.recording {
-            Some(recording) => {
-                let label = Some(recording.label.clone().unwrap_or(label));
-                let start = RunStart::new(label, scenario.clone(), &self.settings.tunables, &recorded).with_meta(meta);
-                Some(start_recorder(&RecordTo { label: None, ..recording.clone() }, start, &self.settings).await?)
+        self.run_watched(cancel, watcher, move |event| {
+            if let ObserveEvent::Call(call) = event {
+                on_call(call);
             }
-            None => None,
+        })
+        .await
+    }
+
+    /// [`Observer::run`], with everything it does told to `on_event`: each
+    /// call as it ends, where metrics are served, each run rotated out,
+    /// each batch of traces.
+    pub async fn run_watched(
+        mut self,
+        cancel: &CancellationToken,
+        watcher: Option<Arc<dyn EventSink>>,
+        on_event: impl Fn(ObserveEvent<'_>) + Send + Sync + 'static,
+    ) -> Result<SessionOutcome, ObserveError> {
+        self.setup.watcher = watcher;
+        let site = self.site();
+        let label = self.recording.as_ref().and_then(|r| r.label.clone()).unwrap_or_else(|| site.clone());
+        // What can fail goes first: a run opened and then left would read
+        // as interrupted.
+        let traces = match (&self.service.otlp, &self.recording) {
+            (Some(destination), Some(recording)) => {
+                Some(Arc::new(Traces::new(destination.sender()?, recording.db.clone())))
+            }
+            _ => None,
         };
-        let going = Arc::new(Going::default());
-        let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
-        sinks.extend(recorder.as_ref().map(|(sink, _)| Arc::new(sink.clone()) as Arc<dyn EventSink>));
-        sinks.extend(watcher);
-        let out: Arc<dyn EventSink> = Arc::new(Tee(sinks));
-        let upstream = Arc::new(ObservedUpstream::default());
-        let mut upstreams = Upstreams::default();
-        for row in &recorded {
-            upstreams.providers.insert(row.name.clone(), Arc::clone(&upstream) as Arc<dyn Upstream>);
+        let server = match (self.service.metrics_addr, &self.setup.metrics) {
+            (Some(addr), Some(metrics)) => Some(MetricsServer::start(addr, Arc::clone(metrics)).await?),
+            _ => None,
+        };
+        let first = Segment::open(&self.setup, label.clone(), self.recording.as_ref()).await?;
+        if let Some(server) = &server {
+            on_event(ObserveEvent::Serving(server.addr()));
         }
-        let policy = self.settings.policy.clone();
-        let executor = Executor {
-            fleet: Arc::new(Fleet::new(policy.fleet, HashMap::new())),
-            policy: Arc::new(policy),
-            classifier: Arc::new(self.settings.classifier.clone()),
-            upstreams: Arc::new(upstreams),
-            sink: Arc::new(Tee(vec![going.clone(), Arc::clone(&out)])),
-            epoch: origin.epoch,
-            wall_epoch: origin.wall_epoch,
-            seed: origin.seed,
-            lag: None,
-        };
         let state = Arc::new(State {
             routes: self.routes,
             clients: self.clients,
-            upstream,
-            executor,
-            limits: self.settings.policy.retry.clone(),
-            going,
-            out,
-            recent: Recent::default(),
-            clocks,
-            next: AtomicU64::new(0),
-            in_flight: (AtomicUsize::new(0), Notify::new()),
-            calls: Mutex::new(Vec::new()),
-            on_call: Box::new(on_call),
+            current: Mutex::new(Arc::new(first)),
+            recent: Recent::new(self.service.retry_window.unwrap_or(retries::RETRY_WINDOW)),
+            traces: traces.clone(),
+            on_event: Box::new(on_event),
             cancel: cancel.clone(),
         });
-        let started = Instant::now();
-        serve(self.listener, Arc::clone(&state), cancel).await;
-        let calls = std::mem::take(&mut *state.calls.lock().unwrap_or_else(PoisonError::into_inner));
-        let (reports, diagnoses): (Vec<CallReport>, Vec<(StreamId, Diagnosis)>) = calls
-            .into_iter()
-            .map(|(report, verdict)| {
-                let stream = report.stream;
-                (report, (stream, verdict))
-            })
-            .unzip();
-        let mut report = RunReport::new(scenario, self.settings.tunables.snapshot(), &reports, started.elapsed());
-        report.seed = Some(origin.seed);
-        report.stopped = true;
-        report.attach_diagnoses(diagnoses);
-        let dropped_events = match recorder {
-            Some((_, handle)) => finish(handle, &mut report).await?,
-            None => 0,
+        let closer = Closer {
+            state: Arc::clone(&state),
+            scenario: self.setup.scenario.clone(),
+            tunables: self.setup.settings.tunables.snapshot(),
+            metrics: self.setup.metrics.clone(),
+            site,
+            retention: self.service.retention.filter(|_| self.recording.is_some()),
+            db: self.recording.as_ref().map(|r| r.db.clone()),
         };
-        if let Some((_, server)) = self.scenario {
+        let sending = traces.map(|traces| {
+            let state = Arc::clone(&state);
+            tokio::spawn(traces::every(traces, cancel.clone(), move |sent| {
+                (state.on_event)(ObserveEvent::Traces(&sent))
+            }))
+        });
+        let accepting = tokio::spawn(accept(self.listener, Arc::clone(&state), cancel.clone()));
+        let mut closing = JoinSet::new();
+        let mut rotate_at = self.service.rotate.map(|every| Instant::now() + every);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(HOUSEKEEPING) => {}
+            }
+            let now = Instant::now();
+            state.expire(now);
+            while closing.try_join_next().is_some() {}
+            // A new run every interval, once the run in force has had a call.
+            if let (Some(at), Some(every)) = (rotate_at, self.service.rotate)
+                && now >= at
+                && state.current().taken() > 0
+            {
+                rotate_at = Some(now + every);
+                match Segment::open(&self.setup, label.clone(), self.recording.as_ref()).await {
+                    Ok(next) => {
+                        let old = std::mem::replace(
+                            &mut *state.current.lock().unwrap_or_else(PoisonError::into_inner),
+                            Arc::new(next),
+                        );
+                        let closer = closer.clone();
+                        closing.spawn(async move {
+                            let (ended, _) = closer.close(old, false).await;
+                            (closer.state.on_event)(ObserveEvent::Rotated(&ended));
+                        });
+                    }
+                    // The database cannot be written: the run in force goes on.
+                    Err(e) => (state.on_event)(ObserveEvent::NotRotated(&e)),
+                }
+            }
+        }
+        // The calls end with their cancelled token, and their answers to the
+        // agents with them; each run closes once its calls have ended.
+        if let Some(sending) = sending {
+            let _ = sending.await;
+        }
+        while closing.join_next().await.is_some() {}
+        let (last, error) = closer.close(state.current(), true).await;
+        // Calls whose run closed as they failed: over, counted, not sent.
+        for ended in state.recent.drain() {
+            state.over(&ended.segment, &ended.report, &ended.verdict);
+        }
+        if let Ok(mut connections) = accepting.await {
+            connections.shutdown().await;
+        }
+        if let Some(server) = server {
             server.shutdown().await;
         }
-        Ok(SessionOutcome { report, dropped_events, lag: LagSummary::default() })
+        if let Some(server) = self.scenario {
+            server.shutdown().await;
+        }
+        match error {
+            Some(error) => Err(ObserveError::Store(error)),
+            None => Ok(last.outcome),
+        }
     }
 }
 
-/// Commits the run's last events and its report; how many events the
-/// recorder could not keep.
-async fn finish(handle: RecorderHandle, report: &mut RunReport) -> Result<u64, StoreError> {
-    report.run_id = Some(handle.run_id());
-    let stored = report.clone();
-    blocking(move || handle.finish(&stored)).await
+/// How often an observer lets go of the calls whose retry window passed,
+/// and looks whether a rotation is due.
+const HOUSEKEEPING: Duration = Duration::from_secs(1);
+
+/// How long the calls over when observe stops may take to be sent as
+/// traces.
+const LAST_TRACES: Duration = Duration::from_secs(5);
+
+/// Closes an observer's runs.
+#[derive(Clone)]
+struct Closer {
+    state: Arc<State>,
+    scenario: Option<String>,
+    tunables: serde_json::Map<String, serde_json::Value>,
+    metrics: Option<Arc<Metrics>>,
+    site: String,
+    retention: Option<Retention>,
+    db: Option<PathBuf>,
 }
 
-/// Accepts connections until `cancel`, then lets the calls in flight end
-/// (each is cancelled with it) before returning.
-async fn serve(listener: TcpListener, state: Arc<State>, cancel: &CancellationToken) {
+impl Closer {
+    /// Retires `segment` and closes it once its calls have ended (recorded
+    /// as `stopped` when observe stopped with it); sends its calls' traces
+    /// (within [`LAST_TRACES`] when observe stopped), then applies the
+    /// retention, which never deletes the run just closed. Returns the
+    /// store error that lost its record, if one did.
+    async fn close(&self, segment: Arc<Segment>, stopped: bool) -> (RunEnded, Option<StoreError>) {
+        segment.retire();
+        for ended in self.state.recent.take_of(&segment) {
+            self.state.over(&ended.segment, &ended.report, &ended.verdict);
+        }
+        let closed = segment.close(stopped, self.scenario.clone(), self.tunables.clone()).await;
+        if let Some(metrics) = &self.metrics {
+            metrics.recorder_dropped(&self.site, closed.outcome.dropped_events);
+        }
+        if let Some(traces) = &self.state.traces {
+            let cancel = match stopped {
+                false => self.state.cancel.clone(),
+                true => {
+                    let deadline = CancellationToken::new();
+                    let guard = deadline.clone().drop_guard();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(LAST_TRACES).await;
+                        drop(guard);
+                    });
+                    deadline
+                }
+            };
+            if let Some(result) = traces.send(&cancel).await {
+                (self.state.on_event)(ObserveEvent::Traces(&result));
+            }
+        }
+        let error = closed.error.as_ref().map(ToString::to_string);
+        let mut ended = RunEnded { outcome: closed.outcome, deleted: Vec::new(), error };
+        if let (Some(retention), Some(db), Some(run)) = (self.retention, self.db.clone(), ended.outcome.report.run_id) {
+            let (label, now) = (segment.label.clone(), crate::store::runs::now_ms());
+            match tokio::task::spawn_blocking(move || retention.prune(&db, &label, now, Some(run))).await {
+                Ok(Ok(ids)) => ended.deleted = ids,
+                Ok(Err(e)) => ended.error = Some(format!("retention: {e}")),
+                // Pruning panicked: let the panic continue rather than invent an error.
+                Err(join) => std::panic::resume_unwind(join.into_panic()),
+            }
+        }
+        (ended, closed.error)
+    }
+}
+
+/// Accepts connections until `cancel`; returns them, for closing once
+/// the calls in flight have ended.
+async fn accept(listener: TcpListener, state: Arc<State>, cancel: CancellationToken) -> JoinSet<()> {
     let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -499,10 +696,7 @@ async fn serve(listener: TcpListener, state: Arc<State>, cancel: &CancellationTo
             let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
     }
-    // The calls end with their cancelled token, and their answers to the
-    // agents with them; then the connections, idle ones too, are closed.
-    state.settled().await;
-    connections.shutdown().await;
+    connections
 }
 
 /// The providers observed calls are recorded under: one per route and

@@ -1,15 +1,16 @@
 //! The agent's own retries, as attempts of one call: a request with the
-//! same URL and body as a call that failed or was cut within the last
-//! minute ([`RETRY_WINDOW`]) is that call's next attempt, and the agent's
+//! same URL and body as a call that failed or was cut within the window
+//! (a minute, [`RETRY_WINDOW`], unless `--retry-window` says otherwise) is
+//! that call's next attempt, and the agent's
 //! wait between them is the call's backoff (a server-requested one when
 //! the failure asked for a wait), so the verdict, the replay and `whatif`
 //! read the agent's retries as they read the core's.
 //!
 //! Calls are told apart by their bodies: the same request sent again after
 //! a success is a new call, and so is one that changes anything in its
-//! body (another message, another model). Only the latest minute of
-//! failed calls is kept, each with the fold of its events until it is
-//! retried or let go.
+//! body (another message, another model). Only the window's failed calls
+//! are kept, each with the fold of its events until it is retried or its
+//! window passes: then the call is over (counted, sent as a trace).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -21,11 +22,15 @@ use tokio::time::Instant;
 use crate::core::category::Category;
 use crate::core::event::{Event, EventKind, EventSink, SleepReason, StreamId};
 use crate::core::executor::CallReport;
+use crate::diagnosis::Diagnosis;
 use crate::replay::recording::StreamRecord;
 
+use super::segment::Segment;
+
 /// How long after a failed call a request with the same body is its
-/// retry: SDKs retry within seconds (openai-python and anthropic back
-/// off to 8 s at most, honouring a `retry-after` of up to a minute).
+/// retry, by default: SDKs retry within seconds (openai-python and
+/// anthropic back off to 8 s at most, honouring a `retry-after` of up to
+/// a minute).
 pub const RETRY_WINDOW: Duration = Duration::from_secs(60);
 
 /// What tells a request's call: its upstream URL and its body.
@@ -57,6 +62,10 @@ pub(super) struct Ended {
     pub record: StreamRecord,
     /// Its report so far.
     pub report: CallReport,
+    /// Its verdict so far.
+    pub verdict: Diagnosis,
+    /// The run it is recorded in.
+    pub segment: Arc<Segment>,
 }
 
 impl Ended {
@@ -99,25 +108,56 @@ impl Ended {
     }
 }
 
-/// The failed calls of the latest minute.
-#[derive(Default)]
-pub(super) struct Recent(Mutex<Vec<Ended>>);
+/// The failed calls of the latest window.
+pub(super) struct Recent {
+    window: Duration,
+    ended: Mutex<Vec<Ended>>,
+}
 
 impl Recent {
+    /// Keeps failed calls for `window`.
+    pub fn new(window: Duration) -> Recent {
+        Recent { window, ended: Mutex::default() }
+    }
+
     /// The failed call a request with `key` retries, taken, if one ended
     /// within the window before `now`.
     pub fn retried(&self, key: &Key, now: Instant) -> Option<Ended> {
-        let mut ended = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        ended.retain(|e| now.saturating_duration_since(e.at) <= RETRY_WINDOW);
-        let found = ended.iter().rposition(|e| &e.key == key)?;
+        let mut ended = self.lock();
+        let found = ended.iter().rposition(|e| &e.key == key && now.saturating_duration_since(e.at) <= self.window)?;
         Some(ended.remove(found))
     }
 
     /// Keeps a failed call for its retry.
     pub fn keep(&self, ended: Ended) {
-        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.retain(|e| ended.at.saturating_duration_since(e.at) <= RETRY_WINDOW);
-        kept.push(ended);
+        self.lock().push(ended);
+    }
+
+    /// Takes the calls whose window has passed by `now`: no retry of them
+    /// will come.
+    pub fn expired(&self, now: Instant) -> Vec<Ended> {
+        self.take(|e| now.saturating_duration_since(e.at) > self.window)
+    }
+
+    /// Takes the calls of run `segment`, which takes no more calls.
+    pub fn take_of(&self, segment: &Arc<Segment>) -> Vec<Ended> {
+        self.take(|e| Arc::ptr_eq(&e.segment, segment))
+    }
+
+    /// Takes every call.
+    pub fn drain(&self) -> Vec<Ended> {
+        self.take(|_| true)
+    }
+
+    fn take(&self, which: impl Fn(&Ended) -> bool) -> Vec<Ended> {
+        let mut kept = self.lock();
+        let (taken, rest) = std::mem::take(&mut *kept).into_iter().partition(which);
+        *kept = rest;
+        taken
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Ended>> {
+        self.ended.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -149,13 +189,30 @@ impl EventSink for Continuing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{ConfigFile, Layers, Settings};
     use crate::core::event::VecSink;
     use crate::core::failover::Target;
+    use crate::observe::Setup;
 
-    #[test]
-    fn a_request_is_a_retry_only_of_a_failed_call_of_the_same_body_within_the_window() {
-        let recent = Recent::default();
-        let start = Instant::now();
+    /// A run recording nothing, under the defaults.
+    async fn unrecorded_run() -> Arc<Segment> {
+        let layers = Layers { config: ConfigFile::None, ..Layers::default() };
+        let settings = Settings::load(layers, Vec::<(String, String)>::new()).unwrap();
+        let setup = Setup {
+            in_force: settings.tunables.clone(),
+            settings,
+            recorded: Vec::new(),
+            scenario: None,
+            watcher: None,
+            metrics: None,
+        };
+        Arc::new(Segment::open(&setup, "observe@test".into(), None).await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_request_is_a_retry_only_of_a_failed_call_of_the_same_body_within_the_window() {
+        let recent = Recent::new(RETRY_WINDOW);
+        let (start, segment) = (Instant::now(), unrecorded_run().await);
         let key = Key::of("http://gw/v1/chat/completions", b"{\"model\":\"m\",\"stream\":true}");
         let ended = |at| Ended {
             key: key.clone(),
@@ -163,6 +220,8 @@ mod tests {
             at,
             record: StreamRecord::default(),
             report: CallReport::empty(4, Target::new("upstream", "m")),
+            verdict: crate::diagnosis::diagnose(&[]),
+            segment: Arc::clone(&segment),
         };
         recent.keep(ended(start));
         let other_body = Key::of("http://gw/v1/chat/completions", b"{\"model\":\"other\"}");
@@ -172,7 +231,13 @@ mod tests {
         assert_eq!(recent.retried(&key, start + Duration::from_secs(5)).map(|e| e.stream), Some(4));
         assert!(recent.retried(&key, start).is_none(), "taken once");
         recent.keep(ended(start));
-        assert!(recent.retried(&key, start + RETRY_WINDOW + Duration::from_secs(1)).is_none(), "too late");
+        let late = start + RETRY_WINDOW + Duration::from_secs(1);
+        assert!(recent.retried(&key, late).is_none(), "too late");
+        assert_eq!(recent.expired(start + RETRY_WINDOW).len(), 0, "the window has not passed");
+        assert_eq!(recent.expired(late).len(), 1, "over once its window passed");
+        recent.keep(ended(start));
+        assert_eq!(recent.take_of(&unrecorded_run().await).len(), 0, "another run's");
+        assert_eq!(recent.take_of(&segment).len(), 1);
     }
 
     #[test]

@@ -269,7 +269,7 @@ impl Watcher<'_> {
         let (mut deleted, mut error) = (Vec::new(), error);
         if let (RoundResult::Recorded, Some(db)) = (result, plan.db.clone()) {
             let (retention, now) = (plan.retention, crate::store::runs::now_ms());
-            match tokio::task::spawn_blocking(move || retention.prune(&db, &label, now)).await {
+            match tokio::task::spawn_blocking(move || retention.prune(&db, &label, now, None)).await {
                 Ok(Ok(ids)) => deleted = ids,
                 Ok(Err(e)) => error = Some(format!("retention: {e}")),
                 // Pruning panicked: let the panic continue rather than invent an error.

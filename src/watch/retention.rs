@@ -29,10 +29,12 @@ impl Retention {
     }
 
     /// Deletes the rounds labelled `label` in `db` that this retention no
-    /// longer keeps, and returns their ids (oldest last).
-    pub fn prune(self, db: &Path, label: &str, now_ms: i64) -> Result<Vec<RunId>, StoreError> {
+    /// longer keeps, never `spared` (an observer's run just closed, however
+    /// long it ran), and returns their ids (oldest last).
+    pub fn prune(self, db: &Path, label: &str, now_ms: i64, spared: Option<RunId>) -> Result<Vec<RunId>, StoreError> {
         let mut store = Store::open(db)?;
-        let expired = self.expired(&store.ended_with_label(label)?, now_ms);
+        let mut expired = self.expired(&store.ended_with_label(label)?, now_ms);
+        expired.retain(|id| Some(*id) != spared);
         for id in &expired {
             store.delete_run(*id)?;
         }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stallscope::observe::{ObservePlan, ObserveSource, ObservedCall, Observer};
+use stallscope::observe::{ObserveEvent, ObservePlan, ObserveSource, ObservedCall, Observer, Service};
 use stallscope::report::RunReport;
 use stallscope::session::RecordTo;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +19,19 @@ pub struct Running {
     pub base: String,
     cancel: CancellationToken,
     calls: Arc<Mutex<Vec<ObservedCall>>>,
+    seen: Arc<Mutex<Seen>>,
     run: tokio::task::JoinHandle<RunReport>,
+}
+
+/// What an observer said beside its calls.
+#[derive(Debug, Default, Clone)]
+pub struct Seen {
+    /// Where its metrics are served.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// The runs it rotated out: each one's id and streams.
+    pub rotated: Vec<(Option<i64>, usize)>,
+    /// Each batch of traces: spans sent, or why not.
+    pub traces: Vec<Result<usize, String>>,
 }
 
 impl Running {
@@ -30,6 +42,11 @@ impl Running {
 
     /// [`Running::start`] with tunables `sets` in force.
     pub async fn start_with(source: ObserveSource, db: Option<&Path>, sets: &[&str]) -> Running {
+        Running::start_service(source, db, sets, Service::default()).await
+    }
+
+    /// [`Running::start_with`], serving as `service` says.
+    pub async fn start_service(source: ObserveSource, db: Option<&Path>, sets: &[&str], service: Service) -> Running {
         let plan = ObservePlan {
             listen: "127.0.0.1:0".parse().unwrap(),
             allow_remote: false,
@@ -38,15 +55,29 @@ impl Running {
             overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
             edits: Vec::new(),
             recording: db.map(|db| RecordTo { db: db.to_owned(), label: None, batch: None }),
+            service,
         };
         let observer = Observer::bind(&plan, &[]).await.unwrap();
         let base = format!("http://{}", observer.addr());
         let (cancel, calls) = (CancellationToken::new(), Arc::<Mutex<Vec<ObservedCall>>>::default());
-        let (token, seen) = (cancel.clone(), Arc::clone(&calls));
+        let seen = Arc::<Mutex<Seen>>::default();
+        let (token, calls_seen, said) = (cancel.clone(), Arc::clone(&calls), Arc::clone(&seen));
         let run = tokio::spawn(async move {
-            observer.run(&token, None, move |call| seen.lock().unwrap().push(call.clone())).await.unwrap().report
+            let on_event = move |event: ObserveEvent<'_>| match event {
+                ObserveEvent::Call(call) => calls_seen.lock().unwrap().push(call.clone()),
+                ObserveEvent::Serving(addr) => said.lock().unwrap().metrics = Some(addr),
+                ObserveEvent::Rotated(ended) => {
+                    let report = &ended.outcome.report;
+                    said.lock().unwrap().rotated.push((report.run_id, report.streams.len()));
+                }
+                ObserveEvent::Traces(sent) => {
+                    said.lock().unwrap().traces.push(sent.as_ref().map(|s| s.spans).map_err(Clone::clone))
+                }
+                ObserveEvent::NotRotated(error) => panic!("not rotated: {error}"),
+            };
+            observer.run_watched(&token, None, on_event).await.unwrap().report
         });
-        Running { base, cancel, calls, run }
+        Running { base, cancel, calls, seen, run }
     }
 
     /// Waits until `n` calls have ended.
@@ -58,6 +89,11 @@ impl Running {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         self.calls.lock().unwrap().clone()
+    }
+
+    /// What it said so far beside its calls.
+    pub fn seen(&self) -> Seen {
+        self.seen.lock().unwrap().clone()
     }
 
     /// Stops observing and returns the run's report.

@@ -1,0 +1,275 @@
+//! One run of an observer: the calls recorded under one epoch and label,
+//! from the moment it opens until it is rotated out (`--rotate`) or
+//! observe stops, then closed once its last call has ended.
+//!
+//! A segment owns what is per run: the executor its calls go through (its
+//! epoch, its sink), the recorder, the metrics sink (each keyed by stream,
+//! and stream ids are per run), the lag probe and the calls' reports. A
+//! call belongs to the segment it started in, and so do the agent's
+//! retries of it while that segment still takes calls; once retired, a
+//! segment takes none, and an agent's retry of one of its calls is a new
+//! call of the segment in force.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::Setup;
+use super::relay::ObservedUpstream;
+use super::would_fire::{Clocks, Going};
+use crate::core::event::{EventSink, StreamId};
+use crate::core::executor::{CallReport, Executor, Origin};
+use crate::core::failover::Target;
+use crate::core::fleet::Fleet;
+use crate::core::lag_probe::LagProbe;
+use crate::core::policy::RetrySettings;
+use crate::core::upstream::{Upstream, Upstreams};
+use crate::diagnosis::Diagnosis;
+use crate::metrics::CallMetrics;
+use crate::recorder::{Flusher, RecorderHandle};
+use crate::replay::recording::RecordedProvider;
+use crate::report::RunReport;
+use crate::session::{RecordTo, SessionOutcome, Tee, blocking, start_recorder};
+use crate::store::runs::{RunMeta, RunStart};
+use crate::store::{RunId, StoreError};
+
+/// One run of an observer.
+pub(super) struct Segment {
+    /// Its run's label.
+    pub label: String,
+    /// The executor its calls go through.
+    pub executor: Executor,
+    /// Its calls' requests, each sent when its attempt opens.
+    pub upstream: Arc<ObservedUpstream>,
+    /// Each call's record while it goes (the executor's sink feeds it).
+    pub going: Arc<Going>,
+    /// Where events go beyond [`Going`]: the recorder, the metrics, the
+    /// front end.
+    pub out: Arc<dyn EventSink>,
+    /// What our clocks would have done, replayed under this run's
+    /// recording.
+    pub clocks: Clocks,
+    /// The retry limits verdicts are read against (observe's: none).
+    pub limits: RetrySettings,
+    /// Its calls counted for Prometheus, when served.
+    pub metrics: Option<Arc<CallMetrics>>,
+    /// The recorded run, when recorded.
+    pub run_id: Option<RunId>,
+    /// Flushes its recording (for the traces read back from it).
+    pub flusher: Option<Flusher>,
+    recorder: Mutex<Option<RecorderHandle>>,
+    probe: Mutex<Option<LagProbe>>,
+    started: Instant,
+    seed: u64,
+    next: AtomicU64,
+    admission: Mutex<Admission>,
+    call_ended: Notify,
+    calls: Mutex<Vec<(CallReport, Diagnosis)>>,
+}
+
+/// Whether a segment takes calls, and how many it has going.
+#[derive(Default)]
+struct Admission {
+    in_flight: usize,
+    taken: u64,
+    retired: bool,
+}
+
+impl Segment {
+    /// Opens a run labelled `label`: its recorder (when recording; a
+    /// database that cannot be written is the error), executor and lag
+    /// probe.
+    pub async fn open(setup: &Setup, label: String, recording: Option<&RecordTo>) -> Result<Segment, StoreError> {
+        let origin = Origin::now(rand::random());
+        let settings = &setup.settings;
+        // The calls are the agent's: how many, and how many at once, is not
+        // known ahead (0: open-ended). No key pool is used.
+        let meta = RunMeta {
+            requests: 0,
+            concurrency: 0,
+            seed: origin.seed,
+            epoch_unix_ns: origin.epoch_unix_ns(),
+            rules: serde_json::to_value(settings.classifier.rules()).unwrap_or_default(),
+            pools: Default::default(),
+        };
+        let clocks = Clocks::new(
+            &setup.in_force,
+            settings.tunables.clone(),
+            meta.clone(),
+            settings.classifier.rules().to_vec(),
+            setup
+                .recorded
+                .iter()
+                .map(|p| RecordedProvider { target: Target::new(&p.name, &p.model), dialect: Some(p.kind) })
+                .collect(),
+        );
+        let recorder = match recording {
+            Some(recording) => {
+                let start =
+                    RunStart::new(Some(label.clone()), setup.scenario.clone(), &settings.tunables, &setup.recorded)
+                        .with_meta(meta);
+                Some(start_recorder(&RecordTo { label: None, ..recording.clone() }, start, settings).await?)
+            }
+            None => None,
+        };
+        let metrics = setup.metrics.as_ref().map(|m| Arc::new(m.calls(&label)));
+        let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
+        sinks.extend(recorder.as_ref().map(|(sink, _)| Arc::new(sink.clone()) as Arc<dyn EventSink>));
+        sinks.extend(metrics.clone().map(|m| m as Arc<dyn EventSink>));
+        sinks.extend(setup.watcher.clone());
+        let out: Arc<dyn EventSink> = Arc::new(Tee(sinks));
+        let going = Arc::new(Going::default());
+        let upstream = Arc::new(ObservedUpstream::default());
+        let mut upstreams = Upstreams::default();
+        for row in &setup.recorded {
+            upstreams.providers.insert(row.name.clone(), Arc::clone(&upstream) as Arc<dyn Upstream>);
+        }
+        let policy = settings.policy.clone();
+        let mut executor = Executor {
+            fleet: Arc::new(Fleet::new(policy.fleet, HashMap::new())),
+            policy: Arc::new(policy),
+            classifier: Arc::new(settings.classifier.clone()),
+            upstreams: Arc::new(upstreams),
+            sink: Arc::new(Tee(vec![going.clone(), Arc::clone(&out)])),
+            epoch: origin.epoch,
+            wall_epoch: origin.wall_epoch,
+            seed: origin.seed,
+            lag: None,
+        };
+        let probe = LagProbe::start(origin.epoch, Arc::clone(&out));
+        executor.lag = Some(probe.meter());
+        let (run_id, flusher) = match &recorder {
+            Some((_, handle)) => (Some(handle.run_id()), Some(handle.flusher())),
+            None => (None, None),
+        };
+        Ok(Segment {
+            label,
+            executor,
+            upstream,
+            going,
+            out,
+            clocks,
+            limits: settings.policy.retry.clone(),
+            metrics,
+            run_id,
+            flusher,
+            recorder: Mutex::new(recorder.map(|(_, handle)| handle)),
+            probe: Mutex::new(Some(probe)),
+            started: Instant::now(),
+            seed: origin.seed,
+            next: AtomicU64::new(0),
+            admission: Mutex::default(),
+            call_ended: Notify::new(),
+            calls: Mutex::default(),
+        })
+    }
+
+    /// Takes a call: `continued`'s stream (an agent's retry), else a new
+    /// one; `None` once the segment is retired. The call is in flight
+    /// until [`Segment::release`].
+    pub fn admit(&self, continued: Option<StreamId>) -> Option<StreamId> {
+        let mut admission = self.admission.lock().unwrap_or_else(PoisonError::into_inner);
+        if admission.retired {
+            return None;
+        }
+        admission.in_flight += 1;
+        admission.taken += 1;
+        Some(continued.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// A call admitted has ended.
+    pub fn release(&self) {
+        let mut admission = self.admission.lock().unwrap_or_else(PoisonError::into_inner);
+        admission.in_flight = admission.in_flight.saturating_sub(1);
+        drop(admission);
+        self.call_ended.notify_waiters();
+    }
+
+    /// Whether it still takes calls (an agent's retries of its calls too).
+    pub fn admitting(&self) -> bool {
+        !self.admission.lock().unwrap_or_else(PoisonError::into_inner).retired
+    }
+
+    /// How many requests it has taken.
+    pub fn taken(&self) -> u64 {
+        self.admission.lock().unwrap_or_else(PoisonError::into_inner).taken
+    }
+
+    /// Takes no more calls.
+    pub fn retire(&self) {
+        self.admission.lock().unwrap_or_else(PoisonError::into_inner).retired = true;
+    }
+
+    /// Keeps the report and verdict of a call that ended (replacing the
+    /// call's earlier ones when an agent's retry continued it).
+    pub fn keep(&self, report: &CallReport, verdict: &Diagnosis, continued: bool) {
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        if continued {
+            calls.retain(|(r, _)| r.stream != report.stream);
+        }
+        calls.push((report.clone(), verdict.clone()));
+    }
+
+    /// Waits until every call admitted has ended.
+    async fn settled(&self) {
+        loop {
+            let woken = self.call_ended.notified();
+            if self.admission.lock().unwrap_or_else(PoisonError::into_inner).in_flight == 0 {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// Closes the retired segment once its last call has ended: its run's
+    /// report, recorded as `stopped` when observe stopped with it, and its
+    /// recording finished. The error: the database could not be written
+    /// (the report then has no run id).
+    pub async fn close(
+        &self,
+        stopped: bool,
+        scenario: Option<String>,
+        tunables: serde_json::Map<String, serde_json::Value>,
+    ) -> Closed {
+        self.settled().await;
+        let lag = self.probe.lock().unwrap_or_else(PoisonError::into_inner).take().map(LagProbe::stop);
+        let calls = std::mem::take(&mut *self.calls.lock().unwrap_or_else(PoisonError::into_inner));
+        let (reports, diagnoses): (Vec<CallReport>, Vec<(StreamId, Diagnosis)>) = calls
+            .into_iter()
+            .map(|(report, verdict)| {
+                let stream = report.stream;
+                (report, (stream, verdict))
+            })
+            .unzip();
+        let mut report = RunReport::new(scenario, tunables, &reports, self.started.elapsed());
+        report.seed = Some(self.seed);
+        report.stopped = stopped;
+        report.attach_diagnoses(diagnoses);
+        let handle = self.recorder.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let (mut dropped_events, mut error) = (0, None);
+        if let Some(handle) = handle {
+            report.run_id = Some(handle.run_id());
+            let stored = report.clone();
+            match blocking(move || handle.finish(&stored)).await {
+                Ok(dropped) => dropped_events = dropped,
+                Err(e) => {
+                    report.run_id = None;
+                    error = Some(e);
+                }
+            }
+        }
+        Closed { outcome: SessionOutcome { report, dropped_events, lag: lag.unwrap_or_default() }, error }
+    }
+}
+
+/// A closed segment: its run's outcome, and why its record could not be
+/// kept, when it could not.
+pub(super) struct Closed {
+    /// The run's report and what the recorder dropped.
+    pub outcome: SessionOutcome,
+    /// The database could not be written.
+    pub error: Option<StoreError>,
+}
