@@ -1,7 +1,8 @@
 //! Observe: a recording streaming proxy an operator puts in front of their
 //! own agent. Each request goes on to its real provider as it came, the
 //! agent's key included, and its response comes back chunk by chunk as it
-//! is read; each is recorded as a stream of a run labelled
+//! is read, compressed if it was (the recording reads a decoded copy:
+//! gzip and deflate); each is recorded as a stream of a run labelled
 //! `observe@ADDR`, with the events, verdicts, exports and what-if of
 //! stallscope's own calls.
 //!
@@ -22,6 +23,7 @@
 //! keeps the response's allowlisted headers, as any run's does. Observe
 //! listens on loopback unless told otherwise ([`ObserveError::Remote`]).
 
+mod encoding;
 mod exchange;
 mod relay;
 mod retries;

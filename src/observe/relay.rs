@@ -2,7 +2,9 @@
 //! came (hop-by-hop headers aside), the response comes back to the agent
 //! chunk by chunk as it is read, never buffered, re-chunked or decoded,
 //! and a copy of every chunk goes to the core's governor, which records
-//! and decodes it under observe's policy, where no clock acts.
+//! and parses it under observe's policy, where no clock acts. Only the
+//! copy is decoded from its `content-encoding` (gzip, deflate; see
+//! [`CopyDecoder`]): the agent's bytes stay as they came.
 //!
 //! [`ObservedUpstream`] is the core's [`Upstream`] for observed calls: the
 //! executor opens each call's one attempt through it as through any
@@ -20,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::encoding::CopyDecoder;
 use crate::core::event::{Event, EventKind, EventSink, StreamId};
 use crate::core::failure::{Failure, TransportKind};
 use crate::core::transport::failure_from_reqwest;
@@ -166,7 +169,7 @@ impl Upstream for ObservedUpstream {
 }
 
 /// Hands `response` to the agent: its head at once, then its body chunk
-/// by chunk as it is read (see [`pump`]); returns a copy of every chunk,
+/// by chunk as it is read (see [`pump`]); returns a decoded copy of each chunk,
 /// for the core or the recording. An agent already gone when the head is
 /// in ends the call ([`AgentGone`]).
 pub(super) fn relay(
@@ -213,9 +216,9 @@ impl Delivery {
 }
 
 /// Reads the upstream's body to its end: each chunk to the agent first,
-/// then a copy to the core. The agent gone before it had the whole body,
-/// the upstream is let go and the call cancelled; an upstream that breaks
-/// breaks the agent's body too.
+/// then its copy, decoded, to the core. The agent gone before it had the
+/// whole body, the upstream is let go and the call cancelled; an upstream
+/// that breaks breaks the agent's body too.
 async fn pump(
     response: reqwest::Response,
     agent: mpsc::Sender<Result<Bytes, std::io::Error>>,
@@ -223,6 +226,7 @@ async fn pump(
     agent_gone: AgentGone,
 ) {
     let mut delivery = Delivery::of(response.headers());
+    let mut copies = CopyDecoder::of(response.status().as_u16(), response.headers());
     let mut body = response.bytes_stream();
     loop {
         // An agent that gives up while the upstream is silent is noticed
@@ -245,7 +249,9 @@ async fn pump(
                 }
                 // The core may have stopped reading (the stream said it was
                 // done); the agent still gets every byte.
-                let _ = core.send(Ok(Chunk::from(bytes)));
+                for copy in copies.decode(&bytes) {
+                    let _ = core.send(copy);
+                }
             }
             Err(error) => {
                 let failure = failure_from_reqwest(&error, CONNECT_TIMEOUT, None);

@@ -1,0 +1,252 @@
+//! `stallscope observe` in front of an upstream that compresses its
+//! answers, driven by a plain HTTP client as an agent (reqwest here
+//! decodes nothing): the agent receives the compressed bytes exactly as
+//! the upstream wrote them, while the recording reads the text they stand
+//! for — a gzip stream is recorded as the same stream uncompressed is, a
+//! gzip error body as its text — and a body in an encoding observe does
+//! not decode is recorded as such, by name.
+
+mod observer;
+mod programs;
+
+use std::convert::Infallible;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use futures_util::StreamExt;
+use http_body_util::StreamBody;
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use observer::Running;
+use programs::{free_port, temp_dir};
+use stallscope::core::event::{EventClass, EventKind};
+use stallscope::diagnosis::VerdictKind;
+use stallscope::observe::ObserveSource;
+use stallscope::report::StreamReport;
+use stallscope::store::Store;
+use tokio::net::TcpListener;
+
+/// The upstream's event stream: an OpenAI chat stream of three content
+/// deltas.
+const EVENTS: [&str; 6] = [
+    r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant"}}]}"#,
+    r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hello"}}]}"#,
+    r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" there,"}}]}"#,
+    r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" operator"}}]}"#,
+    r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+    "data: [DONE]",
+];
+
+/// The upstream's rate-limit answer.
+const RATE_LIMITED: &str = r#"{"error":{"message":"Rate limit reached for gpt-x, slow down","type":"requests"}}"#;
+
+/// The upstream's models list.
+const MODELS: &str = r#"{"object":"list","data":[{"id":"gpt-x","object":"model"}]}"#;
+
+/// `texts` as the upstream writes them under `encoding`: as they are, or
+/// gzip flushed after each (what a server compressing a stream does), its
+/// trailer last. `br` stands for an encoding observe does not decode: the
+/// test has no brotli encoder, and any bytes serve.
+fn wire(texts: &[String], encoding: Option<&str>) -> Vec<Bytes> {
+    let Some(encoding) = encoding else { return texts.iter().map(|t| Bytes::from(t.clone())).collect() };
+    let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
+    let mut chunks: Vec<Bytes> = texts
+        .iter()
+        .map(|text| {
+            encoder.write_all(text.as_bytes()).unwrap();
+            encoder.flush().unwrap();
+            Bytes::from(std::mem::take(encoder.get_mut()))
+        })
+        .collect();
+    chunks.push(Bytes::from(encoder.finish().unwrap()));
+    if encoding == "br" {
+        chunks.iter_mut().for_each(|chunk| *chunk = chunk.iter().map(|b| b ^ 0x5a).collect());
+    }
+    chunks
+}
+
+/// The event stream's chunks, one event each.
+fn stream_texts() -> Vec<String> {
+    EVENTS.iter().map(|event| format!("{event}\n\n")).collect()
+}
+
+/// What the upstream answers `request`: status, content type, the texts
+/// it writes (one write each), and the encoding the agent accepts (its
+/// `accept-encoding`, whole).
+fn answer(request: &hyper::Request<Incoming>) -> (u16, &'static str, Vec<String>, Option<String>) {
+    let accepted = request.headers().get("accept-encoding").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let limited = request.headers().contains_key("x-test-rate-limited");
+    match request.uri().path() {
+        "/v1/models" => (200, "application/json", vec![MODELS.to_owned()], accepted),
+        _ if limited => (429, "application/json", vec![RATE_LIMITED.to_owned()], accepted),
+        _ => (200, "text/event-stream", stream_texts(), accepted),
+    }
+}
+
+/// Serves [`answer`]s on loopback, each chunk written 20 ms after the
+/// last.
+async fn upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let service = service_fn(|request: hyper::Request<Incoming>| async move {
+                    let (status, content_type, texts, encoding) = answer(&request);
+                    let chunks = wire(&texts, encoding.as_deref());
+                    let frames = futures_util::stream::iter(chunks).then(|chunk| async move {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Ok::<_, Infallible>(Frame::data(chunk))
+                    });
+                    let mut response = hyper::Response::new(StreamBody::new(frames));
+                    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                    let headers = response.headers_mut();
+                    headers.insert("content-type", content_type.parse().unwrap());
+                    if let Some(encoding) = encoding {
+                        headers.insert("content-encoding", encoding.parse().unwrap());
+                    }
+                    Ok::<_, Infallible>(response)
+                });
+                let _ = http1::Builder::new().serve_connection(TokioIo::new(socket), service).await;
+            });
+        }
+    });
+    addr
+}
+
+/// What an agent got: status, `content-encoding`, the body's bytes.
+struct Got {
+    status: u16,
+    encoding: Option<String>,
+    bytes: Vec<u8>,
+}
+
+/// Sends `request` as an agent accepting `encoding`, and reads the answer
+/// chunk by chunk.
+async fn agent_call(request: reqwest::RequestBuilder, encoding: Option<&str>) -> Got {
+    let request = match encoding {
+        Some(encoding) => request.header("accept-encoding", encoding),
+        None => request,
+    };
+    let mut response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let encoding = response.headers().get("content-encoding").map(|v| v.to_str().unwrap().to_owned());
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        bytes.extend_from_slice(&chunk);
+    }
+    Got { status, encoding, bytes }
+}
+
+/// A streamed chat request, `n` told apart by its prompt (the same body
+/// again after a failed call would be the agent's retry).
+fn streamed(client: &reqwest::Client, base: &str, n: u32) -> reqwest::RequestBuilder {
+    let body = format!(r#"{{"model":"gpt-x","stream":true,"messages":[{{"role":"user","content":"hi {n}"}}]}}"#);
+    client.post(format!("{base}/v1/chat/completions")).header("content-type", "application/json").body(body)
+}
+
+/// The recorded run in `db`: its streams, in order, each with the number
+/// of content events recorded, and the error bodies recorded.
+fn recorded(db: &Path) -> (Vec<(StreamReport, usize)>, Vec<String>) {
+    let store = Store::open(db).unwrap();
+    let run = store.list_runs().unwrap()[0].id;
+    let mut report = store.diagnosed_report(run).unwrap().unwrap();
+    report.streams.sort_by_key(|s| s.index);
+    let events = store.run_events(run).unwrap();
+    let streams = report
+        .streams
+        .into_iter()
+        .map(|stream| {
+            let content = events
+                .iter()
+                .filter(|e| e.stream == stream.index)
+                .filter(|e| matches!(e.kind, EventKind::SseReceived { class: EventClass::Content, .. }))
+                .count();
+            (stream, content)
+        })
+        .collect();
+    let bodies = events
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::ErrorBody { body, .. } => Some(body),
+            _ => None,
+        })
+        .collect();
+    (streams, bodies)
+}
+
+/// A gzip stream reaches the agent as the upstream wrote it, byte for
+/// byte with its `content-encoding`, and is recorded as the same stream
+/// uncompressed is: healthy, its content events and text; a gzip error
+/// body is recorded as its text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzip_stream_reaches_the_agent_compressed_and_is_recorded_decoded() {
+    let dir = temp_dir(&format!("observe-gzip-{}", free_port()));
+    let db = dir.join("observe.db");
+    let upstream = upstream().await;
+    let observer = Running::start(ObserveSource::Upstream(format!("http://{upstream}")), Some(&db)).await;
+    let client = reqwest::Client::new();
+
+    let plain = agent_call(streamed(&client, &observer.base, 1), None).await;
+    assert_eq!((plain.status, plain.encoding.as_deref()), (200, None));
+    assert_eq!(plain.bytes, stream_texts().concat().as_bytes());
+    let gzip = agent_call(streamed(&client, &observer.base, 2), Some("gzip")).await;
+    assert_eq!((gzip.status, gzip.encoding.as_deref()), (200, Some("gzip")), "the header goes on as it came");
+    assert_eq!(gzip.bytes, wire(&stream_texts(), Some("gzip")).concat(), "the agent reads what the upstream wrote");
+    let limited =
+        agent_call(streamed(&client, &observer.base, 3).header("x-test-rate-limited", "1"), Some("gzip")).await;
+    assert_eq!(limited.status, 429);
+    assert_eq!(limited.bytes, wire(&[RATE_LIMITED.to_owned()], Some("gzip")).concat());
+    let calls = observer.ended(3).await;
+    let kinds: Vec<VerdictKind> = calls.iter().map(|c| c.verdict.kind).collect();
+    assert_eq!(kinds, [VerdictKind::Healthy, VerdictKind::Healthy, VerdictKind::RateLimited], "{calls:?}");
+    observer.stop().await;
+
+    let (streams, error_bodies) = recorded(&db);
+    let [(plain, plain_content), (gzip, gzip_content), (limited, _)] = &streams[..] else { panic!("{streams:?}") };
+    assert_eq!((plain.outcome, *plain_content), ("ok", 3));
+    assert_eq!((gzip.outcome, *gzip_content), ("ok", 3), "as the plain stream: {gzip:?}");
+    assert_eq!((&gzip.content, gzip.events, gzip.bytes), (&plain.content, plain.events, plain.bytes));
+    assert_eq!(gzip.content, "Hello there, operator");
+    assert_eq!(gzip.diagnosis.as_ref().map(|d| d.kind), Some(VerdictKind::Healthy));
+    assert_eq!(limited.outcome, "failed");
+    assert_eq!(error_bodies, [RATE_LIMITED], "the error body is recorded as its text");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A body in an encoding observe does not decode still reaches the agent
+/// byte for byte; the recording says why it could not read it, naming the
+/// encoding: a stream as malformed, a models list still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_observe_cannot_decode_reaches_the_agent_and_is_recorded_by_name() {
+    let upstream = upstream().await;
+    let observer = Running::start(ObserveSource::Upstream(format!("http://{upstream}")), None).await;
+    let client = reqwest::Client::new();
+    let br = agent_call(streamed(&client, &observer.base, 1), Some("br")).await;
+    assert_eq!((br.status, br.encoding.as_deref()), (200, Some("br")));
+    assert_eq!(br.bytes, wire(&stream_texts(), Some("br")).concat(), "the agent reads what the upstream wrote");
+    let models = agent_call(client.get(format!("{}/v1/models", observer.base)), Some("br")).await;
+    assert_eq!((models.status, models.encoding.as_deref()), (200, Some("br")));
+    assert_eq!(models.bytes, wire(&[MODELS.to_owned()], Some("br")).concat());
+    let calls = observer.ended(2).await;
+    let (stream, list) = (&calls[0], &calls[1]);
+    assert_eq!(stream.verdict.kind, VerdictKind::MalformedStream, "{}", stream.verdict.summary);
+    assert!(
+        stream
+            .verdict
+            .summary
+            .starts_with("malformed stream: content-encoding br: observe records only gzip and deflate"),
+        "{}",
+        stream.verdict.summary
+    );
+    assert_eq!(list.report.outcome, stallscope::core::event::Outcome::Ok, "{}", list.verdict.summary);
+    observer.stop().await;
+}
