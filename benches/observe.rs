@@ -2,7 +2,10 @@
 //! the same stream read directly, through observe (recording everything)
 //! and through nginx with `proxy_buffering off` (the Debian package;
 //! skipped and said when absent), in the same run, the three taking turns
-//! (in reverse order every other round), over loopback only.
+//! (in reverse order every other round), over loopback only. Each proxy
+//! runs in a process of its own, as an operator runs it: observe is this
+//! build's `stallscope` binary (release under `cargo bench`), recording to
+//! a database of its own, stopped with SIGINT at the end.
 //!
 //! A hyper server in this file streams OpenAI chat completion chunks, one
 //! SSE event per HTTP chunk every 20 ms, each stamped with when it was
@@ -10,16 +13,20 @@
 //! reqwest in this process, so a chunk's latency is the time from its
 //! write to its read, on one clock. Reported per path: latency p50 and
 //! p99, and what the path adds over direct (the medians of each round's
-//! difference); CPU per chunk of this process (server, clients and, for
-//! observe, the proxy) and of nginx's process; for observe, events the
-//! recorder could not keep. 1 stream and 1,000 concurrent streams.
+//! difference); CPU per chunk of this process (server and clients) and of
+//! the proxy's process, both read from /proc alike; for observe, its last
+//! line, how many of the calls sent through it its database holds, and the
+//! events its recorder could not keep. 1 stream and 1,000 concurrent
+//! streams.
 //!
 //! Run with `cargo bench --bench observe` (about a minute). Without
 //! `--bench` (as under `cargo test --benches`) the same code runs on tiny
 //! sizes as a smoke test.
 
 use std::convert::Infallible;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -31,10 +38,8 @@ use hyper::body::Frame;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use stallscope::observe::{ObservePlan, ObserveSource, Observer};
-use stallscope::session::RecordTo;
+use stallscope::store::Store;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 /// The clock chunks are stamped with.
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
@@ -124,12 +129,41 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64 / 1e6
 }
 
+/// A proxy in a process of its own, killed if the bench ends without
+/// stopping it.
+struct Proxy {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nothing listens on (it is freed for the proxy to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits for `child` to listen on `port`; false if it ended or never did.
+fn listening(child: &mut Child, port: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline || !matches!(child.try_wait(), Ok(None)) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
 /// nginx in front of `upstream`, buffering off, HTTP/1.1 to it.
-fn nginx(upstream: SocketAddr) -> Option<(Child, String)> {
-    let program = ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| std::path::Path::new(p).is_file())?;
-    let dir = std::env::temp_dir().join(format!("stallscope-bench-nginx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+fn nginx(upstream: SocketAddr, dir: &Path) -> Option<Proxy> {
+    let program = ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| Path::new(p).is_file())?;
+    let port = free_port();
     let d = dir.display();
     let config = format!(
         "daemon off;\nmaster_process off;\nuser root;\nworker_rlimit_nofile 8192;\npid {d}/nginx.pid;\n\
@@ -142,24 +176,88 @@ fn nginx(upstream: SocketAddr) -> Option<(Child, String)> {
     std::fs::write(dir.join("nginx.conf"), config).ok()?;
     let child = Command::new(program)
         .arg("-p")
-        .arg(&dir)
+        .arg(dir)
         .arg("-c")
         .arg(dir.join("nginx.conf"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some((child, format!("http://127.0.0.1:{port}")))
+    let mut proxy = Proxy { child, base: format!("http://127.0.0.1:{port}") };
+    listening(&mut proxy.child, port).then_some(proxy)
 }
 
-/// One path's latencies and this process's CPU over one round.
+/// `stallscope observe` in front of `upstream`, recording into `dir`, as an
+/// operator runs it: this build's binary, nothing of this environment
+/// (no config, no STALLSCOPE_ variables). Its one line a call is read on a
+/// thread of its own so the pipe never fills; the thread returns the last.
+fn observe(upstream: SocketAddr, dir: &Path) -> (Proxy, std::thread::JoinHandle<Option<String>>) {
+    let port = free_port();
+    let errors = dir.join("observe.err");
+    let child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["observe", "--listen", &format!("127.0.0.1:{port}"), "--upstream", &format!("http://{upstream}")])
+        .args(["--set", "RECORDER_FLUSH_MS=200", "--label", "bench", "--db"])
+        .arg(dir.join("observe.db"))
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&errors).unwrap())
+        .spawn()
+        .unwrap();
+    let mut proxy = Proxy { child, base: format!("http://127.0.0.1:{port}") };
+    let stdout = proxy.child.stdout.take().unwrap();
+    let lines = std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).last());
+    if !listening(&mut proxy.child, port) {
+        panic!("stallscope observe did not listen on {port}: {}", std::fs::read_to_string(&errors).unwrap_or_default());
+    }
+    (proxy, lines)
+}
+
+/// Stops observe as Ctrl-C does and waits for it; its last line.
+fn stop(mut observe: Proxy, lines: std::thread::JoinHandle<Option<String>>) -> String {
+    let pid = observe.child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    // A guard against a hang: past it, the proxy is killed when dropped.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while observe.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "stallscope observe still ran 120 s after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    lines.join().unwrap().unwrap_or_default()
+}
+
+/// The events observe's last line says the recorder could not keep
+/// ("…; N events the recorder fell behind on were not kept", absent when 0).
+fn not_kept(last_line: &str) -> u64 {
+    let count = last_line.split("; ").find_map(|p| p.strip_suffix(" events the recorder fell behind on were not kept"));
+    count.and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Streams with events recorded in `db` (observe's one run).
+fn recorded_streams(db: &Path) -> usize {
+    let store = Store::open(db).unwrap();
+    let runs = store.list_runs().unwrap();
+    runs.iter().map(|run| store.streams(run.id).unwrap().len()).sum()
+}
+
+/// Lifts this process's open-file limit to its hard limit: 1,000 streams
+/// hold two sockets each on every path, and observe inherits the limit.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn raise_open_files() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn raise_open_files() {}
+
+/// One path's latencies, and the CPU of this process and of the proxy's,
+/// over one round.
 struct Measured {
     latencies: Vec<u64>,
     cpu_s: f64,
@@ -180,45 +278,33 @@ async fn measure(client: &reqwest::Client, base: &str, streams: usize, proxy_pid
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let (sizes, chunks, rounds): (&[usize], usize, usize) = if full { (&[1, 1000], 100, 3) } else { (&[1, 4], 5, 1) };
+    raise_open_files();
+    let dir = std::env::temp_dir().join(format!("stallscope-bench-observe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let _ = *EPOCH;
         let upstream = server(chunks).await;
         let direct = format!("http://{upstream}");
-        let db = std::env::temp_dir().join(format!("stallscope-bench-observe-{}.db", std::process::id()));
-        let plan = ObservePlan {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            allow_remote: false,
-            source: ObserveSource::Upstream(direct.clone()),
-            config: None,
-            overrides: vec!["RECORDER_FLUSH_MS=200".into()],
-            edits: Vec::new(),
-            recording: Some(RecordTo { db: db.clone(), label: Some("bench".into()), batch: None }),
-            service: Default::default(),
-        };
-        let observer = Observer::bind(&plan, &[]).await.unwrap();
-        let observed = format!("http://{}", observer.addr());
-        let cancel = CancellationToken::new();
-        let token = cancel.clone();
-        let observing = tokio::spawn(async move { observer.run(&token, None, |_| {}).await.unwrap() });
-        let nginx = nginx(upstream);
+        let (observe, observe_lines) = observe(upstream, &dir);
+        let nginx = nginx(upstream, &dir);
         if nginx.is_none() {
             println!("nginx: skipped (not installed: apt-get install nginx-light)");
         }
         let client = reqwest::Client::builder().pool_max_idle_per_host(2000).build().unwrap();
         for &streams in sizes {
-            let mut paths: Vec<(&str, String, Option<u32>)> =
-                vec![("direct", direct.clone(), None), ("observe", observed.clone(), None)];
-            if let Some((child, base)) = &nginx {
-                paths.push(("nginx", base.clone(), Some(child.id())));
+            let mut paths: Vec<(&str, &str, Option<u32>)> =
+                vec![("direct", &direct, None), ("observe", &observe.base, Some(observe.child.id()))];
+            if let Some(proxy) = &nginx {
+                paths.push(("nginx", &proxy.base, Some(proxy.child.id())));
             }
             let mut results: Vec<Vec<Measured>> = paths.iter().map(|_| Vec::new()).collect();
             for round in 0..rounds {
                 let order: Vec<usize> =
                     if round % 2 == 0 { (0..paths.len()).collect() } else { (0..paths.len()).rev().collect() };
                 for i in order {
-                    let (_, base, pid) = &paths[i];
-                    results[i].push(measure(&client, base, streams, *pid).await);
+                    let (_, base, pid) = paths[i];
+                    results[i].push(measure(&client, base, streams, pid).await);
                 }
             }
             println!("{streams} stream(s), {chunks} chunks each, {rounds} round(s):");
@@ -249,22 +335,17 @@ fn main() {
                     added(0.99)
                 );
             }
-            let observe_cpu = median(
-                results[1].iter().zip(&results[0]).map(|(o, d)| (o.cpu_s - d.cpu_s) / per_chunk * 1e6).collect(),
-            );
-            println!("  observe's own CPU (this process, observe minus direct): {observe_cpu:.1} µs/chunk");
         }
-        cancel.cancel();
-        let outcome = observing.await.unwrap();
+        let last_line = stop(observe, observe_lines);
+        let calls = sizes.iter().sum::<usize>() * rounds;
+        let recorded = recorded_streams(&dir.join("observe.db"));
+        println!("observe's last line: {last_line}");
         println!(
-            "observe recorded {} calls; events the recorder could not keep: {}",
-            outcome.report.streams.len(),
-            outcome.dropped_events
+            "observe recorded {recorded} of the {calls} calls sent through it; events the recorder could not keep: {}",
+            not_kept(&last_line)
         );
-        if let Some((mut child, _)) = nginx {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_file(&db);
+        assert_eq!(recorded, calls, "every call observe passed on is recorded");
+        drop(nginx);
     });
+    let _ = std::fs::remove_dir_all(&dir);
 }
