@@ -20,7 +20,9 @@
 //!   it is `retry_denied`. A category budget that ran out is the pattern
 //!   repeating: the kind stays the pattern and `basis.denied_by` says
 //!   `category_budget`.
-//! - **cancelled**: `cancelled`, severity `notice`.
+//! - **cancelled**: `cancelled`, severity `notice`; an observed agent that
+//!   disconnected is said to have, from its attempt's start, with our
+//!   timer that would have fired first and what to try.
 //! - **no end recorded**: `incomplete`, severity `notice`, with what the
 //!   last attempt was doing.
 
@@ -36,7 +38,7 @@ use super::facts::{CallFacts, Fired, Try};
 use super::reading::{PEER_HEADERS, Reading, end_of, read};
 use super::regularity::{Regular, silence_of};
 use super::text::{budget, count, fact, percent, secs, timer};
-use super::verdict::{Basis, DeniedBy, Diagnosis, Evidence, Severity, Topic, VerdictKind};
+use super::verdict::{Basis, DeniedBy, Diagnosis, Evidence, Severity, Topic, VerdictKind, WouldHaveFired};
 
 /// The prefix of an untrustworthy verdict's summary.
 pub const UNTRUSTED: &str = "client overloaded: not trustworthy";
@@ -177,6 +179,10 @@ impl<'a> Call<'a> {
                     r.detail
                 ));
             }
+            // The agent's going is said from its attempt's start.
+            VerdictKind::Cancelled if self.basis_try().is_some_and(|t| t.agent_gone_at.is_some()) => {
+                summary.push_str(&format!(": {} (attempt {number})", r.detail));
+            }
             VerdictKind::Cancelled => {
                 let at = facts.finished.as_ref().map_or(facts.last_at, |f| f.at);
                 summary.push_str(&format!(" after {}", secs(at.saturating_sub(facts.started_at.unwrap_or(at)))));
@@ -280,11 +286,14 @@ impl<'a> Call<'a> {
     }
 
     /// The tunable and what to try: the refusal's for `retry_denied`, else
-    /// the pattern's; an untrustworthy verdict first asks for less load.
+    /// the pattern's (a cancel's only when an observed agent went: a cancel
+    /// while waiting to retry is not the failure's to advise on); an
+    /// untrustworthy verdict first asks for less load.
     fn advice(&self) -> (Option<&'static str>, Option<String>) {
         let (tunable, suggestion) = match (self.kind, &self.denial) {
             (VerdictKind::RetryDenied, Some(d)) => (d.tunable, Some(d.suggestion.clone())),
-            (VerdictKind::Incomplete | VerdictKind::Cancelled | VerdictKind::Healthy, _) => (None, None),
+            (VerdictKind::Cancelled, _) if self.facts.cancelled_between => (None, None),
+            (VerdictKind::Incomplete | VerdictKind::Healthy, _) => (None, None),
             _ => (self.reading().and_then(|r| r.tunable), self.reading().and_then(|r| r.suggestion.clone())),
         };
         if self.untrusted.is_empty() {
@@ -308,6 +317,16 @@ impl<'a> Call<'a> {
             idle_ms: self.reading().and_then(|r| r.silence).map(|d| d.as_secs_f64() * 1000.0),
             denied_by: self.denial.as_ref().map(|d| d.by),
             attempts: attempts(self.facts),
+            would_have_fired: t.and_then(|t| {
+                let mark = t.would_fire.as_ref()?;
+                let budget_ms = mark.budget.as_secs_f64() * 1000.0;
+                Some(WouldHaveFired {
+                    timer: mark.timer,
+                    budget_ms,
+                    after_ms: t.offset(mark.at).as_secs_f64() * 1000.0,
+                })
+            }),
+            agent_disconnected_ms: t.and_then(|t| Some(t.offset(t.agent_gone_at?).as_secs_f64() * 1000.0)),
         }
     }
 }

@@ -5,7 +5,9 @@
 //! error texts only what a verdict quotes, so a stream of a million chunks
 //! costs the memory of one of ten and the live collector can hold every
 //! stream of a large run. Events are taken in the order the core
-//! emitted them (the store reads a stream back in that order).
+//! emitted them (the store reads a stream back in that order), except
+//! observe's would-fire marks, which are sent once their attempt has
+//! ended and read back in their time place: either order folds alike.
 
 use std::time::Duration;
 
@@ -32,6 +34,16 @@ pub(super) struct Fired {
     pub budget: Duration,
     pub at: Duration,
     pub lag: Option<Duration>,
+}
+
+/// One of our timers that would have fired on an attempt observe relayed
+/// without acting (its clocks off), under the tunables in force.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct WouldFire {
+    pub timer: TimerKind,
+    pub budget: Duration,
+    /// Where it would have fired.
+    pub at: Duration,
 }
 
 /// The classifier's reading of a failure.
@@ -116,6 +128,13 @@ pub(super) struct Try {
     /// crossed it).
     pub deadline_after: Option<Fired>,
     pub failed_over: Option<Hop>,
+    /// When the agent whose call observe relayed disconnected before its
+    /// response was complete.
+    pub agent_gone_at: Option<Duration>,
+    /// Our timer that would have fired on it, where observe's replay found
+    /// one: read alike whether it comes after the call's end (as sent) or
+    /// in its time place (as stored).
+    pub would_fire: Option<WouldFire>,
     pub last_at: Duration,
 }
 
@@ -391,6 +410,10 @@ impl CallFacts {
             EventKind::AttemptEnded { end, .. } => {
                 t.end = Some(end.clone());
                 t.close(at);
+            }
+            EventKind::AgentDisconnected => t.agent_gone_at = Some(at),
+            EventKind::TimerWouldFire { timer, after } => {
+                t.would_fire = Some(WouldFire { timer: *timer, budget: *after, at });
             }
             _ => {}
         }

@@ -33,7 +33,7 @@
 //! | `auth`, `invalid_request`, `context_overflow`, `permanent_error` | the request or its credential was refused |
 //! | `refused`, `unreachable`, `dns_failure`, `tls_failure`, `proxy_failure`, `connect_timeout` | no connection was made |
 //! | `retry_denied` | a limit beyond the failure's own budget refused its retry (`basis.denied_by`: `fleet_budget`, `deadline`, `total_retries`, `server_wait_cap`) |
-//! | `cancelled` | the call was cancelled from outside |
+//! | `cancelled` | the call was cancelled from outside: an observed agent that disconnected says so, with our timer that would have fired first |
 //! | `incomplete` | the recording ends before the call did |
 //! | `unknown` | a what-if cannot tell how the stream ends (an assumption said stop, or the replay outlived its horizon) |
 //!
@@ -54,6 +54,8 @@ mod call;
 mod collector;
 pub mod course;
 mod facts;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod hop;
 mod reading;
 mod recorded;
@@ -74,6 +76,7 @@ pub use route_cuts::{FixedCut, RouteCuts};
 pub use summary::summarize;
 pub use verdict::{
     Basis, CheckedSuggestion, DeniedBy, Diagnosis, Evidence, RunDiagnosis, Severity, Topic, VerdictGroup, VerdictKind,
+    WouldHaveFired,
 };
 
 /// The verdict on one stream, from its events in order. Without the run's

@@ -13,10 +13,11 @@ use crate::core::classify;
 use crate::core::event::{AttemptEnd, AttemptPhase};
 use crate::core::failure::{Failure, TransportKind};
 
-use super::facts::{BURST_WINDOW, Try};
+use super::facts::{BURST_WINDOW, Try, WouldFire};
 use super::hop;
 use super::text::{budget, bytes, count, fact, percent, secs, timer, timer_tunable};
 use super::verdict::{Evidence, Topic, VerdictKind};
+use crate::tunables::PREFIX;
 
 /// A wait for the first body byte at least this long, before a burst, reads
 /// as buffering when a header names a proxy or cache on the path (`via`,
@@ -167,21 +168,110 @@ pub(super) fn read(t: &Try) -> Reading {
     let mut evidence = response_evidence(t);
     evidence.append(&mut reading.evidence);
     reading.evidence = evidence;
+    if let Some(mark) = &t.would_fire {
+        would_have_fired(t, mark, &mut reading);
+    }
     reading
 }
 
-/// The call was cancelled from outside (an observed agent that gave up,
-/// Ctrl-C): where the attempt was, and how long it had been silent, the
-/// wait that a caller's own timeout cut short.
+/// The call was cancelled from outside: where the attempt was, and how
+/// long it had been silent, the wait that a caller's own timeout cut
+/// short. An observed agent that disconnected is said to have (observe
+/// stopping, Ctrl-C, is not the agent going), with what our timers make
+/// of the silence it gave up on.
 fn cancelled(t: &Try) -> Reading {
-    let at = t.stopped_at();
+    let at = t.agent_gone_at.unwrap_or(t.stopped_at());
     let silence = at.saturating_sub(t.last_sign_of_life().unwrap_or(at));
-    let mut reading = Reading::new(
-        VerdictKind::Cancelled,
-        format!("{}, {} after the last sign of life", phase_words(t.phase), secs(silence)),
-    );
+    let place = format!("{}, {} after the last sign of life", phase_words(t.phase), secs(silence));
+    let Some(gone) = t.agent_gone_at else {
+        let mut reading = Reading::new(VerdictKind::Cancelled, place);
+        reading.silence = Some(silence);
+        return reading;
+    };
+    let after = secs(t.offset(gone));
+    let mut reading = Reading::new(VerdictKind::Cancelled, format!("the agent disconnected after {after}, {place}"));
     reading.silence = Some(silence);
-    reading
+    reading.evidence.push(fact(
+        Topic::Timing,
+        Some(t.number),
+        Some(gone),
+        format!(
+            "the agent disconnected after {after}, {} after the last sign of life: its own timeout, or it gave up",
+            secs(silence)
+        ),
+    ));
+    match &t.would_fire {
+        Some(mark) => {
+            let tunable = timer_tunable(mark.timer);
+            let check = whatif_set(mark.timer, mark.budget)
+                .map(|set| format!("; {set} shows which of the run's calls it saves and which healthy ones it cuts"))
+                .unwrap_or_default();
+            reading.governed(
+                tunable,
+                format!(
+                    "the agent waited {} longer than our {} timer would have: with stallscope's core in its place \
+                     the stall would have been noticed at {}{check}",
+                    secs(gone.saturating_sub(mark.at)),
+                    timer(mark.timer),
+                    secs(t.offset(mark.at))
+                ),
+            )
+        }
+        None if silence >= IDLE_CUT_SILENCE => reading.governed(
+            timer_tunable(TimerKind::Idle),
+            format!(
+                "no timer of ours, under the tunables in force, would have fired before the agent gave up; \
+                 an idle timer below its silence would have: {} shows which of the run's calls that saves and \
+                 which healthy ones it cuts",
+                whatif_set(TimerKind::Idle, just_below(silence)).unwrap_or_default()
+            ),
+        ),
+        None => reading,
+    }
+}
+
+/// Our timer would have fired on the attempt (observed: our clocks only
+/// watch): said after the reading's own words, and as evidence where it
+/// would have fired.
+fn would_have_fired(t: &Try, mark: &WouldFire, reading: &mut Reading) {
+    let words = format!(
+        "our {} timer ({}) would have fired at {}",
+        timer(mark.timer),
+        budget(mark.budget),
+        secs(t.offset(mark.at))
+    );
+    let sooner = t
+        .agent_gone_at
+        .map(|gone| format!(", {} before the agent disconnected", secs(gone.saturating_sub(mark.at))))
+        .unwrap_or_default();
+    reading.evidence.push(fact(
+        Topic::Timing,
+        Some(t.number),
+        Some(mark.at),
+        format!("{words}{sooner} (observed: not acted on)"),
+    ));
+    reading.detail.push_str(&format!("; {words}"));
+}
+
+/// `stallscope whatif RUN --set NAME=VALUE`, quoted, for `timer` at
+/// `value`: what checks a budget on the run. None for the throughput
+/// floor, whose budget is its window, not the rate it is set by.
+fn whatif_set(timer_kind: TimerKind, value: Duration) -> Option<String> {
+    let tunable = timer_tunable(timer_kind);
+    let name = tunable.strip_prefix(PREFIX).unwrap_or(tunable);
+    (timer_kind != TimerKind::MinRate).then(|| format!("`stallscope whatif RUN --set {name}={}`", value.as_secs_f64()))
+}
+
+/// A budget just below `silence`, in tenths of a second: one that would
+/// have ended it.
+fn just_below(silence: Duration) -> Duration {
+    Duration::from_secs_f64((silence.as_secs_f64() * 9.5).floor() / 10.0)
+}
+
+/// A budget just above `seen`, in tenths of a second: one that would have
+/// let it be.
+fn just_above(seen: Duration) -> Duration {
+    Duration::from_secs_f64((seen.as_secs_f64() * 10.5).ceil() / 10.0)
 }
 
 fn phase_words(phase: Option<AttemptPhase>) -> &'static str {
@@ -552,8 +642,12 @@ fn success(t: &Try) -> Reading {
         bytes(t.bytes),
         secs(took)
     );
-    let mut reading = match closest {
-        Some((timer_kind, budget_d)) if used >= SLOW_SHARE => {
+    let mut reading = match (&t.would_fire, closest) {
+        (Some(mark), _) => {
+            let counted = observed.iter().find(|(k, _)| *k == mark.timer).map_or(took, |(_, d)| *d);
+            would_have_cut(mark, counted, took)
+        }
+        (None, Some((timer_kind, budget_d))) if used >= SLOW_SHARE => {
             let tunable = timer_tunable(timer_kind);
             let what = match timer_kind {
                 TimerKind::Ttfb => "the wait for the first byte",
@@ -594,6 +688,33 @@ fn success(t: &Try) -> Reading {
         ));
     }
     reading
+}
+
+/// A stream that completed though our timer, as in force, would have cut
+/// it (observed, where our clocks only watch): healthy, slow for that
+/// budget, and no failure; `seen` is what the timer counted (the whole
+/// attempt for the total timer and the deadline), `took` how long the
+/// attempt took. What follows is said by [`would_have_fired`].
+fn would_have_cut(mark: &WouldFire, seen: Duration, took: Duration) -> Reading {
+    let how = match mark.timer {
+        TimerKind::Ttfb => format!(", its first byte after {}", secs(seen)),
+        TimerKind::Idle => format!(" after a silence of {}", secs(seen)),
+        TimerKind::DataStall => format!(" after {} without progress", secs(seen)),
+        _ => String::new(),
+    };
+    let tunable = timer_tunable(mark.timer);
+    let raise = match whatif_set(mark.timer, just_above(seen)) {
+        Some(set) => format!(
+            "raise {tunable} above {} for calls like it; {set} shows which of the run's calls that lets be \
+             and which stalls it still catches",
+            secs(seen)
+        ),
+        None => format!("lower {tunable} for calls like it"),
+    };
+    Reading::new(VerdictKind::HealthySlow, format!("completed in {}{how}", secs(took))).governed(
+        tunable,
+        format!("our {} timer, as in force, would cut healthy streams like this one off: {raise}", timer(mark.timer)),
+    )
 }
 
 /// The armed timer whose budget the observed durations used the most of,
@@ -720,14 +841,13 @@ fn idle_cut(t: &Try, kind: TransportKind, silence: Duration) -> Reading {
     } else {
         "nothing had streamed, so a retry is safe"
     };
-    let below = Duration::from_secs_f64((silence.as_secs_f64() * 9.5).floor() / 10.0);
     reading.governed(
         "STALLSCOPE_SSE_IDLE_TIMEOUT_S",
         format!(
             "{knob} above the longest silence expected, have the provider send keep-alives the hop counts as \
-             traffic, or take a route without it; {retry}. `stallscope whatif RUN --set SSE_IDLE_TIMEOUT_S={}` \
-             shows what our idle timer just below the cut would have done",
-            below.as_secs_f64()
+             traffic, or take a route without it; {retry}. {} shows what our idle timer just below the cut would \
+             have done",
+            whatif_set(TimerKind::Idle, just_below(silence)).unwrap_or_default()
         ),
     )
 }

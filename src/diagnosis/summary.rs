@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::core::category::TimerKind;
 use crate::core::event::StreamId;
 
 use super::hop;
@@ -47,6 +48,7 @@ fn group(kind: VerdictKind, members: &[(StreamId, &Diagnosis)], total: usize) ->
         }
     }
     sentence.push_str(&silence_words(kind, &diagnoses));
+    sentence.push_str(&observed_words(&diagnoses));
     if let Some(caught) = shared(&diagnoses, |d| d.basis.timer) {
         let budgets: Vec<f64> = diagnoses.iter().filter_map(|d| d.basis.timer_budget_ms).collect();
         let (low, high) = budgets.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), &b| (lo.min(b), hi.max(b)));
@@ -108,6 +110,27 @@ fn silence_words(kind: VerdictKind, diagnoses: &[&Diagnosis]) -> String {
         None => regular.default_words(),
     };
     format!(", each after {}: a hop on this path {gives_up} {}{whose}", regular.words(waited), regular.setting())
+}
+
+/// Of observed calls, how many the agent disconnected from and how many
+/// our timers would have fired on (", the agent disconnected from 3, our
+/// idle timer would have fired on 3"); nothing for others.
+fn observed_words(diagnoses: &[&Diagnosis]) -> String {
+    let mut words = String::new();
+    let gone = diagnoses.iter().filter(|d| d.basis.agent_disconnected_ms.is_some()).count();
+    if gone > 0 {
+        words.push_str(&format!(", the agent disconnected from {gone}"));
+    }
+    let timers: Vec<TimerKind> = diagnoses.iter().filter_map(|d| d.basis.would_have_fired.map(|w| w.timer)).collect();
+    if let Some(first) = timers.first() {
+        let ours = if timers.iter().all(|t| t == first) {
+            format!("our {} timer", timer(*first))
+        } else {
+            "our timers".to_owned()
+        };
+        words.push_str(&format!(", {ours} would have fired on {}", timers.len()));
+    }
+    words
 }
 
 /// The value every diagnosis has, when they all have the same one.

@@ -713,3 +713,144 @@ fn a_reply_let_go_in_lumps_is_proxy_buffering() {
     let paired: Vec<(u64, u64)> = (0..20).map(|i| (1_180 + i * 45, 2)).collect();
     assert_eq!(lumps(&paired).kind, VerdictKind::Healthy);
 }
+
+impl Script {
+    /// An attempt as observe relays it: no timer of ours armed.
+    fn observed(&mut self, ms: u64) -> &mut Script {
+        self.attempt += 1;
+        self.at(ms, EventKind::AttemptStarted { target: Target::new("p", "m"), credential: None })
+    }
+
+    /// Observe's replay found `timer` (budget `budget_ms`) would have
+    /// fired at `ms`.
+    fn would_fire(&mut self, ms: u64, timer: TimerKind, budget_ms: u64) -> &mut Script {
+        self.at(ms, EventKind::TimerWouldFire { timer, after: Duration::from_millis(budget_ms) })
+    }
+
+    /// The same events as the store reads them back.
+    fn stored(&self) -> Vec<Event> {
+        super::fixtures::stored(&self.events)
+    }
+}
+
+#[test]
+fn an_agent_that_disconnected_reads_so_with_our_timer_that_would_have_fired_in_either_order() {
+    let s = Script { events: super::fixtures::agent_gone_on_a_silent_stall(3), attempt: 1 };
+    let d = s.diagnose();
+    assert_eq!(diagnose(&s.stored()), d, "the mark after the end, or in its time place, reads alike");
+    assert_eq!((d.kind, d.severity, d.trusted), (VerdictKind::Cancelled, Severity::Notice, true));
+    assert_eq!(
+        d.summary,
+        "cancelled: the agent disconnected after 1.01 s, before any content, 1.00 s after the last sign of life; \
+         our idle timer (0.4 s) would have fired at 0.41 s (attempt 1)"
+    );
+    let texts: Vec<&str> = d.evidence.iter().map(|e| e.text.as_str()).collect();
+    let mark = texts.iter().position(|t| {
+        *t == "our idle timer (0.4 s) would have fired at 0.41 s, 0.60 s before the agent disconnected \
+               (observed: not acted on)"
+    });
+    let gone = texts.iter().position(|t| t.starts_with("the agent disconnected after 1.01 s, 1.00 s after the last"));
+    assert!(mark.is_some() && gone.is_some() && mark < gone, "in time order: {texts:#?}");
+    assert_eq!(d.tunable.as_deref(), Some("STALLSCOPE_SSE_IDLE_TIMEOUT_S"));
+    let suggestion = d.suggestion.as_deref().unwrap();
+    assert!(suggestion.starts_with("the agent waited 0.60 s longer than our idle timer would have"), "{suggestion}");
+    assert!(suggestion.contains("`stallscope whatif RUN --set SSE_IDLE_TIMEOUT_S=0.4`"), "{suggestion}");
+    assert_eq!(d.basis.agent_disconnected_ms, Some(1010.0));
+    assert_eq!(d.basis.timer, None, "our timer caught nothing: it only watched");
+    let mark = d.basis.would_have_fired.unwrap();
+    assert_eq!((mark.timer, mark.budget_ms, mark.after_ms), (TimerKind::Idle, 400.0, 410.0));
+    assert_eq!(d.basis.idle_ms, Some(1000.0), "the silence the agent gave up on");
+    let run = summarize(&[(3, d.clone()), (4, d)]);
+    assert_eq!(
+        run.groups[0].summary,
+        "2 of 2 streams: cancelled, the agent disconnected from 2, our idle timer would have fired on 2"
+    );
+}
+
+/// An agent that gave up before any timer of ours would have fired: the
+/// silence it gave up on, and the idle timer just below it to try.
+#[test]
+fn an_agent_that_gave_up_first_is_told_what_would_have_caught_it() {
+    let mut s = Script::new();
+    s.observed(0).headers(10, 200).content(20, 2);
+    s.at(30, EventKind::PhaseChanged { phase: AttemptPhase::Streaming });
+    s.at(2030, EventKind::AgentDisconnected);
+    s.at(2030, EventKind::AttemptEnded { end: AttemptEnd::Cancelled, stop_reason: None });
+    s.finished(2030, Outcome::Cancelled);
+    let d = s.diagnose();
+    assert_eq!(
+        d.summary,
+        "cancelled: the agent disconnected after 2.03 s, while streaming, 2.00 s after the last sign of life (attempt 1)"
+    );
+    assert_eq!(d.basis.would_have_fired, None);
+    let suggestion = d.suggestion.as_deref().unwrap();
+    assert!(suggestion.starts_with("no timer of ours, under the tunables in force, would have fired"), "{suggestion}");
+    assert!(suggestion.contains("`stallscope whatif RUN --set SSE_IDLE_TIMEOUT_S=1.9`"), "{suggestion}");
+    // Going while the stream flowed is no silence of ours to tune.
+    let mut s = Script::new();
+    s.observed(0).headers(10, 200).content(20, 2);
+    s.at(40, EventKind::AgentDisconnected);
+    s.at(40, EventKind::AttemptEnded { end: AttemptEnd::Cancelled, stop_reason: None });
+    s.finished(40, Outcome::Cancelled);
+    let d = s.diagnose();
+    assert_eq!((d.tunable, d.suggestion), (None, None));
+}
+
+/// A stream that went silent 45 s and then completed, where our idle
+/// timer at 30 s would have fired: healthy but slow for that budget, not
+/// a failure, in either order.
+#[test]
+fn a_healthy_stream_our_timer_would_have_cut_is_healthy_but_slow() {
+    let mut s = Script::new();
+    s.observed(0).headers(10, 200).content(20, 2).content(45_030, 3);
+    s.at(45_060, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: None });
+    s.finished(45_060, Outcome::Ok);
+    s.would_fire(30_030, TimerKind::Idle, 30_000);
+    let d = s.diagnose();
+    assert_eq!(diagnose(&s.stored()), d);
+    assert_eq!((d.kind, d.severity), (VerdictKind::HealthySlow, Severity::Notice), "{}", d.summary);
+    assert_eq!(
+        d.summary,
+        "healthy but slow: completed in 45.1 s after a silence of 45.0 s; our idle timer (30 s) would have fired at 30.0 s"
+    );
+    assert!(
+        d.evidence
+            .iter()
+            .any(|e| e.text == "our idle timer (30 s) would have fired at 30.0 s (observed: not acted on)"
+                && e.at_ms == Some(30_030.0)),
+        "{:#?}",
+        d.evidence
+    );
+    assert_eq!(d.tunable.as_deref(), Some("STALLSCOPE_SSE_IDLE_TIMEOUT_S"));
+    let suggestion = d.suggestion.as_deref().unwrap();
+    assert!(suggestion.contains("raise STALLSCOPE_SSE_IDLE_TIMEOUT_S above 45.0 s"), "{suggestion}");
+    assert!(suggestion.contains("`stallscope whatif RUN --set SSE_IDLE_TIMEOUT_S=47.3`"), "{suggestion}");
+    assert_eq!(d.basis.timer, None);
+    // Without the mark, the same stream is healthy: nothing was armed.
+    s.events.retain(|e| !matches!(e.kind, EventKind::TimerWouldFire { .. }));
+    assert_eq!(s.diagnose().kind, VerdictKind::Healthy);
+}
+
+/// A mark on an attempt that broke on its own keeps the break's verdict
+/// and says where our timer would have been first.
+#[test]
+fn a_mark_on_a_cut_keeps_the_cut_and_adds_our_timer() {
+    let mut s = Script::new();
+    s.observed(0).headers(10, 200).content(20, 1);
+    let closed = AttemptEnd::Transport { kind: TransportKind::Closed };
+    s.at(60_020, EventKind::AttemptEnded { end: closed, stop_reason: None });
+    s.finished(60_020, Outcome::Failed);
+    s.would_fire(30_020, TimerKind::Idle, 30_000);
+    let d = s.diagnose();
+    assert_eq!(diagnose(&s.stored()), d);
+    assert_eq!(d.kind, VerdictKind::IdleCut, "{}", d.summary);
+    assert!(
+        d.summary.contains(
+            "60.0 s of silence, 60.0 s into the attempt; headers after 0.01 s (200), 1 chunk / 120 B, \
+                            1 progress event; our idle timer (30 s) would have fired at 30.0 s; failed after 1 attempt"
+        ),
+        "{}",
+        d.summary
+    );
+    assert!(d.evidence.iter().any(|e| e.text.starts_with("our idle timer (30 s) would have fired at 30.0 s")));
+}

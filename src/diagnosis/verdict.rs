@@ -90,7 +90,9 @@ pub enum VerdictKind {
     /// fleet retry budget, the call deadline, the call's total retries or
     /// the cap on server-requested waits.
     RetryDenied,
-    /// The call was cancelled from outside.
+    /// The call was cancelled from outside: an observed agent that
+    /// disconnected before its response was complete (`basis.agent_disconnected_ms`),
+    /// or a run or observe stopped.
     Cancelled,
     /// The recording ends before the call did (an interrupted run, or
     /// events the recorder could not keep).
@@ -338,8 +340,8 @@ pub struct Basis {
     /// The response headers that name who answered (`server`, `via`,
     /// `x-cache`), lower-case, as received.
     pub peer: Vec<(String, String)>,
-    /// The silence that ended in a cut (`idle_cut`) or a cancel (an
-    /// observed agent giving up: `cancelled`), or the wait before a
+    /// The silence that ended in a cut (`idle_cut`) or a cancel (until an
+    /// observed agent disconnected: `cancelled`), or the wait before a
     /// gateway answered for the provider (`gateway_timeout`), in
     /// milliseconds: what a hop's, or a caller's, fixed timer shows as.
     #[serde(default)]
@@ -348,6 +350,27 @@ pub struct Basis {
     pub denied_by: Option<DeniedBy>,
     /// Attempts the call made.
     pub attempts: u32,
+    /// Our timer that would have fired on the attempt, where observe
+    /// relayed it without acting: not a timer that caught it (`timer`).
+    #[serde(default)]
+    pub would_have_fired: Option<WouldHaveFired>,
+    /// When the observed agent disconnected before its response was
+    /// complete, in milliseconds from the attempt's start.
+    #[serde(default)]
+    pub agent_disconnected_ms: Option<f64>,
+}
+
+/// One of our timers that would have fired, under the tunables in force,
+/// on an attempt observe relayed with its clocks off: what stallscope's
+/// core would have done, not what happened.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WouldHaveFired {
+    /// Which.
+    pub timer: TimerKind,
+    /// Its budget, in milliseconds.
+    pub budget_ms: f64,
+    /// Where it would have fired, in milliseconds from the attempt's start.
+    pub after_ms: f64,
 }
 
 /// The verdict on one stream.

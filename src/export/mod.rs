@@ -5,9 +5,11 @@
 //!
 //! In a trace each stream is its own process track: attempts and backoff
 //! sleeps are spans, timers firing, attempt ends and failover hops are
-//! instant events, and the stream's cumulative bytes are a counter. The
-//! stream's verdict ([`crate::diagnosis`]) labels its track and is an
-//! instant annotation at its last event, carrying the whole diagnosis.
+//! instant events, as are, on an observed call, the agent disconnecting
+//! and where our timers would have fired ("would fire: idle"), and the
+//! stream's cumulative bytes are a counter. The stream's verdict
+//! ([`crate::diagnosis`]) labels its track and is an instant annotation at
+//! its last event, carrying the whole diagnosis.
 //!
 //! In JSON lines, every stream's verdict follows the events, one line each
 //! (`{"stream": N, "diagnosis": {…}}`), and the run's verdicts grouped by
@@ -59,8 +61,9 @@ pub fn run_trace(store: &Store, id: RunId) -> Result<Value, StoreError> {
     Ok(chrome_trace(&streams, &diagnoses))
 }
 
-/// A Chrome trace of the streams' events (each in time order), with each
-/// stream's verdict from `diagnoses` where it has one.
+/// A Chrome trace of the streams' events (each in time order, or as sent:
+/// observe's would-fire marks after their call's end), with each stream's
+/// verdict from `diagnoses` where it has one.
 pub fn chrome_trace(streams: &[(StreamId, Vec<Event>)], diagnoses: &[(StreamId, Diagnosis)]) -> Value {
     let verdicts: HashMap<StreamId, &Diagnosis> = diagnoses.iter().map(|(stream, d)| (*stream, d)).collect();
     let mut trace = Vec::new();
@@ -116,6 +119,13 @@ pub fn chrome_trace(streams: &[(StreamId, Vec<Event>)], diagnoses: &[(StreamId, 
                     let args = json!({"after_ms": after.as_secs_f64() * 1e3});
                     trace.push(instant(pid, ts, &format!("{timer} timer fired"), args));
                 }
+                EventKind::TimerWouldFire { timer, after } => {
+                    let args = json!({"after_ms": after.as_secs_f64() * 1e3, "attempt": event.attempt});
+                    trace.push(instant(pid, ts, &format!("would fire: {timer}"), args));
+                }
+                EventKind::AgentDisconnected => {
+                    trace.push(instant(pid, ts, "agent disconnected", json!({"attempt": event.attempt})));
+                }
                 EventKind::FailedOver { from, to, reason } => {
                     let args = json!({"from": from.to_string(), "to": to.to_string(), "reason": reason});
                     trace.push(instant(pid, ts, "failover", args));
@@ -130,8 +140,8 @@ pub fn chrome_trace(streams: &[(StreamId, Vec<Event>)], diagnoses: &[(StreamId, 
                 _ => {}
             }
         }
-        if let Some(last) = events.last() {
-            let ts = last.at.as_secs_f64() * 1e6;
+        if let Some(last) = events.iter().map(|e| e.at).max() {
+            let ts = last.as_secs_f64() * 1e6;
             close(&mut trace, &mut open_attempt, ts);
             if let Some(d) = verdict {
                 let args = serde_json::to_value(d).unwrap_or_else(|_| json!({}));
@@ -155,6 +165,7 @@ mod tests {
     use crate::core::event::{AttemptEnd, Outcome, RecordedBody, SleepReason};
     use crate::core::failover::Target;
     use crate::core::failure::TransportKind;
+    use crate::diagnosis::fixtures::{agent_gone_on_a_silent_stall, stored};
 
     fn at(ms: u64, attempt: u32, kind: EventKind) -> Event {
         Event { at: Duration::from_millis(ms), stream: 0, attempt, kind }
@@ -242,6 +253,35 @@ mod tests {
                 ("attempt 2 ended: done", &json!({"how": "done", "stop_reason": "stop"})),
             ]
         );
+    }
+
+    /// An observed agent that gave up, with our timer's mark after the
+    /// call's end as observe sends it, or in its time place as stored: each
+    /// is an instant of its own in the trace and a line in JSON lines.
+    #[test]
+    fn an_observed_call_s_marks_are_instants_and_lines_in_either_order() {
+        let sent = agent_gone_on_a_silent_stall(0);
+        for events in [stored(&sent), sent] {
+            let diagnoses = [(0, crate::diagnosis::diagnose(&events))];
+            let trace = chrome_trace(&[(0, events.clone())], &diagnoses);
+            let items = trace["traceEvents"].as_array().unwrap();
+            let instant = |name: &str| items.iter().find(|e| e["ph"] == "i" && e["name"] == name).unwrap();
+            // Microseconds, to the nearest.
+            let us = |e: &Value, key: &str| e[key].as_f64().unwrap().round();
+            let would = instant("would fire: idle");
+            assert_eq!((us(would, "ts"), would["args"]["after_ms"].as_f64()), (410_000.0, Some(400.0)));
+            assert_eq!(us(instant("agent disconnected"), "ts"), 1_010_000.0);
+            let verdict = items.iter().find(|e| e["name"].as_str().unwrap().starts_with("verdict: ")).unwrap();
+            assert_eq!(us(verdict, "ts"), 1_011_000.0, "at the call's end, whatever the order");
+            assert!(verdict["name"].as_str().unwrap().contains("the agent disconnected after 1.01 s"), "{verdict}");
+            let spans: Vec<f64> = items.iter().filter(|e| e["cat"] == "attempt").map(|e| us(e, "dur")).collect();
+            assert_eq!(spans, [1_011_000.0]);
+
+            let lines: Vec<Value> =
+                jsonl(&events, false, &[]).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            let kinds: Vec<&str> = lines.iter().filter_map(|l| l["kind"]["type"].as_str()).collect();
+            assert!(kinds.contains(&"agent_disconnected") && kinds.contains(&"timer_would_fire"), "{lines:?}");
+        }
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! Each call is one trace: a span for the call, a child span for each
 //! attempt and for each backoff sleep. Timers firing, classifications,
 //! failover hops, retries refused and partial recoveries are span events,
+//! as are, on an observed call, the agent disconnecting and where our
+//! timers would have fired (on its attempt's span, "timer would fire"),
 //! and the stream's verdict is an event on the call span (its kind is also
 //! an attribute, to filter on). Provider and model follow the OpenTelemetry
 //! GenAI semantic conventions (`gen_ai.*`); the rest is `stallscope.*`.
@@ -426,7 +428,8 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// The spans of one call from its events (in time order): the call's span
+/// The spans of one call from its events (in time order, or as sent:
+/// observe's would-fire marks after the call's end): the call's span
 /// first, then its attempts' and sleeps'.
 fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Option<&Diagnosis>) -> Vec<Span> {
     let ns = |at: Duration| unix_ns(epoch_unix_ns, at);
@@ -508,9 +511,17 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
                 attributes.extend(lag.map(|lag| seconds("stallscope.runtime_lag_s", lag)));
                 mark(&mut spans[open], t, "timer fired", attributes);
             }
+            EventKind::TimerWouldFire { timer, after } => {
+                let attributes = vec![string("stallscope.timer", timer.name()), seconds("stallscope.budget_s", *after)];
+                mark(&mut spans[span_of(&numbered, event.attempt)], t, "timer would fire", attributes);
+            }
+            EventKind::AgentDisconnected => {
+                set(&mut spans[0], [bool("stallscope.agent_disconnected", true)]);
+                mark(&mut spans[span_of(&numbered, event.attempt)], t, "agent disconnected", Vec::new());
+            }
             EventKind::ErrorClassified { category, status, retryable, rule, .. } => {
                 // A failure between attempts (attempt 0) is the call's.
-                let index = numbered.iter().find(|(n, _)| *n == event.attempt).map_or(0, |(_, index)| *index);
+                let index = span_of(&numbered, event.attempt);
                 let span = &mut spans[index];
                 let attributes = vec![
                     string("error.type", category.name()),
@@ -612,7 +623,7 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
             _ => {}
         }
     }
-    let last = events.last().map_or(spans[0].start_time_unix_nano, |e| ns(e.at));
+    let last = events.iter().map(|e| e.at).max().map_or(spans[0].start_time_unix_nano, ns);
     if let Some(a) = &mut attempt {
         a.close(&mut spans, last);
     }
@@ -633,7 +644,17 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
         attributes.extend(d.tunable.as_deref().map(|t| string("stallscope.tunable", t)));
         mark(call, last, "verdict", attributes);
     }
+    // A mark sent after the call's end goes in its time place.
+    for span in &mut spans {
+        span.events.sort_by_key(|e| e.time_unix_nano);
+    }
     spans
+}
+
+/// The index of attempt `attempt`'s span among a call's `numbered` ones;
+/// the call's (0) for a failure between attempts.
+fn span_of(numbered: &[(u32, usize)], attempt: u32) -> usize {
+    numbered.iter().find(|(n, _)| *n == attempt).map_or(0, |(_, index)| *index)
 }
 
 /// Unix nanoseconds of `at` after a run's epoch, within what OTLP carries:
@@ -783,6 +804,32 @@ mod tests {
         assert!(call.attributes.contains(&bool("stallscope.incomplete", true)));
         assert!(call.attributes.contains(&string("gen_ai.provider.name", "primary")));
         assert!(second.attributes.contains(&string("gen_ai.provider.name", "backup")));
+    }
+
+    /// An observed agent that gave up: our timer's mark and the agent's
+    /// going are events of its attempt's span, and the call says the agent
+    /// went, whether the mark comes after the call's end (as observe sends
+    /// it) or in its time place (as stored).
+    #[test]
+    fn an_observed_call_s_marks_are_events_of_its_attempt_in_either_order() {
+        let sent = crate::diagnosis::fixtures::agent_gone_on_a_silent_stall(7);
+        let stored = crate::diagnosis::fixtures::stored(&sent);
+        let epoch = 1_800_000_000_000_000_000;
+        let [sent, stored] = [sent, stored].map(|events| {
+            let verdict = crate::diagnosis::diagnose(&events);
+            call_spans(Ids::new(epoch, 3, 7), epoch, &events, Some(&verdict))
+        });
+        assert_eq!(sent, stored);
+        let [call, attempt] = &sent[..] else { panic!("{sent:?}") };
+        assert_eq!(names(attempt), ["response headers", "timer would fire", "agent disconnected", "error classified"]);
+        let would = &attempt.events[1];
+        assert_eq!(would.time_unix_nano, epoch as u64 + 410_000_000);
+        assert!(would.attributes.contains(&string("stallscope.timer", "idle")));
+        assert!(would.attributes.contains(&seconds("stallscope.budget_s", Duration::from_millis(400))));
+        assert!(call.attributes.contains(&bool("stallscope.agent_disconnected", true)));
+        assert_eq!((call.end_time_unix_nano, names(call)), (epoch as u64 + 1_011_000_000, vec!["verdict"]));
+        let verdict = &call.events[0];
+        assert_eq!(verdict.time_unix_nano, call.end_time_unix_nano, "at the call's end, whatever the order");
     }
 
     #[test]

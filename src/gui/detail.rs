@@ -62,6 +62,9 @@ pub struct TimerSetting {
     pub disarmed: Option<String>,
     /// When it fired, if it did.
     pub fired_s: Option<f64>,
+    /// Where it would have fired, on an attempt observe relayed without
+    /// acting (its clocks off).
+    pub would_fire_s: Option<f64>,
     /// How late our own runtime ran when it fired, if measured.
     pub lag: Option<Duration>,
 }
@@ -90,6 +93,9 @@ impl TimerSetting {
         };
         if let Some(at) = self.fired_s {
             text.push_str(&format!(", FIRED at {at:.3} s"));
+        }
+        if let Some(at) = self.would_fire_s {
+            text.push_str(&format!(", would have fired at {at:.3} s (observed: not acted on)"));
         }
         if let Some(lag) = self.lag.filter(|_| self.untrusted()) {
             let ms = lag.as_secs_f64() * 1000.0;
@@ -172,6 +178,10 @@ impl StreamDetail {
                 fired.budget = fired.budget.or(Some(*after));
                 (fired.fired_s, fired.lag) = (Some(at), *lag);
             }
+            EventKind::TimerWouldFire { timer, after } => {
+                let would = setting(timers, *timer, false);
+                (would.budget, would.would_fire_s) = (would.budget.or(Some(*after)), Some(at));
+            }
             _ => {}
         }
     }
@@ -182,7 +192,15 @@ impl StreamDetail {
 fn setting(timers: &mut Vec<TimerSetting>, timer: TimerKind, arming: bool) -> &mut TimerSetting {
     let latest = timers.iter().rposition(|t| t.timer == timer).filter(|&i| !(arming && timers[i].fired_s.is_some()));
     let i = latest.unwrap_or_else(|| {
-        timers.push(TimerSetting { timer, budget: None, floor: None, disarmed: None, fired_s: None, lag: None });
+        timers.push(TimerSetting {
+            timer,
+            budget: None,
+            floor: None,
+            disarmed: None,
+            fired_s: None,
+            would_fire_s: None,
+            lag: None,
+        });
         timers.len() - 1
     });
     &mut timers[i]
@@ -232,6 +250,7 @@ pub fn stream_json(timeline: &Timeline, lane: &Lane) -> Value {
             "floor_per_s": t.floor,
             "disarmed": t.disarmed,
             "fired_at_s": t.fired_s,
+            "would_fire_at_s": t.would_fire_s,
             "lag_s": t.lag.map(|l| l.as_secs_f64()),
             "trusted": !t.untrusted(),
         })
@@ -374,10 +393,17 @@ pub fn ui(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64) -> PanelAct
     egui::ScrollArea::vertical().id_salt(("detail-log", lane_id)).auto_shrink([false, true]).show(ui, |ui| {
         for entry in &lane.log {
             let line = RichText::new(log_line(entry)).monospace();
-            let fired = matches!(entry.what, Logged::Event(EventKind::TimerFired { .. }));
+            // What decided how the call went stands out: a timer firing,
+            // and on an observed call the agent going and our timer's mark.
+            let decided = matches!(
+                entry.what,
+                Logged::Event(
+                    EventKind::TimerFired { .. } | EventKind::TimerWouldFire { .. } | EventKind::AgentDisconnected
+                )
+            );
             // Wrapped, so a long line is read whole in the panel; its time
             // leads it.
-            ui.add(egui::Label::new(if fired { line.strong() } else { line }).wrap());
+            ui.add(egui::Label::new(if decided { line.strong() } else { line }).wrap());
         }
     });
     action
@@ -511,6 +537,30 @@ mod tests {
         let idle = &second.timers[0];
         assert!(idle.untrusted(), "a quarter of the budget late");
         assert!(idle.describe().starts_with("idle 1.000 s, FIRED at 1.320 s while our runtime lagged 250 ms"));
+    }
+
+    /// An observed attempt: our timer's mark, sent after the call's end,
+    /// is a timer of the attempt in the panel and a line of its log, in
+    /// its time place.
+    #[test]
+    fn an_observed_attempt_shows_our_timer_that_would_have_fired() {
+        let events = crate::diagnosis::fixtures::agent_gone_on_a_silent_stall(3);
+        let timeline = Timeline::from_events("observe", &events);
+        let lane = &timeline.lanes[0];
+        let detail = StreamDetail::of(lane);
+        let timers: Vec<String> = detail.attempts[0].timers.iter().map(TimerSetting::describe).collect();
+        assert_eq!(timers, ["idle 0.400 s, would have fired at 0.410 s (observed: not acted on)"]);
+        let text = log_text(&timeline, lane);
+        let lines: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(
+            lines[4..6],
+            [
+                "    0.410 s  #1    our idle timer (0.400 s) would have fired here (observed: not acted on)",
+                "    1.010 s  #1    the agent disconnected",
+            ],
+            "{text}"
+        );
+        assert_eq!(stream_json(&timeline, lane)["attempts"][0]["timers"][0]["would_fire_at_s"], 0.41);
     }
 
     #[test]

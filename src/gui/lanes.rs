@@ -2,9 +2,10 @@
 //! core's events (as a run goes, or read back from the store) into the
 //! shapes the lanes draw: cumulative bytes, event ticks, each timer's
 //! progress toward its threshold, backoff sleeps, attempts, failover hops
-//! and the outcome, and each stream's log for its detail panel. Its
-//! source gives it each stream's verdict (the model never diagnoses).
-//! Times are seconds from the start of the run.
+//! and the outcome, where our timers would have fired and the agent
+//! disconnected on an observed call, and each stream's log for its detail
+//! panel. Its source gives it each stream's verdict (the model never
+//! diagnoses). Times are seconds from the start of the run.
 //!
 //! A [`Checkpoint`] remembers how far each lane had grown, so a timeline can
 //! be rewound to an earlier point of its own history in time proportional
@@ -104,7 +105,13 @@ pub struct Lane {
     /// done, with the silence before it (a hop's idle timer shows as the
     /// same silence on every cut).
     pub cuts: Vec<Mark>,
-    /// The stream's events in order, for hovering and the detail panel:
+    /// Where our timers would have fired on an attempt observe relayed
+    /// without acting (its clocks off), under the tunables in force.
+    pub would_fire: Vec<WouldFire>,
+    /// Where the observed agent disconnected before its response was
+    /// complete, with the silence before it.
+    pub agent_gone: Vec<Mark>,
+    /// The stream's events in time order, for hovering and the detail panel:
     /// each event other than data as it came, and each run of data
     /// (chunks, parsed stream events) between two of them folded into one
     /// entry, so the log grows with the stream's decisions, not its bytes.
@@ -134,6 +141,24 @@ pub struct Mark {
     pub at_s: f64,
     /// What, in words.
     pub text: String,
+}
+
+/// Where one of our timers would have fired (observed: not acted on).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WouldFire {
+    /// Which timer.
+    pub timer: TimerKind,
+    /// Its budget in seconds.
+    pub budget_s: f64,
+    /// Where it would have fired.
+    pub at_s: f64,
+}
+
+impl WouldFire {
+    /// Its label on the lane: `idle 400 ms would fire`.
+    pub fn label(&self) -> String {
+        format!("{} {} would fire", self.timer, crate::gui::timeline::duration_label(self.budget_s))
+    }
 }
 
 /// One entry of a lane's [log](Lane::log).
@@ -567,7 +592,7 @@ struct ArmedTrack {
 }
 
 /// The number of series a lane grows (see [`Lane::series_lengths`]).
-const SERIES: usize = 13;
+const SERIES: usize = 15;
 
 impl Timeline {
     /// Where this timeline stands now, to [`rewind`](Self::rewind) to later.
@@ -661,6 +686,13 @@ impl Lane {
                 self.close(*timer, at, true);
                 self.fired.push(Mark { at_s: at, text: format!("{timer} timer fired") });
             }
+            EventKind::TimerWouldFire { timer, after } => {
+                self.would_fire.push(WouldFire { timer: *timer, budget_s: after.as_secs_f64(), at_s: at });
+            }
+            EventKind::AgentDisconnected => {
+                let text = format!("agent gone after {:.2} s of silence", at - self.last_sign_s);
+                self.agent_gone.push(Mark { at_s: at, text });
+            }
             EventKind::AttemptStarted { target, .. } => {
                 self.last_sign_s = at;
                 self.close_all(at);
@@ -711,7 +743,11 @@ impl Lane {
             EventKind::BodyRecorded { .. } => Logged::Body(describe(&event.kind)),
             kind => Logged::Event(kind.clone()),
         };
-        self.log.push(LogEntry { at_s: at, attempt: event.attempt, what });
+        // In its time place: observe sends our timers' marks once their
+        // attempt has ended (after the call's end, live), and hovering
+        // looks entries up by time.
+        let place = self.log.partition_point(|entry| entry.at_s <= at);
+        self.log.insert(place, LogEntry { at_s: at, attempt: event.attempt, what });
     }
 
     /// Marks a burst when the last [`BURST_EVENTS`] output ticks came within
@@ -765,6 +801,8 @@ impl Lane {
             low_buckets,
             bursts,
             cuts,
+            would_fire,
+            agent_gone,
             log,
             outcome: _,
             finished_s: _,
@@ -788,6 +826,8 @@ impl Lane {
             low_buckets.len(),
             bursts.len(),
             cuts.len(),
+            would_fire.len(),
+            agent_gone.len(),
             log.len(),
         ]
     }
@@ -828,8 +868,23 @@ impl Lane {
     }
 
     fn rewind(&mut self, mark: &LaneCheckpoint) {
-        let [bytes, output, keepalive, lifecycle, timers, sleeps, attempts, hops, fired, low, bursts, cuts, log] =
-            mark.lengths;
+        let [
+            bytes,
+            output,
+            keepalive,
+            lifecycle,
+            timers,
+            sleeps,
+            attempts,
+            hops,
+            fired,
+            low,
+            bursts,
+            cuts,
+            would_fire,
+            agent_gone,
+            log,
+        ] = mark.lengths;
         self.bytes.truncate(bytes);
         self.output_ticks.truncate(output);
         self.keepalive_ticks.truncate(keepalive);
@@ -842,6 +897,8 @@ impl Lane {
         self.low_buckets.truncate(low);
         self.bursts.truncate(bursts);
         self.cuts.truncate(cuts);
+        self.would_fire.truncate(would_fire);
+        self.agent_gone.truncate(agent_gone);
         self.log.truncate(log);
         if let (Some(was), Some(LogEntry { what: Logged::Data(run), .. })) = (mark.last_data, self.log.last_mut()) {
             *run = was;
@@ -1056,6 +1113,7 @@ mod tests {
 
     use super::*;
     use crate::core::failover::Target;
+    use crate::diagnosis::fixtures::{agent_gone_on_a_silent_stall, stored};
 
     fn event(ms: u64, stream: StreamId, attempt: u32, kind: EventKind) -> Event {
         Event { at: Duration::from_millis(ms), stream, attempt, kind }
@@ -1218,6 +1276,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An observed agent that gave up on a silent stream, as observe sends
+    /// it (our timer's mark after the call's end) and as the store reads it
+    /// back (in its time place): the same lane, the mark and the agent's
+    /// going on it, and its log in time order for hovering.
+    #[test]
+    fn an_observed_call_s_marks_read_alike_sent_and_stored() {
+        let sent = agent_gone_on_a_silent_stall(0);
+        let live = Timeline::from_events("observe", &sent);
+        assert_eq!(live, Timeline::from_events("observe", &stored(&sent)));
+        let lane = &live.lanes[0];
+        assert_eq!(lane.would_fire, [WouldFire { timer: TimerKind::Idle, budget_s: 0.4, at_s: 0.41 }]);
+        assert_eq!(lane.would_fire[0].label(), "idle 400 ms would fire");
+        let gone: Vec<&str> = lane.agent_gone.iter().map(|m| m.text.as_str()).collect();
+        assert_eq!(gone, ["agent gone after 1.00 s of silence"]);
+        assert!(lane.log.windows(2).all(|w| w[0].at_s <= w[1].at_s), "{:?}", lane.log);
+        let near = lane.describe_near(0.41, 0.005).unwrap();
+        assert!(near.ends_with("our idle timer (0.400 s) would have fired here (observed: not acted on)"), "{near}");
+        assert!(lane.describe_near(1.01, 0.0005).unwrap().ends_with("the agent disconnected"));
     }
 
     #[test]

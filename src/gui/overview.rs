@@ -35,7 +35,8 @@ pub enum Heat {
     Lost,
     /// A failover hop.
     Hop,
-    /// A timer fired, or the connection was cut: where an attempt broke.
+    /// A timer fired, or the connection was cut (by a hop, or by the
+    /// observed agent going): where an attempt broke.
     Fired,
     /// The stream failed here.
     Failed,
@@ -145,7 +146,9 @@ impl Grid {
         for hop in &lane.hops {
             mark(column(hop.at_s), column(hop.at_s), Heat::Hop);
         }
-        for fired in lane.fired.iter().chain(&lane.cuts) {
+        // Our timers' would-fire marks are not drawn: the strip shows what
+        // happened, and they are what our clocks would have done.
+        for fired in lane.fired.iter().chain(&lane.cuts).chain(&lane.agent_gone) {
             mark(column(fired.at_s), column(fired.at_s), Heat::Fired);
         }
         if let (Some(Outcome::Failed), Some(at)) = (lane.outcome, lane.finished_s) {
@@ -361,6 +364,19 @@ mod tests {
         assert_eq!(stalled[6], Heat::Lost, "{stalled:?}");
         assert_eq!(stalled[9], Heat::Failed, "{stalled:?}");
         assert_eq!(stalled[3], Heat::Lost, "{stalled:?}");
+    }
+
+    /// An observed agent that went is where its attempt broke; where our
+    /// timer would have fired is not drawn: it did not happen.
+    #[test]
+    fn an_observed_agent_going_is_a_break_and_our_would_fire_mark_is_not() {
+        let events = crate::diagnosis::fixtures::agent_gone_on_a_silent_stall(0);
+        let timeline = Timeline::from_events("observe", &events);
+        // A column a tenth of a second: the mark at 0.41 s, the agent gone at 1.01 s.
+        let grid = Grid::of(&timeline, &[0], TimeWindow::new(0.0, 1.1), 11, 1, 1.1);
+        let row: Vec<Heat> = (0..11).map(|c| grid.at(0, c)).collect();
+        assert_eq!(row[10], Heat::Fired, "{row:?}");
+        assert!(row[..10].iter().all(|h| *h == Heat::Waiting), "{row:?}");
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! come from the Okabe–Ito set (told apart by the common colour-blindness
 //! types), and no two marks differ by colour alone: each timer has its own
 //! line style as well as its own hue, events have their own shapes
-//! (cross, diamond, triangle, star) and event ticks their own heights and
-//! rows, so the lanes also read in grey.
+//! (cross, diamond, triangles, star, square, a hollow circle) and event
+//! ticks their own heights and rows, so the lanes also read in grey.
 
 use egui::{Color32, Painter, Pos2, Rect, RichText, Shape, Stroke, Ui, Visuals, pos2, vec2};
 use egui_plot::{LineStyle, MarkerShape};
@@ -231,6 +231,11 @@ pub mod shape {
     pub const BURST: MarkerShape = MarkerShape::Asterisk;
     /// The connection cut before the stream was done.
     pub const CUT: MarkerShape = MarkerShape::Square;
+    /// The observed agent disconnected.
+    pub const AGENT_GONE: MarkerShape = MarkerShape::Left;
+    /// One of our timers would have fired (drawn hollow, in the timer's
+    /// colour).
+    pub const WOULD_FIRE: MarkerShape = MarkerShape::Circle;
 }
 
 /// How an event tick is drawn: a bar this tall (pixels), its middle this
@@ -255,6 +260,8 @@ pub const KEEPALIVE_TICK: Tick = Tick { height: 2.0, above: 1.5 };
 enum Sample {
     Line(Color32, LineStyle, f32),
     Marker(Color32, MarkerShape),
+    /// A timer's climb in its colour and stroke, to a hollow mark.
+    WouldFire(Color32, LineStyle),
     Bar(Color32, Tick),
     Area(Color32, Color32),
     Rule(Color32),
@@ -267,6 +274,7 @@ pub fn legend(ui: &mut Ui) {
     egui::CollapsingHeader::new("Legend").default_open(true).show(ui, |ui| {
         ui.horizontal_wrapped(|ui| {
             let [output, lifecycle, keepalive] = colours.ticks();
+            let idle = colours.timer(TimerKind::Idle);
             let entries = [
                 (Sample::Line(colours.bytes, LineStyle::Solid, 1.5), "bytes received"),
                 (Sample::Bar(output.0, output.1), "output event"),
@@ -279,6 +287,8 @@ pub fn legend(ui: &mut Ui) {
                 (Sample::Marker(colours.low_bucket, shape::LOW_BUCKET), "rate limit low"),
                 (Sample::Marker(colours.fired, shape::FIRED), "timer fired"),
                 (Sample::Marker(colours.fired, shape::CUT), "connection cut (after its silence)"),
+                (Sample::WouldFire(idle.0, idle.1), "our timer would fire (observed: not acted on)"),
+                (Sample::Marker(colours.cancelled, shape::AGENT_GONE), "agent gone (observed)"),
             ];
             for (sample, text) in entries {
                 entry(ui, sample, text);
@@ -293,8 +303,9 @@ pub fn legend(ui: &mut Ui) {
         });
         ui.label(
             "A timer's line climbs from the lane's foot (armed or reset) to its top, where it fires; \
-             its label gives its threshold. Bytes are scaled per lane or to the largest lane (Bytes scale); \
-             hovering a lane gives the bytes received by then.",
+             its label gives its threshold. On an observed call our timers only watch: where one would have \
+             fired, its climb ends in a hollow mark in its colour and stroke. Bytes are scaled per lane or to \
+             the largest lane (Bytes scale); hovering a lane gives the bytes received by then.",
         );
     });
 }
@@ -309,22 +320,13 @@ fn entry(ui: &mut Ui, sample: Sample, text: &str) {
 fn paint(painter: &Painter, rect: Rect, sample: Sample) {
     let (left, right, c) = (pos2(rect.left(), rect.center().y), pos2(rect.right(), rect.center().y), rect.center());
     match sample {
-        Sample::Line(colour, style, width) => {
-            let stroke = Stroke::new(width, colour);
-            match style {
-                LineStyle::Solid => {
-                    painter.line_segment([left, right], stroke);
-                }
-                LineStyle::Dashed { length } => {
-                    let dashes = Shape::dashed_line(&[left, right], stroke, length.min(8.0), length.min(8.0) / 2.0);
-                    painter.extend(dashes);
-                }
-                LineStyle::Dotted { spacing } => {
-                    painter.extend(Shape::dotted_line(&[left, right], colour, spacing.min(6.0), width));
-                }
-            }
-        }
+        Sample::Line(colour, style, width) => line(painter, [left, right], colour, style, width),
         Sample::Marker(colour, shape) => marker(painter, c, 5.0, colour, shape),
+        Sample::WouldFire(colour, style) => {
+            let top = pos2(rect.right() - 5.0, rect.top() + 4.0);
+            line(painter, [pos2(rect.left() + 1.0, rect.bottom() - 1.0), top], colour, style, 1.5);
+            marker(painter, top, 3.5, colour, shape::WOULD_FIRE);
+        }
         Sample::Bar(colour, tick) => {
             let foot = rect.bottom();
             for dx in [-6.0, -2.0, 2.0, 6.0] {
@@ -339,6 +341,21 @@ fn paint(painter: &Painter, rect: Rect, sample: Sample) {
         Sample::Rule(colour) => {
             painter.line_segment([pos2(c.x, rect.top()), pos2(c.x, rect.bottom())], Stroke::new(1.0, colour));
         }
+    }
+}
+
+/// A line in `style`, as egui_plot draws one, for the legend (its dashes
+/// and dots shortened to fit a sample).
+fn line(painter: &Painter, ends: [Pos2; 2], colour: Color32, style: LineStyle, width: f32) {
+    let stroke = Stroke::new(width, colour);
+    match style {
+        LineStyle::Solid => {
+            painter.line_segment(ends, stroke);
+        }
+        LineStyle::Dashed { length } => {
+            painter.extend(Shape::dashed_line(&ends, stroke, length.min(8.0), length.min(8.0) / 2.0));
+        }
+        LineStyle::Dotted { spacing } => painter.extend(Shape::dotted_line(&ends, colour, spacing.min(6.0), width)),
     }
 }
 
@@ -361,6 +378,14 @@ fn marker(painter: &Painter, c: Pos2, r: f32, colour: Color32, shape: MarkerShap
         }
         MarkerShape::Square => {
             painter.rect_filled(egui::Rect::from_two_pos(at(-0.8, -0.8), at(0.8, 0.8)), 0.0, colour);
+        }
+        MarkerShape::Left => {
+            let points = vec![at(-1.0, 0.0), at(0.5, -0.87), at(0.5, 0.87)];
+            painter.add(Shape::convex_polygon(points, colour, Stroke::NONE));
+        }
+        // Hollow, as the lanes draw it.
+        MarkerShape::Circle => {
+            painter.circle_stroke(c, r, stroke);
         }
         _ => {
             for (x, y) in [(0.0, 1.0), (0.87, 0.5), (0.87, -0.5)] {
@@ -477,7 +502,15 @@ mod tests {
 
     #[test]
     fn point_events_have_shapes_of_their_own_and_ticks_heights_and_rows() {
-        let shapes = [shape::FIRED, shape::HOP, shape::LOW_BUCKET, shape::BURST, shape::CUT];
+        let shapes = [
+            shape::FIRED,
+            shape::HOP,
+            shape::LOW_BUCKET,
+            shape::BURST,
+            shape::CUT,
+            shape::AGENT_GONE,
+            shape::WOULD_FIRE,
+        ];
         for (i, a) in shapes.iter().enumerate() {
             assert!(!shapes[i + 1..].contains(a), "{a:?} used twice");
         }

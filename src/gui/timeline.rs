@@ -1194,6 +1194,19 @@ fn draw_lane(
         let text = track.label();
         texts.push(LaneLabel { at_s: start.max(x_min), row: 0, text, colour, strong: false });
     }
+    // Where our timers would have fired (observed: not acted on): the climb
+    // a timer's line would have made to the top, in its colour and stroke,
+    // to a hollow mark where a fired one's cross would be; labelled below
+    // the mark, clear of it.
+    for mark in lane.would_fire.iter().filter(|m| visible(m.at_s - m.budget_s, m.at_s)) {
+        let (colour, style) = colours.timer(mark.timer);
+        let name = mark.label();
+        let climb = PlotPoints::new(vec![[mark.at_s - mark.budget_s, 0.0], [mark.at_s, 1.0]]);
+        plot.line(Line::new(name.clone(), climb).color(colour).width(1.2).style(style).allow_band(false));
+        let at = vec![[mark.at_s, 1.0]];
+        plot.points(Points::new(name.clone(), at).color(colour).radius(6.0).shape(shape::WOULD_FIRE).filled(false));
+        texts.push(LaneLabel { at_s: mark.at_s, row: 1, text: name, colour, strong: false });
+    }
     // Point events: (marks, name, height, colour, radius, shape, label row).
     let kinds = [
         (&lane.fired, "fired", 1.0, colours.fired, 6.0, shape::FIRED, None),
@@ -1201,6 +1214,9 @@ fn draw_lane(
         (&lane.bursts, "burst", 0.5, colours.burst, 8.0, shape::BURST, Some(1)),
         (&lane.hops, "failover", 0.5, colours.hop, 6.0, shape::HOP, Some(1)),
         (&lane.cuts, "cut", 0.8, colours.fired, 6.0, shape::CUT, Some(1)),
+        // Where a fired timer's cross would be (the agent's own timeout,
+        // often), in the colour of the cancel it makes.
+        (&lane.agent_gone, "agent gone", 1.0, colours.cancelled, 6.0, shape::AGENT_GONE, Some(1)),
     ];
     for (marks, name, y, colour, radius, marker, row) in kinds {
         let shown: Vec<&super::lanes::Mark> = marks.iter().filter(|m| visible(m.at_s, m.at_s)).collect();
