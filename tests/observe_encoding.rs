@@ -51,11 +51,24 @@ const RATE_LIMITED: &str = r#"{"error":{"message":"Rate limit reached for gpt-x,
 const MODELS: &str = r#"{"object":"list","data":[{"id":"gpt-x","object":"model"}]}"#;
 
 /// `texts` as the upstream writes them under `encoding`: as they are, or
-/// gzip flushed after each (what a server compressing a stream does), its
-/// trailer last. `br` stands for an encoding observe does not decode: the
-/// test has no brotli encoder, and any bytes serve.
+/// gzip or br flushed after each (what a server compressing a stream
+/// does), its end last. `zstd` stands for an encoding observe does not
+/// decode: any bytes serve.
 fn wire(texts: &[String], encoding: Option<&str>) -> Vec<Bytes> {
     let Some(encoding) = encoding else { return texts.iter().map(|t| Bytes::from(t.clone())).collect() };
+    if encoding == "br" {
+        let mut encoder = brotli::CompressorWriter::new(Vec::new(), 4096, 5, 22);
+        let mut chunks: Vec<Bytes> = texts
+            .iter()
+            .map(|text| {
+                encoder.write_all(text.as_bytes()).unwrap();
+                encoder.flush().unwrap();
+                Bytes::from(std::mem::take(encoder.get_mut()))
+            })
+            .collect();
+        chunks.push(Bytes::from(encoder.into_inner()));
+        return chunks;
+    }
     let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
     let mut chunks: Vec<Bytes> = texts
         .iter()
@@ -66,7 +79,7 @@ fn wire(texts: &[String], encoding: Option<&str>) -> Vec<Bytes> {
         })
         .collect();
     chunks.push(Bytes::from(encoder.finish().unwrap()));
-    if encoding == "br" {
+    if encoding == "zstd" {
         chunks.iter_mut().for_each(|chunk| *chunk = chunk.iter().map(|b| b ^ 0x5a).collect());
     }
     chunks
@@ -183,12 +196,12 @@ fn recorded(db: &Path) -> (Vec<(StreamReport, usize)>, Vec<String>) {
     (streams, bodies)
 }
 
-/// A gzip stream reaches the agent as the upstream wrote it, byte for
-/// byte with its `content-encoding`, and is recorded as the same stream
-/// uncompressed is: healthy, its content events and text; a gzip error
-/// body is recorded as its text.
+/// A gzip or br stream reaches the agent as the upstream wrote it, byte
+/// for byte with its `content-encoding`, and is recorded as the same
+/// stream uncompressed is: healthy, its content events and text; a gzip
+/// error body is recorded as its text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gzip_stream_reaches_the_agent_compressed_and_is_recorded_decoded() {
+async fn a_compressed_stream_reaches_the_agent_compressed_and_is_recorded_decoded() {
     let dir = temp_dir(&format!("observe-gzip-{}", free_port()));
     let db = dir.join("observe.db");
     let upstream = upstream().await;
@@ -205,13 +218,21 @@ async fn a_gzip_stream_reaches_the_agent_compressed_and_is_recorded_decoded() {
         agent_call(streamed(&client, &observer.base, 3).header("x-test-rate-limited", "1"), Some("gzip")).await;
     assert_eq!(limited.status, 429);
     assert_eq!(limited.bytes, wire(&[RATE_LIMITED.to_owned()], Some("gzip")).concat());
-    let calls = observer.ended(3).await;
+    let br = agent_call(streamed(&client, &observer.base, 4), Some("br")).await;
+    assert_eq!((br.status, br.encoding.as_deref()), (200, Some("br")));
+    assert_eq!(br.bytes, wire(&stream_texts(), Some("br")).concat(), "the agent reads what the upstream wrote");
+    let calls = observer.ended(4).await;
     let kinds: Vec<VerdictKind> = calls.iter().map(|c| c.verdict.kind).collect();
-    assert_eq!(kinds, [VerdictKind::Healthy, VerdictKind::Healthy, VerdictKind::RateLimited], "{calls:?}");
+    let healthy = VerdictKind::Healthy;
+    assert_eq!(kinds, [healthy, healthy, VerdictKind::RateLimited, healthy], "{calls:?}");
     observer.stop().await;
 
     let (streams, error_bodies) = recorded(&db);
-    let [(plain, plain_content), (gzip, gzip_content), (limited, _)] = &streams[..] else { panic!("{streams:?}") };
+    let [(plain, plain_content), (gzip, gzip_content), (limited, _), (br, br_content)] = &streams[..] else {
+        panic!("{streams:?}")
+    };
+    assert_eq!((br.outcome, *br_content), ("ok", 3), "as the plain stream: {br:?}");
+    assert_eq!((&br.content, br.events, br.bytes), (&plain.content, plain.events, plain.bytes));
     assert_eq!((plain.outcome, *plain_content), ("ok", 3));
     assert_eq!((gzip.outcome, *gzip_content), ("ok", 3), "as the plain stream: {gzip:?}");
     assert_eq!((&gzip.content, gzip.events, gzip.bytes), (&plain.content, plain.events, plain.bytes));
@@ -230,12 +251,12 @@ async fn a_body_observe_cannot_decode_reaches_the_agent_and_is_recorded_by_name(
     let upstream = upstream().await;
     let observer = Running::start(ObserveSource::Upstream(format!("http://{upstream}")), None).await;
     let client = reqwest::Client::new();
-    let br = agent_call(streamed(&client, &observer.base, 1), Some("br")).await;
-    assert_eq!((br.status, br.encoding.as_deref()), (200, Some("br")));
-    assert_eq!(br.bytes, wire(&stream_texts(), Some("br")).concat(), "the agent reads what the upstream wrote");
-    let models = agent_call(client.get(format!("{}/v1/models", observer.base)), Some("br")).await;
-    assert_eq!((models.status, models.encoding.as_deref()), (200, Some("br")));
-    assert_eq!(models.bytes, wire(&[MODELS.to_owned()], Some("br")).concat());
+    let zstd = agent_call(streamed(&client, &observer.base, 1), Some("zstd")).await;
+    assert_eq!((zstd.status, zstd.encoding.as_deref()), (200, Some("zstd")));
+    assert_eq!(zstd.bytes, wire(&stream_texts(), Some("zstd")).concat(), "the agent reads what the upstream wrote");
+    let models = agent_call(client.get(format!("{}/v1/models", observer.base)), Some("zstd")).await;
+    assert_eq!((models.status, models.encoding.as_deref()), (200, Some("zstd")));
+    assert_eq!(models.bytes, wire(&[MODELS.to_owned()], Some("zstd")).concat());
     let calls = observer.ended(2).await;
     let (stream, list) = (&calls[0], &calls[1]);
     assert_eq!(stream.verdict.kind, VerdictKind::MalformedStream, "{}", stream.verdict.summary);
@@ -243,7 +264,7 @@ async fn a_body_observe_cannot_decode_reaches_the_agent_and_is_recorded_by_name(
         stream
             .verdict
             .summary
-            .starts_with("malformed stream: content-encoding br: observe records only gzip and deflate"),
+            .starts_with("malformed stream: content-encoding zstd: observe records only gzip, deflate and br"),
         "{}",
         stream.verdict.summary
     );

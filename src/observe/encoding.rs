@@ -1,7 +1,7 @@
 //! The copy of a response's body that the recording reads, decoded as its
 //! `content-encoding` says. The agent gets the bytes as they came
 //! (compressed, when they were); the core gets the text they stand for.
-//! gzip (`x-gzip`) and deflate are decoded as each chunk is read, one copy
+//! gzip (`x-gzip`), deflate and br are decoded as each chunk is read, one copy
 //! chunk per chunk (empty while the decoder waits for more: the chunk still
 //! came), so the recording keeps the upstream's timing.
 //!
@@ -13,12 +13,19 @@
 
 use std::io::Write;
 
+use brotli::DecompressorWriter;
 use bytes::Bytes;
 use flate2::write::{GzDecoder, ZlibDecoder};
 use http::HeaderMap;
 
 use crate::core::failure::Failure;
 use crate::core::upstream::Chunk;
+
+/// What observe decodes, for messages about what it does not.
+const DECODED: &str = "observe records only gzip, deflate and br";
+
+/// The brotli decoder's output buffer: an event or two.
+const BROTLI_BUFFER: usize = 4096;
 
 /// How one response's body is copied for the core.
 pub(super) struct CopyDecoder {
@@ -38,6 +45,8 @@ enum Copying {
     Gzip(Box<GzDecoder<Vec<u8>>>),
     /// Decoding deflate (zlib-wrapped, as HTTP's `deflate` is).
     Deflate(Box<ZlibDecoder<Vec<u8>>>),
+    /// Decoding brotli.
+    Brotli(Box<DecompressorWriter<Vec<u8>>>),
     /// An encoding observe does not decode, and why; said at the first
     /// chunk.
     Unsupported(String),
@@ -64,10 +73,9 @@ impl CopyDecoder {
             [] => Copying::AsIs,
             ["gzip" | "x-gzip"] => Copying::Gzip(Box::new(GzDecoder::new(Vec::new()))),
             ["deflate"] => Copying::Deflate(Box::new(ZlibDecoder::new(Vec::new()))),
-            [_] => Copying::Unsupported(format!("content-encoding {encoding}: observe records only gzip and deflate")),
-            _ => Copying::Unsupported(format!(
-                "content-encoding {encoding}: observe records only gzip and deflate, one at a time"
-            )),
+            ["br"] => Copying::Brotli(Box::new(DecompressorWriter::new(Vec::new(), BROTLI_BUFFER))),
+            [_] => Copying::Unsupported(format!("content-encoding {encoding}: {DECODED}")),
+            _ => Copying::Unsupported(format!("content-encoding {encoding}: {DECODED}, one at a time")),
         };
         let events = (200..300).contains(&status)
             && headers
@@ -95,6 +103,7 @@ impl CopyDecoder {
             Copying::AsIs => return (Some(wire.clone()), None),
             Copying::Gzip(decoder) => inflate(&mut **decoder, wire, GzDecoder::get_mut, &self.encoding),
             Copying::Deflate(decoder) => inflate(&mut **decoder, wire, ZlibDecoder::get_mut, &self.encoding),
+            Copying::Brotli(decoder) => inflate(&mut **decoder, wire, DecompressorWriter::get_mut, &self.encoding),
             Copying::Unsupported(why) => Err(std::mem::take(why)),
             // An event stream's copy has ended; another body's goes on
             // empty, at the upstream's pace.
@@ -157,6 +166,7 @@ mod tests {
     fn compressed(encoding: &str) -> Vec<u8> {
         let mut encoder: Box<dyn Read> = match encoding {
             "gzip" => Box::new(GzEncoder::new(TEXT.as_bytes(), Compression::fast())),
+            "br" => Box::new(brotli::CompressorReader::new(TEXT.as_bytes(), 4096, 5, 22)),
             _ => Box::new(ZlibEncoder::new(TEXT.as_bytes(), Compression::fast())),
         };
         let mut out = Vec::new();
@@ -181,9 +191,9 @@ mod tests {
     }
 
     #[test]
-    fn gzip_and_deflate_split_at_every_byte_boundary_decode_to_the_same_text() {
-        for encoding in ["gzip", "x-gzip", "deflate"] {
-            let wire = compressed(if encoding == "deflate" { "deflate" } else { "gzip" });
+    fn gzip_deflate_and_brotli_split_at_every_byte_boundary_decode_to_the_same_text() {
+        for encoding in ["gzip", "x-gzip", "deflate", "br"] {
+            let wire = compressed(if encoding == "x-gzip" { "gzip" } else { encoding });
             for cut in 0..=wire.len() {
                 let got = copies(CopyDecoder::of(200, &headers(true, &[encoding])), &[&wire[..cut], &wire[cut..]]);
                 assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [1, 1], "{encoding} cut at {cut}");
@@ -221,10 +231,13 @@ mod tests {
     #[test]
     fn an_encoding_observe_does_not_decode_ends_an_event_stream_s_copy_naming_it() {
         for (encoding, said) in [
-            (&["br"][..], "content-encoding br: observe records only gzip and deflate"),
-            (&["ZSTD"], "content-encoding zstd: observe records only gzip and deflate"),
-            (&["gzip, br"], "content-encoding gzip, br: observe records only gzip and deflate, one at a time"),
-            (&["gzip", "gzip"], "content-encoding gzip, gzip: observe records only gzip and deflate, one at a time"),
+            (&["zstd"][..], "content-encoding zstd: observe records only gzip, deflate and br"),
+            (&["ZSTD"], "content-encoding zstd: observe records only gzip, deflate and br"),
+            (&["gzip, br"], "content-encoding gzip, br: observe records only gzip, deflate and br, one at a time"),
+            (
+                &["gzip", "gzip"],
+                "content-encoding gzip, gzip: observe records only gzip, deflate and br, one at a time",
+            ),
         ] {
             let got = copies(CopyDecoder::of(200, &headers(true, encoding)), &[b"\x1b\x2c", b"\x00"]);
             assert_eq!(got[0].len(), 2, "an empty chunk where the bytes came, then why: {got:?}");
@@ -239,10 +252,10 @@ mod tests {
         // An error keeps its status, an answer that does not stream its
         // outcome: the reason stands in for the text, the chunks go on.
         for (status, stream) in [(429, false), (200, false), (500, true)] {
-            let got = copies(CopyDecoder::of(status, &headers(stream, &["br"])), &[b"\x1b\x2c", b"\x00"]);
+            let got = copies(CopyDecoder::of(status, &headers(stream, &["zstd"])), &[b"\x28\xb5", b"\x2f\xfd"]);
             assert_eq!(failure(&got), None);
             assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [1, 1]);
-            assert_eq!(text(got), "content-encoding br: observe records only gzip and deflate");
+            assert_eq!(text(got), "content-encoding zstd: observe records only gzip, deflate and br");
         }
     }
 

@@ -2,7 +2,7 @@
 //! own agent. Each request goes on to its real provider as it came, the
 //! agent's key included, and its response comes back chunk by chunk as it
 //! is read, compressed if it was (the recording reads a decoded copy:
-//! gzip and deflate); each is recorded as a stream of a run labelled
+//! gzip, deflate and br); each is recorded as a stream of a run labelled
 //! `observe@ADDR`, with the events, verdicts, exports and what-if of
 //! stallscope's own calls.
 //!

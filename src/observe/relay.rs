@@ -3,7 +3,7 @@
 //! chunk by chunk as it is read, never buffered, re-chunked or decoded,
 //! and a copy of every chunk goes to the core's governor, which records
 //! and parses it under observe's policy, where no clock acts. Only the
-//! copy is decoded from its `content-encoding` (gzip, deflate; see
+//! copy is decoded from its `content-encoding` (gzip, deflate, br; see
 //! [`CopyDecoder`]): the agent's bytes stay as they came.
 //!
 //! [`ObservedUpstream`] is the core's [`Upstream`] for observed calls: the
