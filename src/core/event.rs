@@ -255,7 +255,7 @@ pub enum EventKind {
     },
     /// The response headers that decisions and diagnosis read, from an
     /// allowlist (`retry-after*`, rate-limit buckets, `x-should-retry`,
-    /// `date`, `content-type`, `server`, `via`, `x-cache`, request ids);
+    /// `date`, `content-type`, `content-encoding`, `server`, `via`, `x-cache`, request ids);
     /// never cookies or anything carrying a credential. Follows
     /// `HeadersReceived`.
     ResponseHeaders {

@@ -25,6 +25,7 @@ const KEPT: &[&str] = &[
     "x-should-retry",
     "date",
     "content-type",
+    "content-encoding",
     "server",
     "via",
     "x-cache",
