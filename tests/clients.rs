@@ -13,12 +13,12 @@
 mod observer;
 mod programs;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use observer::Running;
-use programs::{external, files_text, free_port, on_path, temp_dir};
+use programs::{files_text, free_port, openai_node, python, temp_dir};
 use stallscope::core::event::Outcome;
 use stallscope::diagnosis::VerdictKind;
 use stallscope::observe::ObserveSource;
@@ -26,23 +26,6 @@ use stallscope::sim::{SimServer, builtin};
 
 /// A key only the client sends.
 const KEY: &str = "sk-client-RECOGNISABLE-8813";
-
-/// The Python of the virtualenv with both SDKs.
-fn python() -> Option<PathBuf> {
-    let venv = std::env::var_os("STALLSCOPE_CLIENTS_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
-        cache.join("stallscope-clients/bin/python")
-    });
-    external("the openai and anthropic Python SDKs (a virtualenv)", Some(venv).filter(|p| p.is_file()))
-}
-
-/// The `openai` npm package, with node.
-fn openai_node() -> Option<PathBuf> {
-    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/openai-node/node_modules/openai");
-    external("the openai npm package (with node)", on_path("node").and(Some(module)).filter(|p| p.is_dir()))
-}
 
 /// Streams a chat completion with openai-python: prints the text, or
 /// `ERROR <exception type>`.

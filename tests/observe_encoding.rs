@@ -9,7 +9,6 @@
 mod observer;
 mod programs;
 
-use std::convert::Infallible;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -18,20 +17,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use futures_util::StreamExt;
-use http_body_util::StreamBody;
-use hyper::body::{Frame, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper::body::Incoming;
 use observer::Running;
-use programs::{free_port, temp_dir};
+use programs::{Answer, free_port, serve, temp_dir};
 use stallscope::core::event::{EventClass, EventKind};
 use stallscope::diagnosis::VerdictKind;
 use stallscope::observe::ObserveSource;
 use stallscope::report::StreamReport;
 use stallscope::store::Store;
-use tokio::net::TcpListener;
 
 /// The upstream's event stream: an OpenAI chat stream of three content
 /// deltas.
@@ -106,33 +99,14 @@ fn answer(request: &hyper::Request<Incoming>) -> (u16, &'static str, Vec<String>
 /// Serves [`answer`]s on loopback, each chunk written 20 ms after the
 /// last.
 async fn upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((socket, _)) = listener.accept().await else { return };
-            tokio::spawn(async move {
-                let service = service_fn(|request: hyper::Request<Incoming>| async move {
-                    let (status, content_type, texts, encoding) = answer(&request);
-                    let chunks = wire(&texts, encoding.as_deref());
-                    let frames = futures_util::stream::iter(chunks).then(|chunk| async move {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        Ok::<_, Infallible>(Frame::data(chunk))
-                    });
-                    let mut response = hyper::Response::new(StreamBody::new(frames));
-                    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-                    let headers = response.headers_mut();
-                    headers.insert("content-type", content_type.parse().unwrap());
-                    if let Some(encoding) = encoding {
-                        headers.insert("content-encoding", encoding.parse().unwrap());
-                    }
-                    Ok::<_, Infallible>(response)
-                });
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(socket), service).await;
-            });
-        }
-    });
-    addr
+    serve(|request| {
+        let (status, content_type, texts, encoding) = answer(request);
+        let chunks = wire(&texts, encoding.as_deref()).into_iter().map(|c| (Duration::from_millis(20), c)).collect();
+        let mut headers = vec![("content-type", content_type.to_owned())];
+        headers.extend(encoding.map(|encoding| ("content-encoding", encoding)));
+        Answer { status, headers, chunks }
+    })
+    .await
 }
 
 /// What an agent got: status, `content-encoding`, the body's bytes.

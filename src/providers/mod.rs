@@ -6,6 +6,7 @@
 //! Dialects never retry: they open one attempt and decode its bytes.
 
 mod anthropic;
+pub mod ending;
 mod fast_json;
 pub mod http;
 mod openai_chat;

@@ -6,6 +6,8 @@ use http::StatusCode;
 
 use super::scenario::StreamError;
 use crate::providers::Dialect;
+pub(super) use crate::providers::ending::quote;
+use crate::providers::ending::{anthropic_error, chat_error, openai_error_object};
 
 /// One error as both vendors would describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,30 +137,20 @@ impl ProviderError {
     /// payload of a chat completions in-stream error).
     pub fn body(&self, dialect: Dialect) -> String {
         match dialect {
-            Dialect::OpenAiChat | Dialect::OpenAiResponses => format!(
-                r#"{{"error":{{"message":{},"type":{},"param":{},"code":{}}}}}"#,
-                quote(&self.openai_message),
-                quote(self.openai_type),
-                self.openai_param.map_or_else(|| "null".to_owned(), quote),
-                self.openai_code.map_or_else(|| "null".to_owned(), quote),
-            ),
+            Dialect::OpenAiChat | Dialect::OpenAiResponses => chat_error(&openai_error_object(
+                &self.openai_message,
+                self.openai_type,
+                self.openai_param,
+                self.openai_code,
+            )),
             Dialect::AnthropicMessages => self.anthropic_event(),
         }
     }
 
     /// Anthropic's error object, the same in a body and in an `error` event.
     pub fn anthropic_event(&self) -> String {
-        format!(
-            r#"{{"type":"error","error":{{"type":{},"message":{}}}}}"#,
-            quote(self.anthropic_type),
-            quote(&self.anthropic_message)
-        )
+        anthropic_error(self.anthropic_type, &self.anthropic_message)
     }
-}
-
-/// `text` as a JSON string literal.
-pub(super) fn quote(text: &str) -> String {
-    serde_json::Value::String(text.to_owned()).to_string()
 }
 
 #[cfg(test)]

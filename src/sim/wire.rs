@@ -9,13 +9,21 @@
 
 use bytes::Bytes;
 
-use super::provider_error::{ProviderError, quote};
+use super::provider_error::ProviderError;
 use super::scenario::StreamError;
 use crate::providers::Dialect;
+use crate::providers::ending::{
+    CHAT_DONE, ItemKind, ResponsesItem, anthropic_event, anthropic_message_delta, chat_chunk_head, chat_finish, event,
+    quote, response_object, responses_event,
+};
 
 /// The `created`/`created_at` timestamp in every object; fixed so streams
 /// are reproducible.
 const CREATED: u64 = 1_700_000_000;
+/// The chat completion `id`, a JSON string literal.
+const CHAT_ID: &str = r#""chatcmpl-sim""#;
+/// The Responses `id`, a JSON string literal.
+const RESPONSE_ID: &str = r#""resp_sim""#;
 /// The prompt size the usage objects report.
 const PROMPT_TOKENS: u64 = 25;
 /// The bytes a malformed delta carries in place of its text: a lone
@@ -69,22 +77,6 @@ pub(super) struct Renderer {
     pinged: bool,
 }
 
-/// One SSE event from pieces of its `data:` line.
-fn event(name: Option<&str>, data: &[&[u8]]) -> Bytes {
-    let mut out = Vec::with_capacity(64 + data.iter().map(|piece| piece.len()).sum::<usize>());
-    if let Some(name) = name {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(name.as_bytes());
-        out.push(b'\n');
-    }
-    out.extend_from_slice(b"data: ");
-    for piece in data {
-        out.extend_from_slice(piece);
-    }
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
-}
-
 impl Renderer {
     /// A fresh stream of `dialect` for `model`.
     pub fn new(dialect: Dialect, model: &str) -> Renderer {
@@ -107,23 +99,12 @@ impl Renderer {
     /// A Responses event: `type`, then `fields` (a JSON object body without
     /// braces, may be empty), then the next `sequence_number`.
     fn responses(&mut self, kind: &str, fields: &[u8], out: &mut Vec<Bytes>) {
-        let head = format!(r#"{{"type":"{kind}","#);
-        let tail = format!(r#"{}"sequence_number":{}}}"#, if fields.is_empty() { "" } else { "," }, self.sequence);
-        self.sequence += 1;
-        out.push(event(Some(kind), &[head.as_bytes(), fields, tail.as_bytes()]));
-    }
-
-    /// An Anthropic event whose JSON `type` is its name.
-    fn anthropic(name: &str, fields: &str) -> Bytes {
-        event(Some(name), &[format!(r#"{{"type":"{name}",{fields}}}"#).as_bytes()])
+        out.push(responses_event(kind, fields, &mut self.sequence));
     }
 
     /// A chat completion chunk up to its `choices` value.
     fn chunk_head(&self) -> String {
-        format!(
-            r#"{{"id":"chatcmpl-sim","object":"chat.completion.chunk","created":{CREATED},"model":{},"choices":"#,
-            self.model
-        )
+        chat_chunk_head(CHAT_ID, CREATED, &self.model)
     }
 
     /// A chat completion chunk with `choices`, and more top-level fields.
@@ -133,10 +114,7 @@ impl Renderer {
 
     /// A Responses `response` object.
     fn response_object(&self, status: &str, rest: &str) -> String {
-        format!(
-            r#"{{"id":"resp_sim","object":"response","created_at":{CREATED},"status":"{status}","model":{},{rest}}}"#,
-            self.model
-        )
+        response_object(RESPONSE_ID, CREATED, status, &self.model, rest)
     }
 
     /// The opening events, once per stream.
@@ -160,7 +138,7 @@ impl Renderer {
                     r#""message":{{"id":"msg_sim","type":"message","role":"assistant","model":{},"content":[],"stop_reason":null,"stop_sequence":null,"usage":{{"input_tokens":{PROMPT_TOKENS},"output_tokens":1}}}}"#,
                     self.model
                 );
-                out.push(Renderer::anthropic("message_start", &fields));
+                out.push(anthropic_event("message_start", &fields));
             }
         }
     }
@@ -216,7 +194,7 @@ impl Renderer {
                         &tool
                     }
                 };
-                out.push(Renderer::anthropic(
+                out.push(anthropic_event(
                     "content_block_start",
                     &format!(r#""index":{index},"content_block":{block}"#),
                 ));
@@ -231,59 +209,28 @@ impl Renderer {
     /// Closes the open block, if any.
     fn leave(&mut self, out: &mut Vec<Bytes>) {
         let Some(Block { kind, index, id, text }) = self.block.take() else { return };
-        let text = quote(&text);
         match (self.dialect, kind) {
             (Dialect::OpenAiChat, _) => {}
-            (Dialect::OpenAiResponses, Kind::Text) => {
-                let at = format!(r#""item_id":"{id}","output_index":{index},"content_index":0"#);
-                self.responses("response.output_text.done", format!(r#"{at},"text":{text}"#).as_bytes(), out);
-                let part = format!(r#"{at},"part":{{"type":"output_text","text":{text},"annotations":[]}}"#);
-                self.responses("response.content_part.done", part.as_bytes(), out);
-                let item = format!(
-                    r#"{{"id":"{id}","type":"message","status":"completed","role":"assistant","content":[{{"type":"output_text","text":{text},"annotations":[]}}]}}"#
-                );
-                let done = format!(r#""output_index":{index},"item":{item}"#);
-                self.responses("response.output_item.done", done.as_bytes(), out);
-                self.items.push(item);
-            }
-            (Dialect::OpenAiResponses, Kind::Thinking) => {
-                let at = format!(r#""item_id":"{id}","output_index":{index},"summary_index":0"#);
-                self.responses(
-                    "response.reasoning_summary_text.done",
-                    format!(r#"{at},"text":{text}"#).as_bytes(),
-                    out,
-                );
-                let part = format!(r#"{at},"part":{{"type":"summary_text","text":{text}}}"#);
-                self.responses("response.reasoning_summary_part.done", part.as_bytes(), out);
-                let item = format!(
-                    r#"{{"id":"{id}","type":"reasoning","summary":[{{"type":"summary_text","text":{text}}}]}}"#
-                );
-                let done = format!(r#""output_index":{index},"item":{item}"#);
-                self.responses("response.output_item.done", done.as_bytes(), out);
-                self.items.push(item);
-            }
-            (Dialect::OpenAiResponses, Kind::Tool) => {
-                let at = format!(r#""item_id":"{id}","output_index":{index}"#);
-                self.responses(
-                    "response.function_call_arguments.done",
-                    format!(r#"{at},"arguments":{text}"#).as_bytes(),
-                    out,
-                );
-                let item = format!(
-                    r#"{{"id":"{id}","type":"function_call","status":"completed","arguments":{text},"call_id":"call_{id}","name":"{TOOL_NAME}"}}"#
-                );
-                let done = format!(r#""output_index":{index},"item":{item}"#);
-                self.responses("response.output_item.done", done.as_bytes(), out);
-                self.items.push(item);
+            (Dialect::OpenAiResponses, kind) => {
+                let (kind, part) = match kind {
+                    Kind::Text => (ItemKind::Message, Some(0)),
+                    Kind::Thinking => (ItemKind::Reasoning, Some(0)),
+                    Kind::Tool => {
+                        (ItemKind::FunctionCall { call_id: format!("call_{id}"), name: TOOL_NAME.to_owned() }, None)
+                    }
+                };
+                let item = ResponsesItem { kind, id, index, part, text, parts: Vec::new() };
+                let done = item.close("completed", &mut self.sequence, out);
+                self.items.push(done);
             }
             (Dialect::AnthropicMessages, kind) => {
                 if kind == Kind::Thinking {
                     // Real thinking blocks end with a signature over the thoughts.
                     let signature = r#"{"type":"signature_delta","signature":"c2ltdWxhdGVkIHNpZ25hdHVyZQ=="}"#;
                     let fields = format!(r#""index":{index},"delta":{signature}"#);
-                    out.push(Renderer::anthropic("content_block_delta", &fields));
+                    out.push(anthropic_event("content_block_delta", &fields));
                 }
-                out.push(Renderer::anthropic("content_block_stop", &format!(r#""index":{index}"#)));
+                out.push(anthropic_event("content_block_stop", &format!(r#""index":{index}"#)));
             }
         }
     }
@@ -377,13 +324,7 @@ impl Renderer {
                     let response = self.response_object("in_progress", r#""output":[],"usage":null"#);
                     self.responses("response.in_progress", format!(r#""response":{response}"#).as_bytes(), out);
                 }
-                Dialect::AnthropicMessages => {
-                    let delta = format!(
-                        r#""delta":{{"stop_reason":null,"stop_sequence":null}},"usage":{{"output_tokens":{}}}"#,
-                        self.output_tokens
-                    );
-                    out.push(Renderer::anthropic("message_delta", &delta));
-                }
+                Dialect::AnthropicMessages => out.push(anthropic_message_delta(None, self.output_tokens)),
             },
         }
     }
@@ -453,14 +394,13 @@ impl Renderer {
         let (prompt, output) = (PROMPT_TOKENS, self.output_tokens);
         match self.dialect {
             Dialect::OpenAiChat => {
-                let stop = self.chunk(r#"[{"index":0,"delta":{},"finish_reason":"stop"}]"#, "");
-                out.push(event(None, &[stop.as_bytes()]));
+                out.push(chat_finish(&self.chunk_head(), "stop"));
                 let usage = format!(
                     r#","usage":{{"prompt_tokens":{prompt},"completion_tokens":{output},"total_tokens":{}}}"#,
                     prompt + output
                 );
                 out.push(event(None, &[self.chunk("[]", &usage).as_bytes()]));
-                out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+                out.push(Bytes::from_static(CHAT_DONE));
             }
             Dialect::OpenAiResponses => {
                 let rest = format!(
@@ -472,11 +412,8 @@ impl Renderer {
                 self.responses("response.completed", fields.as_bytes(), out);
             }
             Dialect::AnthropicMessages => {
-                let delta = format!(
-                    r#""delta":{{"stop_reason":"end_turn","stop_sequence":null}},"usage":{{"output_tokens":{output}}}"#
-                );
-                out.push(Renderer::anthropic("message_delta", &delta));
-                out.push(event(Some("message_stop"), &[br#"{"type":"message_stop"}"#]));
+                out.push(anthropic_message_delta(Some("end_turn"), output));
+                out.push(anthropic_event("message_stop", ""));
             }
         }
     }

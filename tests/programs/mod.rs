@@ -1,6 +1,7 @@
 //! Programs we did not write, started by tests: finding them (or saying
 //! why a test is skipped), free loopback ports, waiting for a listener,
-//! scratch directories, and killing them when the test ends.
+//! a loopback HTTP server for them to talk to, scratch directories, and
+//! killing them when the test ends.
 //!
 //! A test whose program is absent says so and passes, so a fresh
 //! checkout's `cargo test` works; `.ci/run` installs every program and
@@ -9,10 +10,19 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::StreamBody;
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
 
 /// Returns the program's path, or says why the test is skipped (and fails
 /// when CI requires the program: `STALLSCOPE_REQUIRE_EXTERNAL=1`).
@@ -28,6 +38,61 @@ pub fn external(what: &str, found: Option<PathBuf>) -> Option<PathBuf> {
 /// `program` on the `PATH`, if it is there.
 pub fn on_path(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(program)).find(|p| p.is_file())
+}
+
+/// The Python of the virtualenv with the openai and anthropic SDKs
+/// (`$STALLSCOPE_CLIENTS_PYTHON`, else `~/.cache/stallscope-clients`).
+pub fn python() -> Option<PathBuf> {
+    let venv = std::env::var_os("STALLSCOPE_CLIENTS_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
+        cache.join("stallscope-clients/bin/python")
+    });
+    external("the openai and anthropic Python SDKs (a virtualenv)", Some(venv).filter(|p| p.is_file()))
+}
+
+/// The `openai` npm package under `.tools/openai-node`, with node.
+pub fn openai_node() -> Option<PathBuf> {
+    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/openai-node/node_modules/openai");
+    external("the openai npm package (with node)", on_path("node").and(Some(module)).filter(|p| p.is_dir()))
+}
+
+/// What a [`serve`]d request is answered: status, headers, and the body's
+/// chunks, each written after its wait.
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub chunks: Vec<(Duration, Bytes)>,
+}
+
+/// Serves `answer` on a loopback port (HTTP/1.1), each request on its
+/// connection's task; the server's address.
+pub async fn serve(answer: fn(&hyper::Request<Incoming>) -> Answer) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let service = service_fn(|request: hyper::Request<Incoming>| async move {
+                    let Answer { status, headers, chunks } = answer(&request);
+                    let frames = futures_util::stream::iter(chunks).then(|(wait, chunk)| async move {
+                        tokio::time::sleep(wait).await;
+                        Ok::<_, Infallible>(Frame::data(chunk))
+                    });
+                    let mut response = hyper::Response::new(StreamBody::new(frames));
+                    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                    for (name, value) in headers {
+                        response.headers_mut().insert(name, value.parse().unwrap());
+                    }
+                    Ok::<_, Infallible>(response)
+                });
+                let _ = http1::Builder::new().serve_connection(TokioIo::new(socket), service).await;
+            });
+        }
+    });
+    addr
 }
 
 /// A child process killed when the test ends.
