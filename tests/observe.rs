@@ -338,3 +338,32 @@ async fn a_long_running_observer_rotates_its_runs_and_serves_its_metrics() {
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An upstream that goes on writing after its stream said it was done.
+fn writes_after_done(_: &hyper::Request<hyper::body::Incoming>) -> programs::Answer {
+    let chunk = |ms, text: &'static str| (Duration::from_millis(ms), bytes::Bytes::from_static(text.as_bytes()));
+    programs::Answer {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".to_owned())],
+        chunks: vec![
+            chunk(0, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"),
+            chunk(20, "data: [DONE]\n\n"),
+            chunk(50, ": said after the end\n\n"),
+        ],
+    }
+}
+
+/// The core stops reading a stream once it says it is done; the agent
+/// still gets every byte the upstream sends after that, as a proxy passes
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_comes_after_the_stream_is_done_still_reaches_the_agent() {
+    let upstream = programs::serve(writes_after_done).await;
+    let observer = Running::start(ObserveSource::Upstream(format!("http://{upstream}")), None).await;
+    let client = reqwest::Client::new();
+    let (status, _, text) = agent_call(&client, &format!("{}/v1/chat/completions", observer.base), STREAMED).await;
+    assert_eq!(status, 200);
+    assert!(text.ends_with("data: [DONE]\n\n: said after the end\n\n"), "{text:?}");
+    assert_eq!(observer.ended(1).await[0].verdict.kind, VerdictKind::Healthy);
+    observer.stop().await;
+}

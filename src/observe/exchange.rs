@@ -12,13 +12,15 @@
 //! upstream could not be reached.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::UnsyncBoxBody};
+use http_body_util::{BodyExt, Full, Limited, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::relay::{AgentGone, CONNECT_TIMEOUT, Pending, ToAgent, end_to_end, relay};
@@ -119,14 +121,25 @@ pub(super) async fn handle(
 /// The agent's response: the upstream's status and headers, then its body
 /// as it is read.
 fn to_agent(answer: ToAgent) -> hyper::Response<AgentBody> {
-    let frames = futures_util::stream::unfold(answer.body, |mut rx| async move {
-        let next = rx.recv().await?;
-        Some((next.map(Frame::data), rx))
-    });
-    let mut response = hyper::Response::new(BodyExt::boxed_unsync(StreamBody::new(frames.boxed())));
+    let mut response = hyper::Response::new(BodyExt::boxed_unsync(Relayed(answer.body)));
     *response.status_mut() = http::StatusCode::from_u16(answer.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
     *response.headers_mut() = answer.headers;
     response
+}
+
+/// The body the relay hands the agent, chunk by chunk as each is sent.
+struct Relayed(mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl hyper::body::Body for Relayed {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        self.0.poll_recv(cx).map(|next| next.map(|chunk| chunk.map(Frame::data)))
+    }
 }
 
 /// A short text answer of observe's own.
@@ -178,7 +191,7 @@ async fn pass_through(
         let next = tokio::select! {
             biased;
             () = agent_gone.token.cancelled() => break Err(Failure::Cancelled),
-            next = copies.recv() => next,
+            next = copies.next() => next,
         };
         match next {
             None => break Ok(()),

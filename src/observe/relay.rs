@@ -10,17 +10,20 @@
 //! executor opens each call's one attempt through it as through any
 //! provider, so an observed stream's events are the events of any run.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use futures_util::{Stream, StreamExt};
 use http::HeaderMap;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, PollSender};
 
 use super::encoding::CopyDecoder;
 use crate::core::event::{Event, EventKind, EventSink, StreamId};
@@ -152,12 +155,7 @@ impl Upstream for ObservedUpstream {
             let response = pending.request.send().await.map_err(|e| failure_from_reqwest(&e, CONNECT_TIMEOUT, None))?;
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
             let agent_gone = AgentGone { attempt: request.attempt, ..pending.agent_gone };
-            let copies = relay(response, pending.agent, agent_gone);
-            let body: Body = futures_util::stream::unfold(copies, |mut rx| async move {
-                let next = rx.recv().await?;
-                Some((next, rx))
-            })
-            .boxed();
+            let body: Body = relay(response, pending.agent, agent_gone).boxed();
             Ok(Response { status, headers, body, decoder: Some(Box::new(pending.dialect.decoder())) })
         })
     }
@@ -169,23 +167,29 @@ impl Upstream for ObservedUpstream {
 }
 
 /// Hands `response` to the agent: its head at once, then its body chunk
-/// by chunk as it is read (see [`pump`]); returns a decoded copy of each chunk,
-/// for the core or the recording. An agent already gone when the head is
-/// in ends the call ([`AgentGone`]).
-pub(super) fn relay(
-    response: reqwest::Response,
-    agent: oneshot::Sender<ToAgent>,
-    agent_gone: AgentGone,
-) -> mpsc::UnboundedReceiver<Result<Chunk, Failure>> {
+/// by chunk as it is read ([`Relay`]); returns the stream of each chunk's
+/// decoded copy, for the core or the recording, which the relay is
+/// driven by. An agent already gone when the head is in ends the call
+/// ([`AgentGone`]).
+pub(super) fn relay(response: reqwest::Response, agent: oneshot::Sender<ToAgent>, agent_gone: AgentGone) -> Relay {
     let (agent_tx, agent_rx) = mpsc::channel(AGENT_QUEUE);
     let head =
         ToAgent { status: response.status().as_u16(), headers: end_to_end(response.headers(), &[]), body: agent_rx };
     if agent.send(head).is_err() {
         agent_gone.departed();
     }
-    let (copies_tx, copies) = mpsc::unbounded_channel();
-    tokio::spawn(pump(response, agent_tx, copies_tx, agent_gone));
-    copies
+    let closed = agent_tx.clone();
+    Relay {
+        delivery: Delivery::of(response.headers()),
+        decoder: CopyDecoder::of(response.status().as_u16(), response.headers()),
+        upstream: Some(response.bytes_stream().boxed()),
+        agent_closed: Box::pin(async move { closed.closed().await }),
+        agent: PollSender::new(agent_tx),
+        held: None,
+        copies: VecDeque::new(),
+        agent_gone,
+        gone: false,
+    }
 }
 
 /// How much of a response's body the agent has been handed, against
@@ -215,51 +219,121 @@ impl Delivery {
     }
 }
 
-/// Reads the upstream's body to its end: each chunk to the agent first,
-/// then its copy, decoded, to the core. The agent gone before it had the
-/// whole body, the upstream is let go and the call cancelled; an upstream
-/// that breaks breaks the agent's body too.
-async fn pump(
-    response: reqwest::Response,
-    agent: mpsc::Sender<Result<Bytes, std::io::Error>>,
-    core: mpsc::UnboundedSender<Result<Chunk, Failure>>,
+/// The upstream's body read by whoever reads its copies (the core's
+/// governor, or the pass-through), each chunk handed to the agent first:
+/// one task reads, relays and decodes, with no hand-over between them.
+/// A slow agent holds the next chunk back (back-pressure, never a buffer
+/// of the stream). The agent gone before it had the whole body, the call
+/// is cancelled and the upstream let go; an upstream that breaks breaks
+/// the agent's body too. Dropped before the upstream's end (the stream
+/// said it was done), the rest of the body still reaches the agent.
+pub(super) struct Relay {
+    /// The upstream's body, until it ends.
+    upstream: Option<BoxStream<'static, reqwest::Result<Bytes>>>,
+    /// The agent's body.
+    agent: PollSender<Result<Bytes, std::io::Error>>,
+    /// Resolves when the agent's body is let go: noticed while the
+    /// upstream is silent, not at its next chunk.
+    agent_closed: BoxFuture<'static, ()>,
+    /// A chunk read, waiting for room in the agent's body.
+    held: Option<Bytes>,
+    /// Copies decoded, not yet taken.
+    copies: VecDeque<Result<Chunk, Failure>>,
+    delivery: Delivery,
+    decoder: CopyDecoder,
     agent_gone: AgentGone,
-) {
-    let mut delivery = Delivery::of(response.headers());
-    let mut copies = CopyDecoder::of(response.status().as_u16(), response.headers());
-    let mut body = response.bytes_stream();
-    loop {
-        // An agent that gives up while the upstream is silent is noticed
-        // when it goes, not at the next chunk.
-        let next = tokio::select! {
-            biased;
-            () = agent.closed(), if !delivery.complete() => {
-                agent_gone.departed();
-                return;
+    /// The agent went: the call is cancelled, nothing more is read.
+    gone: bool,
+}
+
+impl Relay {
+    /// The agent went before it had the whole body.
+    fn departed(&mut self) {
+        self.agent_gone.departed();
+        self.gone = true;
+        self.upstream = None;
+    }
+}
+
+impl Stream for Relay {
+    type Item = Result<Chunk, Failure>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if let Some(copy) = this.copies.pop_front() {
+                return Poll::Ready(Some(copy));
             }
-            next = body.next() => next,
-        };
-        let Some(next) = next else { return };
-        match next {
-            Ok(bytes) => {
-                delivery.sent(bytes.len());
-                if agent.send(Ok(bytes.clone())).await.is_err() && !delivery.complete() {
-                    agent_gone.departed();
-                    return;
-                }
-                // The core may have stopped reading (the stream said it was
-                // done); the agent still gets every byte.
-                for copy in copies.decode(&bytes) {
-                    let _ = core.send(copy);
+            // The call's cancellation ends it; the copies just stop.
+            if this.gone {
+                return Poll::Pending;
+            }
+            if !this.delivery.complete() && this.agent_closed.as_mut().poll(cx).is_ready() {
+                this.departed();
+                continue;
+            }
+            if let Some(bytes) = this.held.take() {
+                match this.agent.poll_reserve(cx) {
+                    Poll::Pending => {
+                        this.held = Some(bytes);
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(reserved) => {
+                        this.delivery.sent(bytes.len());
+                        let sent = reserved.is_ok() && this.agent.send_item(Ok(bytes.clone())).is_ok();
+                        if !sent && !this.delivery.complete() {
+                            this.departed();
+                            continue;
+                        }
+                        this.copies.extend(this.decoder.decode(&bytes));
+                        continue;
+                    }
                 }
             }
-            Err(error) => {
-                let failure = failure_from_reqwest(&error, CONNECT_TIMEOUT, None);
-                let _ = agent.send(Err(std::io::Error::other(failure.to_string()))).await;
-                let _ = core.send(Err(failure));
-                return;
+            let Some(upstream) = this.upstream.as_mut() else { return Poll::Ready(None) };
+            match upstream.as_mut().poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(bytes))) => this.held = Some(bytes),
+                Poll::Ready(Some(Err(error))) => {
+                    let failure = failure_from_reqwest(&error, CONNECT_TIMEOUT, None);
+                    // The agent's body breaks as the upstream's did (when
+                    // there is room to say so; else it ends there).
+                    if let Some(agent) = this.agent.get_ref() {
+                        let _ = agent.try_send(Err(std::io::Error::other(failure.to_string())));
+                    }
+                    this.agent.close();
+                    this.upstream = None;
+                    this.copies.push_back(Err(failure));
+                }
+                Poll::Ready(None) => {
+                    this.agent.close();
+                    this.upstream = None;
+                }
             }
         }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        // Read no more: the agent still gets every byte, read by a task of
+        // its own.
+        let Some(mut upstream) = self.upstream.take().filter(|_| !self.gone) else { return };
+        let (Some(agent), held) = (self.agent.get_ref().cloned(), self.held.take()) else { return };
+        tokio::spawn(async move {
+            if let Some(bytes) = held
+                && agent.send(Ok(bytes)).await.is_err()
+            {
+                return;
+            }
+            while let Some(next) = upstream.next().await {
+                let next = next.map_err(|e| std::io::Error::other(failure_from_reqwest(&e, CONNECT_TIMEOUT, None).to_string()));
+                let broke = next.is_err();
+                if agent.send(next).await.is_err() || broke {
+                    return;
+                }
+            }
+        });
     }
 }
 
