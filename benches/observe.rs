@@ -8,7 +8,7 @@
 //! a database of its own, stopped with SIGINT at the end.
 //!
 //! A hyper server in this file streams OpenAI chat completion chunks, one
-//! SSE event per HTTP chunk every 20 ms, each stamped with when it was
+//! SSE event per HTTP chunk at the pace each request asks for, each stamped with when it was
 //! written (nanoseconds on this process's clock); the clients are plain
 //! reqwest in this process, so a chunk's latency is the time from its
 //! write to its read, on one clock. Reported per path: latency p50 and
@@ -16,10 +16,12 @@
 //! difference); CPU per chunk of this process (server and clients) and of
 //! the proxy's process, both read from /proc alike; for observe, its last
 //! line, how many of the calls sent through it its database holds, and the
-//! events its recorder could not keep. 1 stream and 1,000 concurrent
-//! streams.
+//! events its recorder could not keep. 1 stream (a chunk every 20 ms),
+//! 1,000 concurrent streams at a chunk every 100 ms (room to spare: the
+//! latency a proxy adds) and at one every 20 ms (the two cores saturated
+//! by the clients and the proxy: what each path costs).
 //!
-//! Run with `cargo bench --bench observe` (about a minute). Without
+//! Run with `cargo bench --bench observe` (about two minutes). Without
 //! `--bench` (as under `cargo test --benches`) the same code runs on tiny
 //! sizes as a smoke test.
 
@@ -48,11 +50,35 @@ fn now_ns() -> u64 {
     EPOCH.elapsed().as_nanos() as u64
 }
 
-/// Between two chunks of a stream.
-const EVERY: Duration = Duration::from_millis(20);
+/// One measured load: how many streams at once, of how many chunks, one
+/// how often.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    streams: usize,
+    chunks: usize,
+    every: Duration,
+}
 
-/// Serves `chunks` stamped chat chunks per request, one every [`EVERY`].
-async fn server(chunks: usize) -> SocketAddr {
+impl Load {
+    /// The header a request asks for its stream's shape with.
+    const HEADER: &str = "x-bench-load";
+
+    /// `chunks,every_ms`, as the header carries it.
+    fn header(self) -> String {
+        format!("{},{}", self.chunks, self.every.as_millis())
+    }
+
+    /// The stream shape a request's header asks for.
+    fn of(request: &hyper::Request<hyper::body::Incoming>) -> (usize, Duration) {
+        let asked = request.headers().get(Load::HEADER).and_then(|v| v.to_str().ok()).unwrap_or("1,20");
+        let (chunks, every) = asked.split_once(',').unwrap_or(("1", "20"));
+        (chunks.parse().unwrap_or(1), Duration::from_millis(every.parse().unwrap_or(20)))
+    }
+}
+
+/// Serves each request the stamped chat chunks its [`Load`] header asks
+/// for.
+async fn server() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -60,13 +86,14 @@ async fn server(chunks: usize) -> SocketAddr {
             let Ok((stream, _)) = listener.accept().await else { continue };
             let _ = stream.set_nodelay(true);
             tokio::spawn(async move {
-                let service = service_fn(move |_request| async move {
+                let service = service_fn(move |request| async move {
+                    let (chunks, every) = Load::of(&request);
                     let frames = futures_util::stream::unfold(0, move |i| async move {
                         if i > chunks {
                             return None;
                         }
                         if i > 0 {
-                            tokio::time::sleep(EVERY).await;
+                            tokio::time::sleep(every).await;
                         }
                         let text = if i == chunks {
                             "data: [DONE]\n\n".to_owned()
@@ -91,12 +118,12 @@ async fn server(chunks: usize) -> SocketAddr {
     addr
 }
 
-/// Reads `streams` streams from `base` at once; every chunk's latency.
-async fn read_all(client: &reqwest::Client, base: &str, streams: usize) -> Vec<u64> {
+/// Reads `load`'s streams from `base` at once; every chunk's latency.
+async fn read_all(client: &reqwest::Client, base: &str, load: Load) -> Vec<u64> {
     let url = format!("{base}/v1/chat/completions");
     let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    let reads = (0..streams).map(|_| async {
-        let response = client.post(&url).body(body).send().await.unwrap();
+    let reads = (0..load.streams).map(|_| async {
+        let response = client.post(&url).header(Load::HEADER, load.header()).body(body).send().await.unwrap();
         let mut latencies = Vec::new();
         let mut chunks = response.bytes_stream();
         while let Some(Ok(chunk)) = chunks.next().await {
@@ -264,9 +291,9 @@ struct Measured {
     proxy_cpu_s: f64,
 }
 
-async fn measure(client: &reqwest::Client, base: &str, streams: usize, proxy_pid: Option<u32>) -> Measured {
+async fn measure(client: &reqwest::Client, base: &str, load: Load, proxy_pid: Option<u32>) -> Measured {
     let (ours, theirs) = (cpu_s("self"), proxy_pid.map_or(0.0, |p| cpu_s(&p.to_string())));
-    let mut latencies = read_all(client, base, streams).await;
+    let mut latencies = read_all(client, base, load).await;
     latencies.sort_unstable();
     Measured {
         latencies,
@@ -277,14 +304,21 @@ async fn measure(client: &reqwest::Client, base: &str, streams: usize, proxy_pid
 
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
-    let (sizes, chunks, rounds): (&[usize], usize, usize) = if full { (&[1, 1000], 100, 3) } else { (&[1, 4], 5, 1) };
+    let load = |streams, chunks, every_ms| Load { streams, chunks, every: Duration::from_millis(every_ms) };
+    // At 1,000 streams, a chunk every 100 ms leaves this machine's two
+    // cores room (what a proxy adds to a chunk's latency); one every 20 ms
+    // saturates them with the clients' load (what each path costs).
+    let (loads, rounds) = match full {
+        true => (vec![load(1, 100, 20), load(1000, 50, 100), load(1000, 100, 20)], 3),
+        false => (vec![load(1, 5, 20), load(4, 5, 20)], 1),
+    };
     raise_open_files();
     let dir = std::env::temp_dir().join(format!("stallscope-bench-observe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let _ = *EPOCH;
-        let upstream = server(chunks).await;
+        let upstream = server().await;
         let direct = format!("http://{upstream}");
         let (observe, observe_lines) = observe(upstream, &dir);
         let nginx = nginx(upstream, &dir);
@@ -292,7 +326,7 @@ fn main() {
             println!("nginx: skipped (not installed: apt-get install nginx-light)");
         }
         let client = reqwest::Client::builder().pool_max_idle_per_host(2000).build().unwrap();
-        for &streams in sizes {
+        for &load in &loads {
             let mut paths: Vec<(&str, &str, Option<u32>)> =
                 vec![("direct", &direct, None), ("observe", &observe.base, Some(observe.child.id()))];
             if let Some(proxy) = &nginx {
@@ -304,10 +338,11 @@ fn main() {
                     if round % 2 == 0 { (0..paths.len()).collect() } else { (0..paths.len()).rev().collect() };
                 for i in order {
                     let (_, base, pid) = paths[i];
-                    results[i].push(measure(&client, base, streams, pid).await);
+                    results[i].push(measure(&client, base, load, pid).await);
                 }
             }
-            println!("{streams} stream(s), {chunks} chunks each, {rounds} round(s):");
+            let Load { streams, chunks, every } = load;
+            println!("{streams} stream(s), {chunks} chunks each, one every {every:?}, {rounds} round(s):");
             let per_chunk = (streams * chunks) as f64;
             let median = |mut v: Vec<f64>| {
                 v.sort_by(f64::total_cmp);
@@ -337,7 +372,7 @@ fn main() {
             }
         }
         let last_line = stop(observe, observe_lines);
-        let calls = sizes.iter().sum::<usize>() * rounds;
+        let calls = loads.iter().map(|l| l.streams).sum::<usize>() * rounds;
         let recorded = recorded_streams(&dir.join("observe.db"));
         println!("observe's last line: {last_line}");
         println!(

@@ -59,12 +59,12 @@ use crate::providers::setup::ProviderConfig;
 use crate::session::{RecordTo, RunSource, SessionError, SessionOutcome, settings_for};
 use crate::sim::{SimError, SimServer, builtin};
 use crate::store::{RunId, StoreError};
-use crate::tunables::Tunables;
 use crate::watch::Retention;
 use retries::{Ended, Key, Recent};
 use routes::{Route, Routes};
 use segment::Segment;
 use traces::Traces;
+use would_fire::Replays;
 pub use would_fire::WouldFire;
 
 /// The tunables that make the executor watch and never act: no retry, no
@@ -242,9 +242,9 @@ pub enum ObserveEvent<'a> {
 struct Setup {
     /// The settings observe runs under (every action off).
     settings: Settings,
-    /// The tunables before observe switched every action off: the clocks
-    /// whose would-fire it reports.
-    in_force: Tunables,
+    /// Replays each ended attempt under the clocks in force (the
+    /// tunables before observe switched every action off).
+    replays: Replays,
     /// The providers its calls are recorded under.
     recorded: Vec<ProviderConfig>,
     /// The scenario served behind it, if one is.
@@ -295,8 +295,8 @@ impl State {
     }
 
     /// Takes a call's report once it has ended, with what our clocks would
-    /// have done on its latest attempt (replayed off the runtime's
-    /// workers, and marked in its events); returns why it failed, for the
+    /// have done on its latest attempt (replayed on observe's replay
+    /// thread, and marked in its events); returns why it failed, for the
     /// 502 of a call the upstream never answered.
     async fn finished(
         self: &Arc<Self>,
@@ -313,14 +313,8 @@ impl State {
             }
             None => report,
         };
-        let record = segment.going.take(stream);
-        let replaying = Arc::clone(&segment);
-        let replayed = tokio::task::spawn_blocking(move || (replaying.clocks.first(stream, &record), record));
-        let (would_fire, mut record) = match replayed.await {
-            Ok(replayed) => replayed,
-            // The replay panicked: let the panic continue rather than invent a mark.
-            Err(join) => std::panic::resume_unwind(join.into_panic()),
-        };
+        let mut record = segment.going.take(stream);
+        let would_fire = segment.clocks.first(stream, &record).await;
         let would_fire = would_fire.map(|(would, mark)| {
             record.push(&mark);
             segment.out.emit(mark);
@@ -447,9 +441,10 @@ impl Observer {
             TcpListener::bind(plan.listen).await.map_err(|source| ObserveError::Bind { addr: plan.listen, source })?;
         let addr = listener.local_addr().map_err(|source| ObserveError::Bind { addr: plan.listen, source })?;
         let (scenario, server) = scenario.unzip();
+        let replays = Replays::start(&in_force, &settings.tunables, settings.classifier.rules().to_vec());
         let setup = Setup {
             settings,
-            in_force,
+            replays,
             recorded: recorded_providers(&routes),
             scenario,
             watcher: None,

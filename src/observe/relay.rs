@@ -327,7 +327,8 @@ impl Drop for Relay {
                 return;
             }
             while let Some(next) = upstream.next().await {
-                let next = next.map_err(|e| std::io::Error::other(failure_from_reqwest(&e, CONNECT_TIMEOUT, None).to_string()));
+                let next = next
+                    .map_err(|e| std::io::Error::other(failure_from_reqwest(&e, CONNECT_TIMEOUT, None).to_string()));
                 let broke = next.is_err();
                 if agent.send(next).await.is_err() || broke {
                     return;

@@ -96,7 +96,7 @@ impl Segment {
             pools: Default::default(),
         };
         let clocks = Clocks::new(
-            &setup.in_force,
+            setup.replays.clone(),
             settings.tunables.clone(),
             meta.clone(),
             settings.classifier.rules().to_vec(),

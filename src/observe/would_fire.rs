@@ -14,13 +14,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+
 use crate::core::category::TimerKind;
 use crate::core::classify::Rule;
 use crate::core::event::{Event, EventKind, EventSink, StreamId};
 use crate::core::per_stream::PerStream;
 use crate::diagnosis::RecordedRun;
 use crate::replay::recording::{RecordedAttempt, RecordedProvider, Recording, StreamRecord};
-use crate::replay::whatif::{WhatIf, what_if_watched};
+use crate::replay::whatif::{Replayer, WhatIf};
 use crate::store::runs::RunMeta;
 use crate::tunables::Tunables;
 
@@ -65,46 +67,44 @@ impl WouldFire {
 }
 
 /// What a replay of one observed stream needs: the run as recorded, with
-/// no stream, and the clock settings in force.
+/// no stream, and the thread that replays it under the clocks in force.
 pub(super) struct Clocks {
     base: Recording,
     /// How the recorded run's verdicts are read: made once, from its
     /// tunables.
     run: RecordedRun,
-    overrides: Vec<String>,
+    replays: Replays,
 }
 
 impl Clocks {
-    /// Replays under `in_force`'s clocks the streams of a run recorded
-    /// with `recorded` tunables, `meta`, `rules` and `providers`.
+    /// Replays on `replays` the streams of a run recorded with `recorded`
+    /// tunables, `meta`, `rules` and `providers`.
     pub fn new(
-        in_force: &Tunables,
+        replays: Replays,
         recorded: Tunables,
         meta: RunMeta,
         rules: Vec<Rule>,
         providers: Vec<RecordedProvider>,
     ) -> Clocks {
-        let overrides = CLOCKS.iter().map(|name| format!("{name}={}", in_force.get(name).value)).collect();
         let run = RecordedRun::new(&recorded.sourced_snapshot(), &BTreeMap::new());
         let base = Recording { run: 0, tunables: recorded, meta, rules, providers, streams: Vec::new() };
-        Clocks { base, run, overrides }
+        Clocks { base, run, replays }
     }
 
     /// The first of our timers that would have fired on the latest
     /// attempt of `record` (call `stream`'s, as recorded so far), before
     /// the recording of that attempt ended: the attempt replayed alone, as
     /// the agent's request it was.
-    pub fn first(&self, stream: StreamId, record: &StreamRecord) -> Option<(WouldFire, Event)> {
+    pub async fn first(&self, stream: StreamId, record: &StreamRecord) -> Option<(WouldFire, Event)> {
         let mut recorded = record.recorded(stream, &self.run);
         let latest = recorded.attempts.pop()?;
         let (ordinal, (started, ended)) = (latest.ordinal, latest.span());
         recorded.started = started;
         recorded.attempts = vec![RecordedAttempt { ordinal: 1, ..latest }];
+        let (reply, fired) = oneshot::channel();
         let replay = Recording { streams: vec![recorded], ..self.base.clone() };
-        let fired = Arc::new(FirstFired::default());
-        let whatif = WhatIf { overrides: self.overrides.clone(), ..WhatIf::default() };
-        what_if_watched(&replay, &whatif, Some(fired.clone() as Arc<dyn EventSink>)).ok()?;
-        let (at, timer, budget) = fired.0.lock().unwrap_or_else(PoisonError::into_inner).take()?;
+        self.replays.jobs.send((replay, reply)).ok()?;
+        let (at, timer, budget) = fired.await.ok()??;
         let kind = EventKind::TimerWouldFire { timer, after: budget };
         let would = WouldFire {
             attempt: ordinal,
@@ -114,6 +114,61 @@ impl Clocks {
             recorded: ended.saturating_sub(started),
         };
         (at <= ended).then_some((would, Event { at, stream, attempt: ordinal, kind }))
+    }
+}
+
+/// The first timer a replay fired: when, which, its budget.
+type Fired = (Duration, TimerKind, Duration);
+
+/// A recording to replay, and where its first fired timer goes.
+type Job = (Recording, oneshot::Sender<Option<Fired>>);
+
+/// Observed attempts replayed one after the other on a thread of its own,
+/// with one [`Replayer`] (settings read and runtime made once): a thread
+/// and a runtime for each call would cost more than its replay. The
+/// thread ends with the last handle.
+#[derive(Clone)]
+pub(super) struct Replays {
+    jobs: std::sync::mpsc::Sender<Job>,
+}
+
+impl Replays {
+    /// Replays recordings with `recorded` tunables and `rules` under the
+    /// clocks of `in_force`.
+    pub fn start(in_force: &Tunables, recorded: &Tunables, rules: Vec<Rule>) -> Replays {
+        let overrides = CLOCKS.iter().map(|name| format!("{name}={}", in_force.get(name).value)).collect();
+        let whatif = WhatIf { overrides, ..WhatIf::default() };
+        let base = Recording {
+            run: 0,
+            tunables: recorded.clone(),
+            meta: RunMeta {
+                requests: 0,
+                concurrency: 0,
+                seed: 0,
+                epoch_unix_ns: 0,
+                rules: serde_json::Value::Null,
+                pools: BTreeMap::new(),
+            },
+            rules,
+            providers: Vec::new(),
+            streams: Vec::new(),
+        };
+        let (jobs, taken) = std::sync::mpsc::channel::<Job>();
+        // A thread that cannot start leaves the jobs unanswered: no mark.
+        let _ = std::thread::Builder::new().name("stallscope-replays".into()).spawn(move || {
+            // Settings that do not load make no mark: every job is answered
+            // none (the tunables were read already; this does not happen).
+            let replayer = Replayer::new(&base, whatif).ok();
+            for (recording, reply) in taken {
+                let fired = Arc::new(FirstFired::default());
+                let first = replayer.as_ref().and_then(|replayer| {
+                    replayer.replay(&recording, Some(fired.clone() as Arc<dyn EventSink>)).ok()?;
+                    fired.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+                });
+                let _ = reply.send(first);
+            }
+        });
+        Replays { jobs }
     }
 }
 
@@ -143,7 +198,7 @@ impl EventSink for Going {
 
 /// The first timer a replay fired, and when.
 #[derive(Default)]
-struct FirstFired(Mutex<Option<(Duration, TimerKind, Duration)>>);
+struct FirstFired(Mutex<Option<Fired>>);
 
 impl EventSink for FirstFired {
     fn emit(&self, event: Event) {

@@ -276,37 +276,96 @@ pub fn what_if_until(
     watcher: Option<Arc<dyn EventSink>>,
     stop: &CancellationToken,
 ) -> Result<WhatIfReport, WhatIfError> {
-    let mut tunables = recording.tunables.clone();
-    for set in &whatif.overrides {
-        tunables.apply_override(set)?;
-    }
-    let policy = CorePolicy::from_tunables(&tunables)?;
-    let limits = whatif.verdicts.then(|| policy.retry.clone());
-    let classifier = Classifier::new(recording.rules.clone())?;
+    let prepared = Prepared::new(recording, whatif)?;
     // A thread of its own: the caller may be on a runtime already, and a
     // runtime can be neither driven nor dropped inside another.
     let replayed = std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?;
-                let replayed = replay(recording, policy, classifier, whatif.assumptions, limits, watcher, stop);
-                Ok::<_, std::io::Error>(runtime.block_on(replayed))
-            })
-            .join()
+        scope.spawn(|| prepared.run(&paused_runtime()?, recording, whatif, watcher, stop)).join()
     });
-    let (courses, plays) = replayed.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-    if stop.is_cancelled() {
-        return Err(WhatIfError::Cancelled);
+    replayed.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Many recordings of one run, each replayed under one what-if on the
+/// calling thread (which must not be a runtime's worker), with the
+/// what-if's settings read and its runtime made once: observe replays
+/// each attempt it relays once it has ended, so it needs no thread and no
+/// runtime of its own per replay.
+pub struct Replayer {
+    prepared: Prepared,
+    whatif: WhatIf,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Replayer {
+    /// For recordings with `recording`'s tunables and rules.
+    pub fn new(recording: &Recording, whatif: WhatIf) -> Result<Replayer, WhatIfError> {
+        Ok(Replayer { prepared: Prepared::new(recording, &whatif)?, whatif, runtime: paused_runtime()? })
     }
-    Ok(report(recording, &tunables, whatif, courses, &plays))
+
+    /// Replays `recording` (its tunables and rules those the replayer was
+    /// made for), each replayed event also to `watcher`.
+    pub fn replay(
+        &self,
+        recording: &Recording,
+        watcher: Option<Arc<dyn EventSink>>,
+    ) -> Result<WhatIfReport, WhatIfError> {
+        self.prepared.run(&self.runtime, recording, &self.whatif, watcher, &CancellationToken::new())
+    }
+}
+
+/// The runtime replays run on: virtual time, from a paused clock.
+fn paused_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()
+}
+
+/// A what-if's settings: the recorded tunables under its overrides, the
+/// policy and classifier they make, and the limits verdicts are read
+/// against when it asks for verdicts.
+struct Prepared {
+    tunables: Tunables,
+    policy: Arc<CorePolicy>,
+    classifier: Arc<Classifier>,
+    limits: Option<RetrySettings>,
+}
+
+impl Prepared {
+    fn new(recording: &Recording, whatif: &WhatIf) -> Result<Prepared, WhatIfError> {
+        let mut tunables = recording.tunables.clone();
+        for set in &whatif.overrides {
+            tunables.apply_override(set)?;
+        }
+        let policy = CorePolicy::from_tunables(&tunables)?;
+        let limits = whatif.verdicts.then(|| policy.retry.clone());
+        let classifier = Classifier::new(recording.rules.clone())?;
+        Ok(Prepared { tunables, policy: Arc::new(policy), classifier: Arc::new(classifier), limits })
+    }
+
+    /// Replays `recording` on `runtime`, on the calling thread.
+    fn run(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        recording: &Recording,
+        whatif: &WhatIf,
+        watcher: Option<Arc<dyn EventSink>>,
+        stop: &CancellationToken,
+    ) -> Result<WhatIfReport, WhatIfError> {
+        let (policy, classifier, limits) =
+            (Arc::clone(&self.policy), Arc::clone(&self.classifier), self.limits.clone());
+        let replayed = replay(recording, policy, classifier, whatif.assumptions, limits, watcher, stop);
+        let (courses, plays) = runtime.block_on(replayed);
+        if stop.is_cancelled() {
+            return Err(WhatIfError::Cancelled);
+        }
+        Ok(report(recording, &self.tunables, whatif, courses, &plays))
+    }
 }
 
 /// The replay's courses (with verdicts read against `limits`, when given)
 /// and where each stream's attempts came from.
 async fn replay(
     recording: &Recording,
-    policy: CorePolicy,
-    classifier: Classifier,
+    policy: Arc<CorePolicy>,
+    classifier: Arc<Classifier>,
     assumptions: Assumptions,
     limits: Option<RetrySettings>,
     watcher: Option<Arc<dyn EventSink>>,
@@ -356,8 +415,8 @@ async fn replay(
     let sink = Arc::new(CourseSink::new(recording, limits, watcher));
     let executor = Executor {
         fleet: Arc::new(Fleet::new(policy.fleet, pools)),
-        policy: Arc::new(policy),
-        classifier: Arc::new(classifier),
+        policy,
+        classifier,
         upstreams: Arc::new(upstreams),
         sink: sink.clone(),
         epoch,
