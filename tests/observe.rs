@@ -202,6 +202,7 @@ async fn a_remote_listen_address_needs_allow_remote() {
         overrides: Vec::new(),
         edits: Vec::new(),
         recording: None,
+        guard: false,
         service: Service::default(),
     };
     let error = Observer::bind(&plan, &[]).await.err().unwrap();

@@ -71,6 +71,15 @@ pub struct Args {
     /// come.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_every)]
     retry_window: Duration,
+    /// Act on the agent's streamed calls with stallscope's core under the
+    /// tunables in force: before content, a stall, a failure or a retryable
+    /// answer is retried (with the core's backoff, budgets, Retry-After and
+    /// failover) and the agent gets one well-formed response; after
+    /// content, a stall ends the stream in the dialect's own terms
+    /// (GUARD_AFTER_CONTENT). Every guarded response carries
+    /// x-stallscope-guard: on.
+    #[arg(long)]
+    guard: bool,
     #[command(flatten)]
     keep: KeepArgs,
     #[command(flatten)]
@@ -94,6 +103,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         overrides: cli.overrides.clone(),
         edits: Vec::new(),
         recording: args.record.recording()?,
+        guard: args.guard,
         service: Service {
             rotate: args.rotate,
             retention: Some(args.keep.retention()),

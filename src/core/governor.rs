@@ -410,6 +410,7 @@ async fn govern(
     };
 
     let mut decoder = response.decoder.unwrap_or_else(|| upstream.decoder());
+    let mut accepted = response.accepted;
     let mut decoded = Vec::new();
     let mut body = response.body;
     // The body is the busy source. The sleep and the token are polled with
@@ -527,9 +528,12 @@ async fn govern(
                 }
                 Reading::Stream => {
                     decoder.feed(&chunk, &mut decoded);
-                    if let Some(result) =
-                        absorb(&mut decoded, timers, &mut clocks, sleep.as_mut(), scope, progress, capture, arrival)
-                    {
+                    let absorbed =
+                        absorb(&mut decoded, timers, &mut clocks, sleep.as_mut(), scope, progress, capture, arrival);
+                    if let Some(accepted) = accepted.as_mut().filter(|_| !matches!(absorbed, Some(Err(_)))) {
+                        accepted(&chunk);
+                    }
+                    if let Some(result) = absorbed {
                         return result;
                     }
                 }

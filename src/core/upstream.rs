@@ -77,12 +77,22 @@ pub struct Response {
     /// A decoder of this body's own, instead of the upstream's: a replayed
     /// response decodes into the events that were recorded.
     pub decoder: Option<Box<dyn Decoder>>,
+    /// Handed each chunk of an event stream once the governor has taken
+    /// it in: decoded, its events counted, with no clock come due before
+    /// it and no error in it. Whoever relays the stream on (the guard, to
+    /// its agent) hands on exactly what the core has seen, so what the
+    /// agent got and what the core decides from (content streamed or not)
+    /// never disagree.
+    pub accepted: Option<Accepted>,
 }
+
+/// What a response's [`Response::accepted`] is given.
+pub type Accepted = Box<dyn FnMut(&Bytes) + Send>;
 
 impl Response {
     /// A response decoded by its upstream's decoder.
     pub fn new(status: u16, headers: HeaderMap, body: Body) -> Self {
-        Response { status, headers, body, decoder: None }
+        Response { status, headers, body, decoder: None, accepted: None }
     }
 }
 

@@ -163,6 +163,7 @@ impl RunForm {
             overrides,
             edits,
             recording,
+            guard: false,
             service: Service::default(),
         })
     }

@@ -14,6 +14,7 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -22,12 +23,15 @@ use http_body_util::{BodyExt, Full, Limited, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
+use super::guard::{Answer, Guarded, GuardedRequest, GuardedUpstream};
 use super::relay::{AgentGone, CONNECT_TIMEOUT, Pending, ToAgent, end_to_end, relay};
-use super::retries::{Continuing, Key};
+use super::retries::{Continuing, Ended, Key};
+use super::segment::{Calls, Segment};
 use super::{State, routes};
 use crate::core::category::Category;
-use crate::core::event::{AttemptEnd, Event, EventKind, EventSink, Outcome, StreamId};
+use crate::core::event::{AttemptEnd, Event, EventKind, Outcome, StreamId};
 use crate::core::evidence::{recorded_error_body, recorded_headers};
 use crate::core::executor::{Call, CallReport, Executor};
 use crate::core::failover::Target;
@@ -70,8 +74,6 @@ pub(super) async fn handle(
     let Some(client) = state.clients.get(&route) else { return Ok(plain(500, format!("no client for {route}\n"))) };
     let key = Key::of(&url, &body);
     let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap_or(reqwest::Method::POST);
-    let forwarded =
-        client.request(method, &url).headers(end_to_end(&parts.headers, &["host", "content-length"])).body(body);
     // A retry of a call that failed or was cut goes on as its next attempt.
     let (segment, stream, mut retried) = state.admit(state.recent.retried(&key, Instant::now()));
     let mut executor = segment.executor.clone();
@@ -87,20 +89,37 @@ pub(super) async fn handle(
         sink: Arc::clone(&executor.sink),
         epoch: executor.epoch,
         stream,
-        attempt: 1,
+        attempt: Arc::new(AtomicU32::new(1)),
     };
+    if let (Some(dialect), Calls::Guarded(guarded)) = (dialect.filter(|_| streamed), &segment.calls) {
+        let guarded = Arc::clone(guarded);
+        let request = GuardedRequest {
+            client: client.clone(),
+            method,
+            url,
+            headers: end_to_end(&parts.headers, &["host", "content-length"]),
+            body,
+            model: model.to_owned(),
+            dialect,
+        };
+        let call =
+            GuardedCall { state, segment, upstream: guarded, executor, stream, target, key, retried, agent_gone };
+        return Ok(call.answer(request).await);
+    }
+    let forwarded =
+        client.request(method, &url).headers(end_to_end(&parts.headers, &["host", "content-length"])).body(body);
     let (agent_tx, agent_rx) = oneshot::channel();
     let state_of_call = Arc::clone(&state);
     let call = tokio::spawn(async move {
         let state = state_of_call;
-        let report = match dialect.filter(|_| streamed) {
-            Some(dialect) => {
+        let report = match (dialect.filter(|_| streamed), &segment.calls) {
+            (Some(dialect), Calls::Observed(upstream)) => {
                 let pending = Pending { request: forwarded, dialect, agent: agent_tx, agent_gone: agent_gone.clone() };
-                segment.upstream.expect(stream, pending);
+                upstream.expect(stream, pending);
                 let call = Call { stream, target, input: CallInput::default(), not_before: None };
                 executor.run(&call, &agent_gone.token).await
             }
-            None => pass_through(&executor, stream, target, forwarded, agent_tx, &agent_gone).await,
+            _ => pass_through(&executor, stream, target, forwarded, agent_tx, &agent_gone).await,
         };
         state.finished(segment, report, key, retried).await
     });
@@ -116,6 +135,61 @@ pub(super) async fn handle(
             plain(502, format!("stallscope observe: {url}: {why}\n"))
         }
     })
+}
+
+/// A streamed call of a dialect under the guard, ready to start.
+struct GuardedCall {
+    state: Arc<State>,
+    segment: Arc<Segment>,
+    upstream: Arc<GuardedUpstream>,
+    executor: Executor,
+    stream: StreamId,
+    target: Target,
+    key: Key,
+    retried: Option<Ended>,
+    agent_gone: AgentGone,
+}
+
+impl GuardedCall {
+    /// Runs the call through the executor and answers the agent as the
+    /// guard does ([`super::guard`]): the head once an attempt's stream is
+    /// taken in, or once the call ends without one.
+    async fn answer(self, request: GuardedRequest) -> hyper::Response<AgentBody> {
+        let GuardedCall { state, segment, upstream, executor, stream, target, key, retried, agent_gone } = self;
+        let (answer, side) = Answer::new(request.dialect, &request.model);
+        let guarded =
+            Guarded { request: Arc::new(request), answer: Arc::clone(&answer), agent_gone: agent_gone.clone() };
+        upstream.expect(stream, guarded);
+        // The agent's going is noticed when it goes: the receiver of its
+        // body (held by this request until the head comes, then by its
+        // response) is let go.
+        let (closed, over) = (answer.agent_closed(), CancellationToken::new());
+        let (gone, call_over) = (agent_gone.clone(), over.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = closed => gone.departed(),
+                () = call_over.cancelled() => {}
+            }
+        });
+        tokio::spawn(async move {
+            let call = Call { stream, target, input: CallInput::default(), not_before: None };
+            let report = executor.run(&call, &agent_gone.token).await;
+            answer.ended(&report, state.cancel.is_cancelled());
+            upstream.done(stream);
+            over.cancel();
+            state.finished(segment, report, key, retried).await
+        });
+        match side.head.await {
+            Ok((status, headers)) => {
+                let mut response = hyper::Response::new(BodyExt::boxed_unsync(Relayed(side.body)));
+                *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+                *response.headers_mut() = headers;
+                response
+            }
+            // Every guarded call ends with a head: only a panic gets here.
+            Err(_) => plain(502, "stallscope guard: the call ended without an answer\n".to_owned()),
+        }
+    }
 }
 
 /// The agent's response: the upstream's status and headers, then its body

@@ -25,6 +25,7 @@
 
 mod encoding;
 mod exchange;
+mod guard;
 mod relay;
 mod retries;
 pub mod routes;
@@ -55,10 +56,12 @@ use crate::diagnosis::Diagnosis;
 use crate::export::otlp::{Destination, OtlpError, Sent};
 use crate::metrics::{Metrics, MetricsServer, ServeError};
 use crate::providers::Dialect;
+use crate::providers::ending::AfterContent;
 use crate::providers::setup::ProviderConfig;
 use crate::session::{RecordTo, RunSource, SessionError, SessionOutcome, settings_for};
 use crate::sim::{SimError, SimServer, builtin};
 use crate::store::{RunId, StoreError};
+use crate::tunables::Tunables;
 use crate::watch::Retention;
 use retries::{Ended, Key, Recent};
 use routes::{Route, Routes};
@@ -137,6 +140,9 @@ pub struct ObservePlan {
     pub edits: Vec<String>,
     /// Record the run, or not.
     pub recording: Option<RecordTo>,
+    /// The core acts on the agent's streamed calls (`--guard`): retries
+    /// before content, the dialect's own end after it.
+    pub guard: bool,
     /// Rotation, retention, metrics and traces.
     pub service: Service,
 }
@@ -243,8 +249,11 @@ struct Setup {
     /// The settings observe runs under (every action off).
     settings: Settings,
     /// Replays each ended attempt under the clocks in force (the
-    /// tunables before observe switched every action off).
-    replays: Replays,
+    /// tunables before observe switched every action off); none under the
+    /// guard, whose clocks act.
+    replays: Option<Replays>,
+    /// The core acts on the streamed calls (`--guard`).
+    guard: bool,
     /// The providers its calls are recorded under.
     recorded: Vec<ProviderConfig>,
     /// The scenario served behind it, if one is.
@@ -314,7 +323,10 @@ impl State {
             None => report,
         };
         let mut record = segment.going.take(stream);
-        let would_fire = segment.clocks.first(stream, &record).await;
+        let would_fire = match &segment.clocks {
+            Some(clocks) => clocks.first(stream, &record).await,
+            None => None,
+        };
         let would_fire = would_fire.map(|(would, mark)| {
             record.push(&mark);
             segment.out.emit(mark);
@@ -388,7 +400,11 @@ impl Observer {
         let source = RunSource::Config { path: config, target: None };
         let mut settings = settings_for(&source, &plan.overrides, &plan.edits, env)?;
         let in_force = settings.tunables.clone();
-        for setting in WATCH_ONLY {
+        let acting: Vec<String> = match plan.guard {
+            true => vec![guard_recovery(&settings.tunables)],
+            false => WATCH_ONLY.map(str::to_owned).to_vec(),
+        };
+        for setting in &acting {
             settings.tunables.apply_override(setting).map_err(ConfigError::from).map_err(SessionError::from)?;
         }
         settings.policy =
@@ -441,10 +457,12 @@ impl Observer {
             TcpListener::bind(plan.listen).await.map_err(|source| ObserveError::Bind { addr: plan.listen, source })?;
         let addr = listener.local_addr().map_err(|source| ObserveError::Bind { addr: plan.listen, source })?;
         let (scenario, server) = scenario.unzip();
-        let replays = Replays::start(&in_force, &settings.tunables, settings.classifier.rules().to_vec());
+        let replays =
+            (!plan.guard).then(|| Replays::start(&in_force, &settings.tunables, settings.classifier.rules().to_vec()));
         let setup = Setup {
             settings,
             replays,
+            guard: plan.guard,
             recorded: recorded_providers(&routes),
             scenario,
             watcher: None,
@@ -714,6 +732,14 @@ fn recorded_providers(routes: &Routes) -> Vec<ProviderConfig> {
             })
         })
         .collect()
+}
+
+/// The guard's one change to the tunables in force: partial recovery is
+/// what `GUARD_AFTER_CONTENT` says, `finish` being it (the agent keeps the
+/// partial answer with a length finish), `error` its absence.
+fn guard_recovery(tunables: &Tunables) -> String {
+    let finish = tunables.get("STALLSCOPE_GUARD_AFTER_CONTENT").value.as_str() == AfterContent::Finish.name();
+    format!("STALLSCOPE_PARTIAL_RECOVERY={}", u8::from(finish))
 }
 
 /// The route of `--upstream URL`.

@@ -12,6 +12,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -112,17 +113,18 @@ pub(super) struct AgentGone {
     pub epoch: Instant,
     /// The call.
     pub stream: StreamId,
-    /// Its attempt under way.
-    pub attempt: u32,
+    /// Its attempt under way, which the attempts of a guarded call move.
+    pub attempt: Arc<AtomicU32>,
 }
 
 impl AgentGone {
     /// The agent went: said once, and the call cancelled.
-    fn departed(&self) {
+    pub(super) fn departed(&self) {
         if !self.token.is_cancelled() {
             let at = Instant::now().saturating_duration_since(self.epoch);
             let kind = EventKind::AgentDisconnected;
-            self.sink.emit(Event { at, stream: self.stream, attempt: self.attempt, kind });
+            let attempt = self.attempt.load(Ordering::Relaxed);
+            self.sink.emit(Event { at, stream: self.stream, attempt, kind });
         }
         self.token.cancel();
     }
@@ -154,9 +156,9 @@ impl Upstream for ObservedUpstream {
             };
             let response = pending.request.send().await.map_err(|e| failure_from_reqwest(&e, CONNECT_TIMEOUT, None))?;
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
-            let agent_gone = AgentGone { attempt: request.attempt, ..pending.agent_gone };
-            let body: Body = relay(response, pending.agent, agent_gone).boxed();
-            Ok(Response { status, headers, body, decoder: Some(Box::new(pending.dialect.decoder())) })
+            pending.agent_gone.attempt.store(request.attempt, Ordering::Relaxed);
+            let body: Body = relay(response, pending.agent, pending.agent_gone).boxed();
+            Ok(Response { decoder: Some(Box::new(pending.dialect.decoder())), ..Response::new(status, headers, body) })
         })
     }
 

@@ -193,14 +193,20 @@ mod tests {
     use crate::core::event::VecSink;
     use crate::core::failover::Target;
     use crate::observe::Setup;
-    use crate::observe::would_fire::Replays;
 
     /// A run recording nothing, under the defaults.
     async fn unrecorded_run() -> Arc<Segment> {
         let layers = Layers { config: ConfigFile::None, ..Layers::default() };
         let settings = Settings::load(layers, Vec::<(String, String)>::new()).unwrap();
-        let replays = Replays::start(&settings.tunables, &settings.tunables, Vec::new());
-        let setup = Setup { replays, settings, recorded: Vec::new(), scenario: None, watcher: None, metrics: None };
+        let setup = Setup {
+            replays: None,
+            guard: false,
+            settings,
+            recorded: Vec::new(),
+            scenario: None,
+            watcher: None,
+            metrics: None,
+        };
         Arc::new(Segment::open(&setup, "observe@test".into(), None).await.unwrap())
     }
 

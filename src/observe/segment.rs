@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Setup;
+use super::guard::GuardedUpstream;
 use super::relay::ObservedUpstream;
 use super::would_fire::{Clocks, Going};
 use crate::core::event::{EventSink, StreamId};
@@ -36,22 +37,31 @@ use crate::session::{RecordTo, SessionOutcome, Tee, blocking, start_recorder};
 use crate::store::runs::{RunMeta, RunStart};
 use crate::store::{RunId, StoreError};
 
+/// How a run's streamed calls reach their upstream: watched (observe) or
+/// with the core in force (the guard).
+pub(super) enum Calls {
+    /// Each call's one attempt relays the agent's request as it came.
+    Observed(Arc<ObservedUpstream>),
+    /// Each attempt sends the agent's request again.
+    Guarded(Arc<GuardedUpstream>),
+}
+
 /// One run of an observer.
 pub(super) struct Segment {
     /// Its run's label.
     pub label: String,
     /// The executor its calls go through.
     pub executor: Executor,
-    /// Its calls' requests, each sent when its attempt opens.
-    pub upstream: Arc<ObservedUpstream>,
+    /// How its streamed calls reach their upstream.
+    pub calls: Calls,
     /// Each call's record while it goes (the executor's sink feeds it).
     pub going: Arc<Going>,
     /// Where events go beyond [`Going`]: the recorder, the metrics, the
     /// front end.
     pub out: Arc<dyn EventSink>,
     /// What our clocks would have done, replayed under this run's
-    /// recording.
-    pub clocks: Clocks,
+    /// recording; none under the guard, where they act.
+    pub clocks: Option<Clocks>,
     /// The retry limits verdicts are read against (observe's: none).
     pub limits: RetrySettings,
     /// Its calls counted for Prometheus, when served.
@@ -67,7 +77,7 @@ pub(super) struct Segment {
     next: AtomicU64,
     admission: Mutex<Admission>,
     call_ended: Notify,
-    calls: Mutex<Vec<(CallReport, Diagnosis)>>,
+    reports: Mutex<Vec<(CallReport, Diagnosis)>>,
 }
 
 /// Whether a segment takes calls, and how many it has going.
@@ -95,17 +105,19 @@ impl Segment {
             rules: serde_json::to_value(settings.classifier.rules()).unwrap_or_default(),
             pools: Default::default(),
         };
-        let clocks = Clocks::new(
-            setup.replays.clone(),
-            settings.tunables.clone(),
-            meta.clone(),
-            settings.classifier.rules().to_vec(),
-            setup
-                .recorded
-                .iter()
-                .map(|p| RecordedProvider { target: Target::new(&p.name, &p.model), dialect: Some(p.kind) })
-                .collect(),
-        );
+        let clocks = setup.replays.clone().map(|replays| {
+            Clocks::new(
+                replays,
+                settings.tunables.clone(),
+                meta.clone(),
+                settings.classifier.rules().to_vec(),
+                setup
+                    .recorded
+                    .iter()
+                    .map(|p| RecordedProvider { target: Target::new(&p.name, &p.model), dialect: Some(p.kind) })
+                    .collect(),
+            )
+        });
         let recorder = match recording {
             Some(recording) => {
                 let start =
@@ -122,10 +134,17 @@ impl Segment {
         sinks.extend(setup.watcher.clone());
         let out: Arc<dyn EventSink> = Arc::new(Tee(sinks));
         let going = Arc::new(Going::default());
-        let upstream = Arc::new(ObservedUpstream::default());
+        let calls = match setup.guard {
+            true => Calls::Guarded(Arc::default()),
+            false => Calls::Observed(Arc::default()),
+        };
+        let upstream: Arc<dyn Upstream> = match &calls {
+            Calls::Observed(upstream) => Arc::clone(upstream) as Arc<dyn Upstream>,
+            Calls::Guarded(upstream) => Arc::clone(upstream) as Arc<dyn Upstream>,
+        };
         let mut upstreams = Upstreams::default();
         for row in &setup.recorded {
-            upstreams.providers.insert(row.name.clone(), Arc::clone(&upstream) as Arc<dyn Upstream>);
+            upstreams.providers.insert(row.name.clone(), Arc::clone(&upstream));
         }
         let policy = settings.policy.clone();
         let mut executor = Executor {
@@ -148,7 +167,7 @@ impl Segment {
         Ok(Segment {
             label,
             executor,
-            upstream,
+            calls,
             going,
             out,
             clocks,
@@ -163,7 +182,7 @@ impl Segment {
             next: AtomicU64::new(0),
             admission: Mutex::default(),
             call_ended: Notify::new(),
-            calls: Mutex::default(),
+            reports: Mutex::default(),
         })
     }
 
@@ -206,7 +225,7 @@ impl Segment {
     /// Keeps the report and verdict of a call that ended (replacing the
     /// call's earlier ones when an agent's retry continued it).
     pub fn keep(&self, report: &CallReport, verdict: &Diagnosis, continued: bool) {
-        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut calls = self.reports.lock().unwrap_or_else(PoisonError::into_inner);
         if continued {
             calls.retain(|(r, _)| r.stream != report.stream);
         }
@@ -236,7 +255,7 @@ impl Segment {
     ) -> Closed {
         self.settled().await;
         let lag = self.probe.lock().unwrap_or_else(PoisonError::into_inner).take().map(LagProbe::stop);
-        let calls = std::mem::take(&mut *self.calls.lock().unwrap_or_else(PoisonError::into_inner));
+        let calls = std::mem::take(&mut *self.reports.lock().unwrap_or_else(PoisonError::into_inner));
         let (reports, diagnoses): (Vec<CallReport>, Vec<(StreamId, Diagnosis)>) = calls
             .into_iter()
             .map(|(report, verdict)| {

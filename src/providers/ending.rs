@@ -496,6 +496,18 @@ pub(crate) fn event(name: Option<&str>, data: &[&[u8]]) -> Bytes {
     Bytes::from(out)
 }
 
+/// The body of an error answer of `dialect` saying `message`, as its SDKs
+/// read one: OpenAI's `{"error": {…"type":"server_error"…}}`, Anthropic's
+/// `api_error`.
+pub fn error_body(dialect: Dialect, message: &str) -> String {
+    match dialect {
+        Dialect::OpenAiChat | Dialect::OpenAiResponses => {
+            chat_error(&openai_error_object(message, "server_error", None, None))
+        }
+        Dialect::AnthropicMessages => anthropic_error("api_error", message),
+    }
+}
+
 /// OpenAI's error object (a chat error's, a Responses error event's).
 pub(crate) fn openai_error_object(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> String {
     format!(

@@ -432,7 +432,7 @@ async fn play(
         raw_pings: real_bytes,
         sleep: Box::pin(tokio::time::sleep_until(start)),
     };
-    Ok(Response { status: response.status, headers, body: play.boxed(), decoder })
+    Ok(Response { decoder, ..Response::new(response.status, headers, play.boxed()) })
 }
 
 /// The recorded rhythm of keep-alives (interval and chunk size), when the

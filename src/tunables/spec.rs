@@ -77,6 +77,8 @@ pub enum Group {
     Fleet,
     /// Recording runs to the database.
     Recorder,
+    /// `observe --guard`: how the core acts on an agent's traffic.
+    Guard,
 }
 
 impl Group {
@@ -90,6 +92,7 @@ impl Group {
             Group::Failover => "Failover and credentials",
             Group::Fleet => "Fleet limits",
             Group::Recorder => "Recording",
+            Group::Guard => "Guard (observe --guard)",
         }
     }
 }
@@ -607,6 +610,14 @@ pub static TUNABLES: &[TunableSpec] = &[
         "64",
         Recorder,
         "Body bytes waiting for the recorder at once, at most; a body over it is dropped and counted, never waited for."
+    ),
+    tunable!(
+        "GUARD_AFTER_CONTENT",
+        Kind::Choice(&crate::providers::ending::AfterContent::CHOICES),
+        "",
+        "error",
+        Guard,
+        "How the guard ends an agent's stream that one of our clocks caught stalled after content reached the agent (never retried: the agent would see text twice): error, the dialect's own in-stream error, which the SDK raises so the agent's retry starts at once; finish, the dialect's normal end at the output limit (finish_reason length, stop_reason max_tokens) with the partial answer."
     ),
 ];
 

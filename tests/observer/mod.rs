@@ -12,6 +12,10 @@ use stallscope::report::RunReport;
 use stallscope::session::RecordTo;
 use tokio_util::sync::CancellationToken;
 
+/// Among a test's settings, this one starts the observer as a guard
+/// (`--guard`) instead of a tunable.
+pub const GUARD: &str = "--guard";
+
 /// An observer running until its token is cancelled, with every call it
 /// saw.
 pub struct Running {
@@ -52,9 +56,10 @@ impl Running {
             allow_remote: false,
             source,
             config: None,
-            overrides: sets.iter().map(|s| (*s).to_owned()).collect(),
+            overrides: sets.iter().filter(|s| **s != GUARD).map(|s| (*s).to_owned()).collect(),
             edits: Vec::new(),
             recording: db.map(|db| RecordTo { db: db.to_owned(), label: None, batch: None }),
+            guard: sets.contains(&GUARD),
             service,
         };
         let observer = Observer::bind(&plan, &[]).await.unwrap();

@@ -1,0 +1,437 @@
+//! Guard (`observe --guard`): stallscope's core in force on an agent's
+//! streamed calls, with no change to the agent. Each streamed request of
+//! a dialect is a call of the same executor as `stallscope run` under the
+//! tunables in force: one retry owner, the governor's clocks acting.
+//!
+//! [`GuardedUpstream`] is the core's [`Upstream`] for guarded calls: each
+//! attempt sends the agent's request again (its own key, its body, with
+//! the model a failover hop names), asking for an uncompressed answer, for
+//! the guard reads what it relays. [`Answer`] is what the agent gets:
+//!
+//! - **Before content**, nothing the agent could tell from a healthy call:
+//!   the head (status and headers, with `x-stallscope-guard: on`) is held
+//!   until an attempt's stream is taken in by the core, and sent once; each
+//!   chunk the core takes in ([`crate::core::upstream::Response::accepted`])
+//!   goes on, so the agent has exactly what the core decided from. A retried
+//!   attempt's events before its first output repeat what the agent has
+//!   (`message_start`, the role chunk, `response.created`): they are not
+//!   sent again; keep-alive comments are.
+//! - **After content** the core never retries; a stall caught by a clock
+//!   ends the agent's stream in its dialect's own terms, as
+//!   `GUARD_AFTER_CONTENT` says ([`crate::providers::ending`]).
+//! - **A call that fails before anything reached the agent** is answered
+//!   as the provider answered its last attempt (a 429 whose wait is above
+//!   the cap goes back as it came), or, when no answer came, with the
+//!   guard's own 502 or 504 in the dialect's error shape.
+//!
+//! Events are relayed whole (re-framed from the parsed stream), so an
+//! ending always follows a complete event.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use http::HeaderMap;
+use tokio::sync::{mpsc, oneshot};
+
+use super::relay::{AgentGone, CONNECT_TIMEOUT, end_to_end};
+use crate::core::category::Category;
+use crate::core::event::{Outcome, StreamId};
+use crate::core::executor::CallReport;
+use crate::core::failover::Target;
+use crate::core::failure::Failure;
+use crate::core::transport::failure_from_reqwest;
+use crate::core::upstream::{AttemptRequest, Body, Chunk, Decoded, Decoder, Response, Upstream};
+use crate::providers::Dialect;
+use crate::providers::ending::{AfterContent, EndingState, error_body};
+use crate::providers::sse::{SseItem, SseParser};
+
+/// The header on every guarded response, so an operator sees from the
+/// agent's side that the guard is there.
+pub const GUARD_HEADER: &str = "x-stallscope-guard";
+
+/// The most of an error body the guard keeps to answer the agent with.
+const ERROR_BODY_KEPT: usize = 64 << 10;
+
+/// An agent's streamed request, as each attempt sends it again.
+pub(super) struct GuardedRequest {
+    /// The route's client.
+    pub client: reqwest::Client,
+    /// Method.
+    pub method: reqwest::Method,
+    /// The upstream URL.
+    pub url: String,
+    /// End-to-end headers, the agent's key among them.
+    pub headers: HeaderMap,
+    /// The body as the agent sent it.
+    pub body: Bytes,
+    /// The model it asked for.
+    pub model: String,
+    /// The dialect its path names.
+    pub dialect: Dialect,
+}
+
+impl GuardedRequest {
+    /// The request of an attempt to `target`: the agent's, with the
+    /// target's model when a failover hop named another.
+    fn to(&self, target: &Target) -> reqwest::RequestBuilder {
+        let mut headers = self.headers.clone();
+        // The guard reads what it relays: no compressed answer.
+        headers.remove(http::header::ACCEPT_ENCODING);
+        let body = match target.model == self.model {
+            true => self.body.clone(),
+            false => with_model(&self.body, &target.model).unwrap_or_else(|| self.body.clone()),
+        };
+        self.client.request(self.method.clone(), &self.url).headers(headers).body(body)
+    }
+}
+
+/// `body` (a JSON object) asking for `model` instead.
+fn with_model(body: &[u8], model: &str) -> Option<Bytes> {
+    let mut asked: serde_json::Value = serde_json::from_slice(body).ok()?;
+    *asked.as_object_mut()?.get_mut("model")? = serde_json::Value::String(model.to_owned());
+    serde_json::to_vec(&asked).ok().map(Bytes::from)
+}
+
+/// One guarded call, as its attempts open.
+#[derive(Clone)]
+pub(super) struct Guarded {
+    /// What each attempt sends.
+    pub request: Arc<GuardedRequest>,
+    /// What the agent gets.
+    pub answer: Arc<Answer>,
+    /// What ends the call when the agent goes: its attempt follows the
+    /// call's.
+    pub agent_gone: AgentGone,
+}
+
+/// The upstream of guarded calls: each call's request, sent again by each
+/// attempt the executor opens.
+#[derive(Default)]
+pub(super) struct GuardedUpstream {
+    calls: Mutex<HashMap<StreamId, Guarded>>,
+}
+
+impl GuardedUpstream {
+    /// Holds `guarded` for the attempts of call `stream`.
+    pub fn expect(&self, stream: StreamId, guarded: Guarded) {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner).insert(stream, guarded);
+    }
+
+    /// Lets go of call `stream`, which has ended.
+    pub fn done(&self, stream: StreamId) {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner).remove(&stream);
+    }
+}
+
+impl Upstream for GuardedUpstream {
+    fn open<'a>(&'a self, request: AttemptRequest<'a>) -> BoxFuture<'a, Result<Response, Failure>> {
+        let guarded = self.calls.lock().unwrap_or_else(PoisonError::into_inner).get(&request.stream).cloned();
+        Box::pin(async move {
+            let Some(guarded) = guarded else {
+                let message = "the guard has no request for this call".to_owned();
+                return Err(Failure::Transport { kind: crate::core::failure::TransportKind::Other, message });
+            };
+            guarded.agent_gone.attempt.store(request.attempt, Ordering::Relaxed);
+            let answer = Arc::clone(&guarded.answer);
+            answer.opens(request.attempt);
+            let sent = guarded.request.to(request.target).send().await;
+            let response = sent.map_err(|e| failure_from_reqwest(&e, CONNECT_TIMEOUT, None))?;
+            let (status, headers) = (response.status().as_u16(), response.headers().clone());
+            let streams = (200..300).contains(&status)
+                && headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
+            let upstream = response.bytes_stream();
+            if streams {
+                let body: Body = upstream.map(|next| next.map(Chunk::from).map_err(|e| read_failure(&e))).boxed();
+                let head = AgentHead::of(status, &headers);
+                let attempt = request.attempt;
+                let mut response = Response::new(status, headers, body);
+                response.decoder = Some(Box::new(guarded.request.dialect.decoder()));
+                response.accepted = Some(Box::new(move |chunk: &Bytes| answer.accepted(attempt, &head, chunk)));
+                return Ok(response);
+            }
+            // An answer the agent may get as it came, if no retry follows.
+            answer.answered(status, &headers);
+            let kept = Arc::clone(&answer);
+            let body: Body = upstream
+                .map(move |next| {
+                    let bytes = next.map_err(|e| read_failure(&e))?;
+                    kept.answered_body(&bytes);
+                    Ok(Chunk::from(bytes))
+                })
+                .boxed();
+            let decoder: Box<dyn Decoder> = Box::new(guarded.request.dialect.decoder());
+            Ok(Response { decoder: Some(decoder), ..Response::new(status, headers, body) })
+        })
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        // Never used: the executor asks each guarded call's own dialect's.
+        Box::new(Dialect::OpenAiChat.decoder())
+    }
+}
+
+fn read_failure(error: &reqwest::Error) -> Failure {
+    failure_from_reqwest(error, CONNECT_TIMEOUT, None)
+}
+
+/// The head an attempt's stream goes to the agent with.
+struct AgentHead {
+    status: u16,
+    headers: HeaderMap,
+}
+
+impl AgentHead {
+    /// An upstream answer's head as the agent gets it: end-to-end headers,
+    /// no length (the guard re-frames what it relays), marked guarded.
+    fn of(status: u16, headers: &HeaderMap) -> AgentHead {
+        let mut headers = end_to_end(headers, &["content-length", "content-encoding"]);
+        headers.insert(GUARD_HEADER, http::HeaderValue::from_static("on"));
+        AgentHead { status, headers }
+    }
+}
+
+/// What the agent gets, shared by a call's attempts.
+pub(super) struct Answer {
+    inner: Mutex<Answering>,
+}
+
+/// Where an answer is.
+struct Answering {
+    dialect: Dialect,
+    /// Where the head goes, until it is sent.
+    head: Option<oneshot::Sender<(u16, HeaderMap)>>,
+    /// The agent's body, until the call ends.
+    body: Option<mpsc::Sender<Result<Bytes, std::io::Error>>>,
+    /// Re-frames what is relayed, whole events at a time.
+    framer: SseParser,
+    /// What the ending must close or repeat.
+    ending: EndingState,
+    /// The attempt whose stream is relayed.
+    attempt: u32,
+    /// The agent has had events from an earlier attempt: this attempt's
+    /// before its first output repeat them.
+    repeats: bool,
+    /// Tells a repeating attempt's output from the rest.
+    sorter: Box<dyn Decoder>,
+    /// Anything went to the agent's body.
+    relayed: bool,
+    /// The last attempt's answer when it was not a stream: status, headers
+    /// and the start of its body.
+    answered: Option<(u16, HeaderMap, Vec<u8>)>,
+}
+
+/// The agent's side of a guarded call: the head and body its response is
+/// made of, and what watches for it going.
+pub(super) struct AgentSide {
+    /// The head, once an attempt's stream is taken in (or the call ends).
+    pub head: oneshot::Receiver<(u16, HeaderMap)>,
+    /// The body.
+    pub body: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+}
+
+/// The agent's body may fall this many chunks behind before it counts as
+/// gone: the guard never holds the upstream back for a slow reader (our
+/// clocks would read the wait as a stall).
+const AGENT_BACKLOG: usize = 4096;
+
+impl Answer {
+    /// An answer for a call of `dialect` asking for `model`, and the side
+    /// the agent reads it from.
+    pub fn new(dialect: Dialect, model: &str) -> (Arc<Answer>, AgentSide) {
+        let (head_tx, head) = oneshot::channel();
+        let (body_tx, body) = mpsc::channel(AGENT_BACKLOG);
+        let answering = Answering {
+            dialect,
+            head: Some(head_tx),
+            body: Some(body_tx),
+            framer: SseParser::new(SseParser::DEFAULT_MAX_LINE),
+            ending: EndingState::new(dialect, model),
+            attempt: 0,
+            repeats: false,
+            sorter: Box::new(dialect.decoder()),
+            relayed: false,
+            answered: None,
+        };
+        (Arc::new(Answer { inner: Mutex::new(answering) }), AgentSide { head, body })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Answering> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Resolves when the agent has let go of its body (its head waiting
+    /// included: the body goes with the request it answers).
+    pub fn agent_closed(&self) -> impl Future<Output = ()> + Send + 'static {
+        let body = self.lock().body.clone();
+        async move {
+            match body {
+                Some(body) => body.closed().await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    /// Attempt `attempt` opens.
+    fn opens(&self, attempt: u32) {
+        let mut a = self.lock();
+        a.attempt = attempt;
+        a.repeats = a.relayed;
+        a.answered = None;
+        a.framer = SseParser::new(SseParser::DEFAULT_MAX_LINE);
+        a.sorter = Box::new(a.dialect.decoder());
+    }
+
+    /// The core took in `chunk` of attempt `attempt`'s stream, whose head
+    /// is `head`.
+    fn accepted(&self, attempt: u32, head: &AgentHead, chunk: &Bytes) {
+        let mut a = self.lock();
+        if a.attempt != attempt {
+            return;
+        }
+        if let Some(sender) = a.head.take() {
+            let _ = sender.send((head.status, head.headers.clone()));
+        }
+        let out = a.relay(chunk);
+        if let Some(agent) = a.body.as_ref().filter(|_| !out.is_empty()) {
+            // A full backlog is an agent that stopped reading: the watch on
+            // its going ends the call when its connection goes.
+            let _ = agent.try_send(Ok(Bytes::from(out)));
+            a.relayed = true;
+        }
+    }
+
+    /// The attempt was answered with `status` and `headers`, not a stream.
+    fn answered(&self, status: u16, headers: &HeaderMap) {
+        self.lock().answered = Some((status, headers.clone(), Vec::new()));
+    }
+
+    /// More of the answer's body came.
+    fn answered_body(&self, bytes: &[u8]) {
+        if let Some((_, _, body)) = &mut self.lock().answered {
+            let room = ERROR_BODY_KEPT.saturating_sub(body.len());
+            body.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        }
+    }
+
+    /// The call ended as `report` says (`stopping`: because observe
+    /// stops): the agent's answer is finished — its head when none went,
+    /// and after a failure the stream's end in its dialect's terms.
+    pub fn ended(&self, report: &CallReport, stopping: bool) {
+        let mut a = self.lock();
+        let message = || report.error.as_ref().map_or_else(|| "the stream ended".to_owned(), |c| c.message.clone());
+        if let Some(sender) = a.head.take() {
+            let (status, headers, body) = match (&report.outcome, a.answered.take()) {
+                (Outcome::Ok, _) => (200, HeaderMap::new(), Vec::new()),
+                // The provider's own answer, as it came.
+                (Outcome::Failed, Some((status, headers, body))) => (status, headers, body),
+                (_, _) => {
+                    let timed_out = report.error.as_ref().is_some_and(|c| c.category == Category::Timeout);
+                    let status = match (stopping, timed_out) {
+                        (true, _) => 503,
+                        (false, true) => 504,
+                        (false, false) => 502,
+                    };
+                    let said = format!("stallscope guard: {}", message());
+                    let mut headers = HeaderMap::new();
+                    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+                    (status, headers, error_body(a.dialect, &said).into_bytes())
+                }
+            };
+            let mut head = AgentHead::of(status, &headers);
+            if !body.is_empty() {
+                head.headers.insert(http::header::CONTENT_LENGTH, body.len().into());
+            }
+            let _ = sender.send((head.status, head.headers));
+            if let Some(agent) = a.body.take().filter(|_| !body.is_empty()) {
+                let _ = agent.try_send(Ok(Bytes::from(body)));
+            }
+            return;
+        }
+        // Partial recovery is what `GUARD_AFTER_CONTENT=finish` turns on;
+        // any other failure is said as one, before content or after.
+        let how = match report.outcome {
+            Outcome::Ok | Outcome::Cancelled => None,
+            Outcome::Partial => Some(AfterContent::Finish),
+            Outcome::Failed => Some(AfterContent::Error),
+        };
+        if let (Some(how), Some(body)) = (how, &a.body) {
+            let _ = body.try_send(Ok(Bytes::from(a.ending.end(how, &message()).concat())));
+        }
+        // The agent's body ends here.
+        a.body = None;
+    }
+}
+
+impl Answering {
+    /// What of `chunk` the agent gets: its whole events, re-framed, but a
+    /// repeating attempt's events before its first output (comments, the
+    /// keep-alives, always go).
+    fn relay(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(chunk.len() + 16);
+        let mut items: Vec<Relayed> = Vec::new();
+        // Bytes that are not a stream the core has refused already; what
+        // came whole before them still goes.
+        let _ = self.framer.feed(chunk, &mut |item| {
+            items.push(match item {
+                SseItem::Comment(text) => Relayed { bytes: comment(text), event: None },
+                SseItem::Event { event, data, .. } => {
+                    Relayed { bytes: framed(event, data), event: Some((event.into(), data.into())) }
+                }
+            });
+        });
+        for Relayed { bytes, event } in items {
+            let Some((name, data)) = event else {
+                out.extend_from_slice(&bytes);
+                continue;
+            };
+            if self.repeats {
+                let mut decoded = Vec::new();
+                self.sorter.feed(&bytes, &mut decoded);
+                let output = decoded.iter().any(|d| matches!(d, Decoded::Event { class, .. } if class.is_output()));
+                if !output {
+                    continue;
+                }
+                self.repeats = false;
+            }
+            self.ending.observe(&name, &data);
+            out.extend_from_slice(&bytes);
+        }
+        out
+    }
+}
+
+/// One item of a relayed chunk: its bytes, re-framed, and for an event its
+/// name and data.
+struct Relayed {
+    bytes: Vec<u8>,
+    event: Option<(String, String)>,
+}
+
+/// An SSE comment, framed.
+fn comment(text: &str) -> Vec<u8> {
+    format!(":{}{text}\n\n", if text.is_empty() { "" } else { " " }).into_bytes()
+}
+
+/// An SSE event, framed: its name when it has one, each line of its data.
+fn framed(event: &str, data: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(event.len() + data.len() + 16);
+    if !event.is_empty() {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(event.as_bytes());
+        out.push(b'\n');
+    }
+    for line in data.split('\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    out
+}
