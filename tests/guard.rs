@@ -10,6 +10,7 @@
 mod observer;
 mod programs;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -17,10 +18,11 @@ use observer::{GUARD, Running};
 use programs::{Answer, free_port, serve, temp_dir};
 use stallscope::core::event::Outcome;
 use stallscope::diagnosis::{Severity, VerdictKind};
-use stallscope::observe::ObserveSource;
+use stallscope::observe::{ObservePlan, ObserveSource, Observer, Service};
 use stallscope::replay::recording::Recording;
 use stallscope::replay::whatif::fidelity;
 use stallscope::store::Store;
+use tokio_util::sync::CancellationToken;
 
 /// A streamed chat request.
 const STREAMED: &str = r#"{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
@@ -198,5 +200,99 @@ async fn a_guarded_run_replays_as_it_ran() {
     let fidelity = fidelity(&recording).unwrap();
     assert!(fidelity.is_exact(), "{fidelity:?}");
     drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A backup provider that answers only its own key, for the model the
+/// failover hop names.
+fn backup(request: &hyper::Request<hyper::body::Incoming>) -> Answer {
+    let authorized = request.headers().get("authorization").is_some_and(|v| v == "Bearer backup-key-7731");
+    let agent_key = request.headers().values().any(|v| v.as_bytes().windows(9).any(|w| w == b"agent-key"));
+    if !authorized || agent_key {
+        return Answer {
+            status: 401,
+            headers: vec![("content-type", "application/json".to_owned())],
+            chunks: vec![(
+                Duration::ZERO,
+                Bytes::from_static(br#"{"error":{"message":"wrong key","type":"invalid_request_error"}}"#),
+            )],
+        };
+    }
+    let chunk = |text: &str| {
+        Bytes::from(format!(
+            "data: {{\"id\":\"b\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-backup\",\
+             \"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":null}}]}}\n\n"
+        ))
+    };
+    Answer {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".to_owned())],
+        chunks: vec![
+            (Duration::ZERO, chunk("from the backup")),
+            (Duration::from_millis(10), Bytes::from_static(b"data: [DONE]\n\n")),
+        ],
+    }
+}
+
+/// A provider the agent's own one cannot reach: the call fails over, as
+/// FALLBACK_MODELS says, to a configured provider, which gets the agent's
+/// body with its model and its own key (from its variable), never the
+/// agent's; the agent reads the backup's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_goes_to_a_configured_provider_with_its_own_key() {
+    let backup = serve(backup).await;
+    let dir = temp_dir(&format!("guard-failover-{}", free_port()));
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[provider]]\nname = \"backup\"\nkind = \"openai-chat\"\nbase_url = \"http://{backup}/v1\"\n\
+             model = \"gpt-backup\"\napi_key_env = \"BACKUP_KEY\"\n"
+        ),
+    )
+    .unwrap();
+    let plan = ObservePlan {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        allow_remote: false,
+        source: ObserveSource::Upstream(format!("http://127.0.0.1:{}", free_port())),
+        config: Some(config),
+        overrides: ["FALLBACK_MODELS=backup/gpt-backup", "RETRY_BUDGET_CONNECTION=0"].map(str::to_owned).to_vec(),
+        edits: Vec::new(),
+        recording: None,
+        guard: true,
+        service: Service::default(),
+    };
+    let env = [("BACKUP_KEY".to_owned(), "backup-key-7731".to_owned())];
+    let observer = Observer::bind(&plan, &env).await.unwrap();
+    let base = format!("http://{}", observer.addr());
+    let cancel = CancellationToken::new();
+    let token = cancel.clone();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&calls);
+    let run = tokio::spawn(async move {
+        observer.run(&token, None, move |call| seen.lock().unwrap().push(call.report.clone())).await.unwrap()
+    });
+    let client = reqwest::Client::new();
+    let response = client
+        .post(format!("{base}/v1/chat/completions"))
+        .header("authorization", "Bearer agent-key-9")
+        .body(STREAMED)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(content(&response.text().await.unwrap()), "from the backup");
+    for _ in 0..100 {
+        if !calls.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let report = calls.lock().unwrap()[0].clone();
+    assert_eq!(report.outcome, Outcome::Ok);
+    let hops: Vec<String> = report.hops.iter().map(|h| format!("{} -> {}", h.from, h.to)).collect();
+    assert_eq!(hops, ["upstream/gpt-x -> backup/gpt-backup"]);
+    cancel.cancel();
+    run.await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -32,6 +32,10 @@ says), --site names where it runs (its runs and metrics are labelled observe@SIT
 Prometheus metrics `watch` serves, --otlp sends each call once it is over as a trace. A call is over when it \
 ended well, or when the agent can no longer retry it (--retry-window).
 
+--guard puts stallscope's core in force instead of watching: the runs are labelled guard@ADDR (guard@SITE), \
+and an agent's streamed call is retried before content and ended in its dialect's terms after it \
+(GUARD_AFTER_CONTENT); see the README's Guard section.
+
 Ctrl-C stops: calls in flight end cancelled, and the run is recorded as stopped.")]
 pub struct Args {
     /// Where to listen (loopback unless --allow-remote).

@@ -101,6 +101,7 @@ pub(super) async fn handle(
             body,
             model: model.to_owned(),
             dialect,
+            own: target.provider.clone(),
         };
         let call =
             GuardedCall { state, segment, upstream: guarded, executor, stream, target, key, retried, agent_gone };

@@ -42,11 +42,12 @@ use crate::core::category::Category;
 use crate::core::event::{Outcome, StreamId};
 use crate::core::executor::CallReport;
 use crate::core::failover::Target;
-use crate::core::failure::Failure;
+use crate::core::failure::{Failure, TransportKind};
 use crate::core::transport::failure_from_reqwest;
 use crate::core::upstream::{AttemptRequest, Body, Chunk, Decoded, Decoder, Response, Upstream};
 use crate::providers::Dialect;
 use crate::providers::ending::{AfterContent, EndingState, error_body};
+use crate::providers::http::with_key;
 use crate::providers::sse::{SseItem, SseParser};
 
 /// The header on every guarded response, so an operator sees from the
@@ -72,12 +73,26 @@ pub(super) struct GuardedRequest {
     pub model: String,
     /// The dialect its path names.
     pub dialect: Dialect,
+    /// The provider it is recorded under: its route's.
+    pub own: String,
 }
+
+/// The headers that carry an agent's key: they go to its own provider
+/// only.
+const KEY_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
 
 impl GuardedRequest {
     /// The request of an attempt to `target`: the agent's, with the
-    /// target's model when a failover hop named another.
-    fn to(&self, target: &Target) -> reqwest::RequestBuilder {
+    /// target's model when a failover hop named another; to another
+    /// configured provider (`elsewhere`), the agent's body at that
+    /// provider's endpoint with its own key (`key`, from its pool), never
+    /// the agent's.
+    fn to(
+        &self,
+        target: &Target,
+        elsewhere: &HashMap<String, Elsewhere>,
+        key: Option<&str>,
+    ) -> Result<reqwest::RequestBuilder, Failure> {
         let mut headers = self.headers.clone();
         // The guard reads what it relays: no compressed answer.
         headers.remove(http::header::ACCEPT_ENCODING);
@@ -85,8 +100,40 @@ impl GuardedRequest {
             true => self.body.clone(),
             false => with_model(&self.body, &target.model).unwrap_or_else(|| self.body.clone()),
         };
-        self.client.request(self.method.clone(), &self.url).headers(headers).body(body)
+        if target.provider == self.own {
+            return Ok(self.client.request(self.method.clone(), &self.url).headers(headers).body(body));
+        }
+        let cannot = |why: String| Failure::Transport { kind: TransportKind::Other, message: why };
+        let Some(there) = elsewhere.get(&target.provider) else {
+            return Err(cannot(format!("the guard knows no provider `{}` to fail over to", target.provider)));
+        };
+        if there.dialect != self.dialect {
+            return Err(cannot(format!(
+                "failover to `{}`: it speaks {}, the agent's call {}",
+                target.provider, there.dialect, self.dialect
+            )));
+        }
+        for name in KEY_HEADERS.iter().chain(&["anthropic-version"]) {
+            headers.remove(*name);
+        }
+        headers.extend(there.headers.clone());
+        let request = there.client.request(self.method.clone(), there.dialect.url(&there.base_url));
+        Ok(with_key(request.headers(headers).body(body), there.dialect, key))
     }
+}
+
+/// A configured provider a guarded call may fail over to, with its own
+/// key: the `[[provider]]` row's endpoint, headers and client.
+#[derive(Clone)]
+pub(super) struct Elsewhere {
+    /// Its dialect: only calls of the same go there.
+    pub dialect: Dialect,
+    /// Its SDK-style base URL.
+    pub base_url: String,
+    /// Its extra headers.
+    pub headers: HeaderMap,
+    /// The client of its transport settings.
+    pub client: reqwest::Client,
 }
 
 /// `body` (a JSON object) asking for `model` instead.
@@ -110,12 +157,19 @@ pub(super) struct Guarded {
 
 /// The upstream of guarded calls: each call's request, sent again by each
 /// attempt the executor opens.
-#[derive(Default)]
 pub(super) struct GuardedUpstream {
     calls: Mutex<HashMap<StreamId, Guarded>>,
+    /// The configured providers calls may fail over to.
+    elsewhere: Arc<HashMap<String, Elsewhere>>,
 }
 
 impl GuardedUpstream {
+    /// Sends calls to their own provider, or on failover to one of
+    /// `elsewhere`.
+    pub fn new(elsewhere: Arc<HashMap<String, Elsewhere>>) -> GuardedUpstream {
+        GuardedUpstream { calls: Mutex::default(), elsewhere }
+    }
+
     /// Holds `guarded` for the attempts of call `stream`.
     pub fn expect(&self, stream: StreamId, guarded: Guarded) {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner).insert(stream, guarded);
@@ -133,12 +187,13 @@ impl Upstream for GuardedUpstream {
         Box::pin(async move {
             let Some(guarded) = guarded else {
                 let message = "the guard has no request for this call".to_owned();
-                return Err(Failure::Transport { kind: crate::core::failure::TransportKind::Other, message });
+                return Err(Failure::Transport { kind: TransportKind::Other, message });
             };
             guarded.agent_gone.attempt.store(request.attempt, Ordering::Relaxed);
             let answer = Arc::clone(&guarded.answer);
             answer.opens(request.attempt);
-            let sent = guarded.request.to(request.target).send().await;
+            let key = request.credential.map(|c| c.secret.expose());
+            let sent = guarded.request.to(request.target, &self.elsewhere, key)?.send().await;
             let response = sent.map_err(|e| failure_from_reqwest(&e, CONNECT_TIMEOUT, None))?;
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
             let streams = (200..300).contains(&status)

@@ -48,8 +48,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, Settings};
+use crate::core::credentials::{CredentialPool, Secret};
 use crate::core::event::{EventSink, Outcome, StreamId};
 use crate::core::executor::CallReport;
+use crate::core::failover::Target;
 use crate::core::policy::CorePolicy;
 use crate::core::transport::{ProxySetting, TransportSettings, build_client};
 use crate::diagnosis::Diagnosis;
@@ -57,12 +59,13 @@ use crate::export::otlp::{Destination, OtlpError, Sent};
 use crate::metrics::{Metrics, MetricsServer, ServeError};
 use crate::providers::Dialect;
 use crate::providers::ending::AfterContent;
-use crate::providers::setup::ProviderConfig;
+use crate::providers::setup::{ProviderConfig, extra_headers};
 use crate::session::{RecordTo, RunSource, SessionError, SessionOutcome, settings_for};
 use crate::sim::{SimError, SimServer, builtin};
 use crate::store::{RunId, StoreError};
 use crate::tunables::Tunables;
 use crate::watch::Retention;
+use guard::Elsewhere;
 use retries::{Ended, Key, Recent};
 use routes::{Route, Routes};
 use segment::Segment;
@@ -254,6 +257,10 @@ struct Setup {
     replays: Option<Replays>,
     /// The core acts on the streamed calls (`--guard`).
     guard: bool,
+    /// Under the guard, the configured providers a call may fail over to,
+    /// each with its pool of keys, and every configured target (the
+    /// default chain's).
+    failover: Failover,
     /// The providers its calls are recorded under.
     recorded: Vec<ProviderConfig>,
     /// The scenario served behind it, if one is.
@@ -262,6 +269,49 @@ struct Setup {
     watcher: Option<Arc<dyn EventSink>>,
     /// The Prometheus metrics, when served.
     metrics: Option<Arc<Metrics>>,
+}
+
+/// Where a guarded call may fail over: the configured providers, their
+/// keys and targets (none without a config, or when only observing).
+#[derive(Default)]
+struct Failover {
+    elsewhere: Arc<HashMap<String, Elsewhere>>,
+    pools: HashMap<String, Arc<CredentialPool>>,
+    targets: Vec<Target>,
+}
+
+impl Failover {
+    /// From the `[[provider]]` rows: each provider's endpoint, client and
+    /// the keys of its variables that `env` has (a provider without its
+    /// key is one a failover hop is refused by).
+    fn of(rows: &[ProviderConfig], policy: &CorePolicy, env: &[(String, String)]) -> Result<Failover, ObserveError> {
+        let mut failover = Failover::default();
+        let mut elsewhere = HashMap::new();
+        let var = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.trim().to_owned());
+        for row in rows {
+            failover.targets.push(Target::new(&row.name, &row.model));
+            if elsewhere.contains_key(&row.name) {
+                continue;
+            }
+            let keys = row.api_key_env.iter().chain(&row.api_key_envs).filter_map(|v| var(v)).filter(|k| !k.is_empty());
+            let pool = CredentialPool::new(keys.map(Secret::new).collect(), policy.credentials.rotation);
+            failover.pools.insert(row.name.clone(), Arc::new(pool));
+            let client_error = |message: String| ObserveError::Client { route: row.name.clone(), message };
+            let mut transport = TransportSettings { read_timeout: None, ..policy.transport.clone() };
+            if let Some(proxy) = &row.proxy {
+                transport.proxy = ProxySetting::parse(proxy);
+            }
+            transport.ca_file.clone_from(&row.ca_file);
+            let client = build_client(&transport).map_err(|e| client_error(e.to_string()))?;
+            let headers = extra_headers(row).map_err(|e| client_error(e.to_string()))?;
+            elsewhere.insert(
+                row.name.clone(),
+                Elsewhere { dialect: row.kind, base_url: row.base_url.clone(), headers, client },
+            );
+        }
+        failover.elsewhere = Arc::new(elsewhere);
+        Ok(failover)
+    }
 }
 
 /// What every connection shares.
@@ -459,11 +509,16 @@ impl Observer {
         let (scenario, server) = scenario.unzip();
         let replays =
             (!plan.guard).then(|| Replays::start(&in_force, &settings.tunables, settings.classifier.rules().to_vec()));
+        let (failover, failover_rows) = match plan.guard {
+            true => (Failover::of(&providers, &settings.policy, env)?, providers.as_slice()),
+            false => (Failover::default(), &[][..]),
+        };
         let setup = Setup {
             settings,
             replays,
             guard: plan.guard,
-            recorded: recorded_providers(&routes),
+            failover,
+            recorded: recorded_providers(&routes, failover_rows),
             scenario,
             watcher: None,
             metrics: plan.service.metrics_addr.map(|_| Arc::new(Metrics::new())),
@@ -491,9 +546,11 @@ impl Observer {
     }
 
     /// The label of its runs, and the `site` of its metrics:
-    /// `observe@SITE` (`--site`), else `observe@ADDR`.
+    /// `observe@SITE` (`--site`), else `observe@ADDR`; `guard@…` when the
+    /// core acts, so the history tells guarded runs apart.
     pub fn site(&self) -> String {
-        format!("observe@{}", self.service.site.clone().unwrap_or_else(|| self.addr.to_string()))
+        let kind = if self.setup.guard { "guard" } else { "observe" };
+        format!("{kind}@{}", self.service.site.clone().unwrap_or_else(|| self.addr.to_string()))
     }
 
     /// Serves until `cancel`, recording the run when asked; `on_call` sees
@@ -716,13 +773,16 @@ async fn accept(listener: TcpListener, state: Arc<State>, cancel: CancellationTo
 
 /// The providers observed calls are recorded under: one per route and
 /// dialect ([`routes::provider_name`]), at the route's root, so a replay
-/// decodes each recorded stream as its dialect.
-fn recorded_providers(routes: &Routes) -> Vec<ProviderConfig> {
+/// decodes each recorded stream as its dialect; and the configured
+/// providers a guarded call may fail over to (`failover`), their keys
+/// redacted as any run's.
+fn recorded_providers(routes: &Routes, failover: &[ProviderConfig]) -> Vec<ProviderConfig> {
     let all = match routes {
         Routes::One(route) => std::slice::from_ref(route),
         Routes::Named(routes) => routes.as_slice(),
     };
-    all.iter()
+    let mut recorded: Vec<ProviderConfig> = all
+        .iter()
         .flat_map(|route| {
             Dialect::ALL.map(|dialect| ProviderConfig {
                 name: routes::provider_name(&route.name, Some(dialect)),
@@ -731,7 +791,10 @@ fn recorded_providers(routes: &Routes) -> Vec<ProviderConfig> {
                 ..ProviderConfig::at_root("", dialect, "", "observed")
             })
         })
-        .collect()
+        .collect();
+    let routed: Vec<String> = recorded.iter().map(|p| p.name.clone()).collect();
+    recorded.extend(failover.iter().filter(|row| !routed.contains(&row.name)).cloned());
+    recorded
 }
 
 /// The guard's one change to the tunables in force: partial recovery is

@@ -201,6 +201,7 @@ mod tests {
         let setup = Setup {
             replays: None,
             guard: false,
+            failover: Default::default(),
             settings,
             recorded: Vec::new(),
             scenario: None,

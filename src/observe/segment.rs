@@ -10,7 +10,6 @@
 //! segment takes none, and an agent's retry of one of its calls is a new
 //! call of the segment in force.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -135,20 +134,21 @@ impl Segment {
         let out: Arc<dyn EventSink> = Arc::new(Tee(sinks));
         let going = Arc::new(Going::default());
         let calls = match setup.guard {
-            true => Calls::Guarded(Arc::default()),
+            true => Calls::Guarded(Arc::new(GuardedUpstream::new(Arc::clone(&setup.failover.elsewhere)))),
             false => Calls::Observed(Arc::default()),
         };
         let upstream: Arc<dyn Upstream> = match &calls {
             Calls::Observed(upstream) => Arc::clone(upstream) as Arc<dyn Upstream>,
             Calls::Guarded(upstream) => Arc::clone(upstream) as Arc<dyn Upstream>,
         };
-        let mut upstreams = Upstreams::default();
-        for row in &setup.recorded {
-            upstreams.providers.insert(row.name.clone(), Arc::clone(&upstream));
+        let mut upstreams = Upstreams { targets: setup.failover.targets.clone(), ..Upstreams::default() };
+        let elsewhere = setup.failover.elsewhere.keys();
+        for name in setup.recorded.iter().map(|row| &row.name).chain(elsewhere) {
+            upstreams.providers.insert(name.clone(), Arc::clone(&upstream));
         }
         let policy = settings.policy.clone();
         let mut executor = Executor {
-            fleet: Arc::new(Fleet::new(policy.fleet, HashMap::new())),
+            fleet: Arc::new(Fleet::new(policy.fleet, setup.failover.pools.clone())),
             policy: Arc::new(policy),
             classifier: Arc::new(settings.classifier.clone()),
             upstreams: Arc::new(upstreams),

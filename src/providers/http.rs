@@ -56,19 +56,7 @@ impl Upstream for HttpUpstream {
                 .header(HeaderName::from_static("x-stallscope-stream"), request.stream)
                 .headers(self.extra_headers.clone())
                 .json(&self.dialect.body(&request.target.model, request.input));
-            if let Some(credential) = request.credential {
-                let key = credential.secret.expose();
-                builder = match self.dialect {
-                    Dialect::AnthropicMessages => builder
-                        .header(HeaderName::from_static("x-api-key"), sensitive(key))
-                        .header(HeaderName::from_static("anthropic-version"), ANTHROPIC_VERSION),
-                    Dialect::OpenAiChat | Dialect::OpenAiResponses => {
-                        builder.header(http::header::AUTHORIZATION, sensitive(&format!("Bearer {key}")))
-                    }
-                };
-            } else if self.dialect == Dialect::AnthropicMessages {
-                builder = builder.header(HeaderName::from_static("anthropic-version"), ANTHROPIC_VERSION);
-            }
+            builder = with_key(builder, self.dialect, request.credential.map(|c| c.secret.expose()));
             let (connect, read) = (self.transport.connect_timeout, self.transport.read_timeout);
             let response = builder.send().await.map_err(|e| failure_from_reqwest(&e, connect, read))?;
             let status = response.status().as_u16();
@@ -84,6 +72,24 @@ impl Upstream for HttpUpstream {
 
     fn decoder(&self) -> Box<dyn Decoder> {
         Box::new(self.dialect.decoder())
+    }
+}
+
+/// `builder` with `key` where `dialect` takes it (Anthropic's `x-api-key`
+/// and its API version, OpenAI's bearer token); without a key, what the
+/// dialect needs anyway.
+pub fn with_key(builder: reqwest::RequestBuilder, dialect: Dialect, key: Option<&str>) -> reqwest::RequestBuilder {
+    match (dialect, key) {
+        (Dialect::AnthropicMessages, Some(key)) => builder
+            .header(HeaderName::from_static("x-api-key"), sensitive(key))
+            .header(HeaderName::from_static("anthropic-version"), ANTHROPIC_VERSION),
+        (Dialect::AnthropicMessages, None) => {
+            builder.header(HeaderName::from_static("anthropic-version"), ANTHROPIC_VERSION)
+        }
+        (Dialect::OpenAiChat | Dialect::OpenAiResponses, Some(key)) => {
+            builder.header(http::header::AUTHORIZATION, sensitive(&format!("Bearer {key}")))
+        }
+        (Dialect::OpenAiChat | Dialect::OpenAiResponses, None) => builder,
     }
 }
 

@@ -214,7 +214,7 @@ fn check_same(first: &ProviderConfig, row: &ProviderConfig) -> Result<(), SetupE
     Ok(())
 }
 
-fn extra_headers(row: &ProviderConfig) -> Result<HeaderMap, SetupError> {
+pub(crate) fn extra_headers(row: &ProviderConfig) -> Result<HeaderMap, SetupError> {
     let mut headers = HeaderMap::new();
     for (name, value) in &row.headers {
         let bad = |reason: String| SetupError::Header { provider: row.name.clone(), name: name.clone(), reason };
