@@ -1,6 +1,8 @@
 //! What `stallscope observe` adds to every chunk of an agent's stream:
-//! the same stream read directly, through observe (recording everything)
-//! and through nginx with `proxy_buffering off` (the Debian package;
+//! the same stream read directly, through observe (recording everything),
+//! through `observe --guard` (the core in force: the governor takes each
+//! chunk in before it goes on, re-framed) and through nginx with
+//! `proxy_buffering off` (the Debian package;
 //! skipped and said when absent), in the same run, the three taking turns
 //! (in reverse order every other round), over loopback only. Each proxy
 //! runs in a process of its own, as an operator runs it: observe is this
@@ -218,13 +220,15 @@ fn nginx(upstream: SocketAddr, dir: &Path) -> Option<Proxy> {
 /// operator runs it: this build's binary, nothing of this environment
 /// (no config, no STALLSCOPE_ variables). Its one line a call is read on a
 /// thread of its own so the pipe never fills; the thread returns the last.
-fn observe(upstream: SocketAddr, dir: &Path) -> (Proxy, std::thread::JoinHandle<Option<String>>) {
+fn observe(upstream: SocketAddr, dir: &Path, mode: Mode) -> (Proxy, std::thread::JoinHandle<Option<String>>) {
     let port = free_port();
-    let errors = dir.join("observe.err");
+    let name = mode.name();
+    let errors = dir.join(format!("{name}.err"));
     let child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
         .args(["observe", "--listen", &format!("127.0.0.1:{port}"), "--upstream", &format!("http://{upstream}")])
+        .args(mode.flags())
         .args(["--set", "RECORDER_FLUSH_MS=200", "--label", "bench", "--db"])
-        .arg(dir.join("observe.db"))
+        .arg(dir.join(format!("{name}.db")))
         .env_clear()
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&errors).unwrap())
@@ -234,9 +238,34 @@ fn observe(upstream: SocketAddr, dir: &Path) -> (Proxy, std::thread::JoinHandle<
     let stdout = proxy.child.stdout.take().unwrap();
     let lines = std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).last());
     if !listening(&mut proxy.child, port) {
-        panic!("stallscope observe did not listen on {port}: {}", std::fs::read_to_string(&errors).unwrap_or_default());
+        panic!("stallscope {name} did not listen on {port}: {}", std::fs::read_to_string(&errors).unwrap_or_default());
     }
     (proxy, lines)
+}
+
+/// How `stallscope observe` runs in the bench.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Watching, acting on nothing.
+    Observe,
+    /// `--guard`: the core in force.
+    Guard,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Observe => "observe",
+            Mode::Guard => "guard",
+        }
+    }
+
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Mode::Observe => &[],
+            Mode::Guard => &["--guard"],
+        }
+    }
 }
 
 /// Stops observe as Ctrl-C does and waits for it; its last line.
@@ -320,15 +349,19 @@ fn main() {
         let _ = *EPOCH;
         let upstream = server().await;
         let direct = format!("http://{upstream}");
-        let (observe, observe_lines) = observe(upstream, &dir);
+        let (observe_proxy, observe_lines) = observe(upstream, &dir, Mode::Observe);
+        let (guard, guard_lines) = observe(upstream, &dir, Mode::Guard);
         let nginx = nginx(upstream, &dir);
         if nginx.is_none() {
             println!("nginx: skipped (not installed: apt-get install nginx-light)");
         }
         let client = reqwest::Client::builder().pool_max_idle_per_host(2000).build().unwrap();
         for &load in &loads {
-            let mut paths: Vec<(&str, &str, Option<u32>)> =
-                vec![("direct", &direct, None), ("observe", &observe.base, Some(observe.child.id()))];
+            let mut paths: Vec<(&str, &str, Option<u32>)> = vec![
+                ("direct", &direct, None),
+                ("observe", &observe_proxy.base, Some(observe_proxy.child.id())),
+                ("guard", &guard.base, Some(guard.child.id())),
+            ];
             if let Some(proxy) = &nginx {
                 paths.push(("nginx", &proxy.base, Some(proxy.child.id())));
             }
@@ -371,15 +404,18 @@ fn main() {
                 );
             }
         }
-        let last_line = stop(observe, observe_lines);
         let calls = loads.iter().map(|l| l.streams).sum::<usize>() * rounds;
-        let recorded = recorded_streams(&dir.join("observe.db"));
-        println!("observe's last line: {last_line}");
-        println!(
-            "observe recorded {recorded} of the {calls} calls sent through it; events the recorder could not keep: {}",
-            not_kept(&last_line)
-        );
-        assert_eq!(recorded, calls, "every call observe passed on is recorded");
+        for (mode, proxy, lines) in [(Mode::Observe, observe_proxy, observe_lines), (Mode::Guard, guard, guard_lines)] {
+            let name = mode.name();
+            let last_line = stop(proxy, lines);
+            let recorded = recorded_streams(&dir.join(format!("{name}.db")));
+            println!("{name}'s last line: {last_line}");
+            println!(
+                "{name} recorded {recorded} of the {calls} calls sent through it; events the recorder could not keep: {}",
+                not_kept(&last_line)
+            );
+            assert_eq!(recorded, calls, "every call {name} passed on is recorded");
+        }
         drop(nginx);
     });
     let _ = std::fs::remove_dir_all(&dir);
