@@ -121,7 +121,8 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     let outcome = until_ctrl_c(|cancel| async move {
         let out = written;
         let observer = Observer::bind(&plan, &env).await?;
-        eprintln!("stallscope: observing on http://{} → {}", observer.addr(), observer.routes());
+        let doing = if observer.guards() { "guarding" } else { "observing" };
+        eprintln!("stallscope: {doing} on http://{} → {}", observer.addr(), observer.routes());
         // One line a call as it ends, written here: `out` is this thread's;
         // what goes to stderr is written where it happens.
         let (lines, mut line) = tokio::sync::mpsc::unbounded_channel();

@@ -540,6 +540,11 @@ impl Observer {
         self.addr
     }
 
+    /// Whether the core acts on the streamed calls (`--guard`).
+    pub fn guards(&self) -> bool {
+        self.setup.guard
+    }
+
     /// Where requests go, in words.
     pub fn routes(&self) -> String {
         self.routes.describe()
