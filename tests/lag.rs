@@ -1,6 +1,7 @@
 //! The tool's own honesty: every timer that fires says how late our own
 //! runtime was, and a timeout that the client's overload may have caused is
-//! marked untrustworthy (`core::lag::lag_untrusts`).
+//! marked untrustworthy (`core::lag::lag_untrusts`); in guard mode such a
+//! timer is held instead, and the call goes on.
 //!
 //! The filling rule runs in paused time with lag written into the meter by
 //! hand. The whole stack runs twice against the simulator: once on a
@@ -13,12 +14,14 @@
 mod support;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::{Event, EventKind, Outcome};
 use stallscope::core::lag::lag_untrusts;
 use stallscope::core::lag_probe::LagMeter;
+use stallscope::diagnosis::diagnose;
 use stallscope::providers::Dialect;
 use stallscope::session::{RecordTo, RunSource, SessionOutcome, SessionPlan, run_session};
 use stallscope::store::Store;
@@ -62,6 +65,33 @@ async fn a_fired_timer_carries_the_largest_lag_since_its_budget_began() {
     assert_eq!(fired(&h.sink.events()), [(TimerKind::Idle, MS(1000), Some(MS(150)))]);
     let summary = meter.summary();
     assert_eq!((summary.fired, summary.untrusted), (1, 1));
+}
+
+/// Guard mode: the idle timer comes due at 1 s while our runtime runs
+/// 0.35 s late, is held, and the bytes that come at 1.5 s finish the call;
+/// its verdict says the lateness was ours, not the network's.
+#[tokio::test(start_paused = true)]
+async fn guard_mode_holds_a_timer_that_came_due_late_and_the_call_completes() {
+    let body = vec![Step::Send("c:hi\n"), Step::Wait(MS(1500)), Step::Send("c:there\n"), Step::Send("d\n")];
+    let (mut h, meter) = metered(body);
+    Arc::make_mut(&mut h.executor.policy).timers.hold_when_late = true;
+    meter.record(Instant::now() + MS(600), MS(350));
+    let report = h.executor.run(&h.call("m1"), &CancellationToken::new()).await;
+    assert_eq!((report.outcome, report.attempts), (Outcome::Ok, 1));
+    let events = h.sink.events();
+    assert_eq!(fired(&events), []);
+    let held: Vec<(u128, TimerKind, Duration, Duration)> = events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::TimerHeld { timer, after, lag } => Some((e.at.as_millis(), timer, after, lag)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held, [(1000, TimerKind::Idle, MS(1000), MS(350))]);
+    assert_eq!(meter.summary().fired, 0);
+    let verdict = diagnose(&events);
+    assert!(!verdict.trusted, "{verdict:?}");
+    assert!(verdict.summary.contains("not acted on (client overloaded)"), "{}", verdict.summary);
 }
 
 #[tokio::test(start_paused = true)]

@@ -315,6 +315,20 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lag: Option<Duration>,
     },
+    /// A timer came due while our own runtime ran late by a tenth of its
+    /// budget or more, and was not acted on (guard mode: we do not cut a
+    /// stream for our own lateness, see [`super::lag`]); its clock starts
+    /// again from here with its whole budget. Stamped when it was noticed.
+    /// The call deadline is never held.
+    TimerHeld {
+        /// Which timer.
+        timer: TimerKind,
+        /// Its budget.
+        after: Duration,
+        /// How late our own runtime was running, measured as for
+        /// `TimerFired`.
+        lag: Duration,
+    },
     /// Rate-limit headers were read.
     RateLimitObserved {
         /// Requests left, if reported.
@@ -548,6 +562,11 @@ mod tests {
                 timer: TimerKind::Idle,
                 after: Duration::from_secs(2),
                 lag: Some(Duration::from_millis(3)),
+            },
+            EventKind::TimerHeld {
+                timer: TimerKind::DataStall,
+                after: Duration::from_secs(1),
+                lag: Duration::from_millis(350),
             },
             EventKind::RateLimitObserved { requests_remaining: Some(0), tokens_remaining: None, exhausted_reset: None },
             EventKind::RateLimitLow {

@@ -23,6 +23,14 @@
 //! read to a bounded size under the same timers (its data-stall clock is
 //! never reset, so the whole body must arrive within that budget) and
 //! turned into a failure: it never bypasses them.
+//!
+//! **Held for our own lateness** (guard mode, [`AttemptTimers::hold_when_late`]):
+//! a clock that comes due while our runtime runs late by a tenth of its
+//! budget or more ([`super::lag`]) only proves the stream was silent for
+//! what is left of its budget, so it does not end the attempt: it is
+//! reported held and starts again with its whole budget. The call deadline
+//! is the caller's bound and is never held. The lag is read only when a
+//! clock comes due, never per chunk.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -36,6 +44,7 @@ use super::category::TimerKind;
 use super::event::{AttemptPhase, Event, EventClass, EventKind, EventSink, RecordedBody, StreamId};
 use super::evidence::{BodyCapture, recorded_error_body, recorded_headers};
 use super::failure::{Failure, TransportKind};
+use super::lag::lag_untrusts;
 use super::lag_probe::LagMeter;
 use super::policy::{AttemptTimers, BodySettings, RateFloor, RateStart};
 use super::rate_window::RateWindow;
@@ -86,7 +95,21 @@ impl AttemptScope<'_> {
     /// Reports a timer with `budget` due at `due` that fired at `now`, with
     /// the runtime's lag when a probe measures it.
     pub fn timer_fired(&self, timer: TimerKind, budget: Duration, due: Instant, now: Instant) {
-        let lag = self.lag.map(|meter| meter.timer_fired(budget, due, now));
+        self.fired_late(timer, budget, self.lateness(budget, due, now), now);
+    }
+
+    /// How late the runtime ran for a timer with `budget` due at `due` and
+    /// noticed at `now`, when a probe measures it.
+    fn lateness(&self, budget: Duration, due: Instant, now: Instant) -> Option<Duration> {
+        self.lag.map(|meter| meter.lateness(budget, due, now))
+    }
+
+    /// Reports a timer with `budget` that fired at `now` while the runtime
+    /// ran `lag` late, counted in the run's lag summary.
+    fn fired_late(&self, timer: TimerKind, budget: Duration, lag: Option<Duration>, now: Instant) {
+        if let (Some(meter), Some(lag)) = (self.lag, lag) {
+            meter.count_fired(budget, lag);
+        }
         self.emit_at(now, EventKind::TimerFired { timer, after: budget, lag });
     }
 
@@ -182,9 +205,34 @@ struct Clocks {
     ttfb: Option<Clock>,
     total: Option<Clock>,
     deadline: Option<Clock>,
+    /// Whether a clock that comes due while our runtime is late is held.
+    hold_when_late: bool,
 }
 
 impl Clocks {
+    /// Starts `timer`'s clock again from `now` with its whole budget (the
+    /// throughput floor: a fresh window). False for the call deadline, the
+    /// caller's bound, which never starts again.
+    fn restart(&mut self, timer: TimerKind, now: Instant) -> bool {
+        let clock = match timer {
+            TimerKind::Idle => &mut self.idle,
+            TimerKind::DataStall => &mut self.data_stall,
+            TimerKind::Ttfb => &mut self.ttfb,
+            TimerKind::Total => &mut self.total,
+            TimerKind::MinRate => {
+                if let Some(floor) = &mut self.min_rate {
+                    floor.restart(now);
+                }
+                return true;
+            }
+            TimerKind::Deadline | TimerKind::Connect => return false,
+        };
+        if let Some(clock) = clock {
+            clock.reset(now);
+        }
+        true
+    }
+
     /// The timer that fires first.
     fn earliest(&self) -> Option<(TimerKind, Clock)> {
         [
@@ -218,15 +266,25 @@ struct Floor {
 
 impl Floor {
     fn start(floor: &RateFloor, now: Instant) -> Floor {
-        let window = RateWindow::new(floor.window);
-        let first = window.first_below(floor.events_per_window());
+        Floor::fresh(floor.window, floor.events_per_window(), now)
+    }
+
+    /// A floor asking `need` events of each `window`, its first window
+    /// from `now`.
+    fn fresh(window_length: Duration, need: f64, now: Instant) -> Floor {
+        let window = RateWindow::new(window_length);
         Floor {
-            clock: Clock { budget: floor.window, from: now, span: first },
+            clock: Clock { budget: window_length, from: now, span: window.first_below(need) },
             started: now,
             slot_end: after(now, window.slot_end()),
-            need: floor.events_per_window(),
+            need,
             window,
         }
+    }
+
+    /// Starts the window again from `now`, empty.
+    fn restart(&mut self, now: Instant) {
+        *self = Floor::fresh(self.clock.budget, self.need, now);
     }
 
     /// Counts a progress event: a comparison and two adds, but once a
@@ -328,6 +386,7 @@ async fn govern(
         ttfb: Clock::start(timers.ttfb, started),
         total: Clock::start(timers.total, started),
         deadline: scope.deadline.map(|(fires_at, budget)| Clock { budget, from: fires_at, span: Duration::ZERO }),
+        hold_when_late: timers.hold_when_late,
     };
     scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::Connecting });
     for (timer, clock) in
@@ -355,7 +414,7 @@ async fn govern(
             biased;
             () = &mut cancelled => return Err(Failure::Cancelled),
             () = &mut sleep => {
-                if let Some(fired) = on_wake(&mut clocks, sleep.as_mut(), Instant::now()) {
+                if let Some(fired) = on_wake(&mut clocks, sleep.as_mut(), Instant::now(), scope) {
                     return Err(fire(scope, fired).await);
                 }
             }
@@ -444,7 +503,7 @@ async fn govern(
                 Wait::Cancelled => return Err(cancelled_while(&mut reading, scope)),
                 // A sleep that moved is only sure to wake the task once polled
                 // again: raising the flag has the next wait poll it.
-                Wait::Timer => match on_wake(&mut clocks, sleep.as_mut(), Instant::now()) {
+                Wait::Timer => match on_wake(&mut clocks, sleep.as_mut(), Instant::now(), scope) {
                     Some(fired) => return Err(timed_out_reading(scope, fired, body)),
                     None => {
                         sleep_and_cancel_woke.raise();
@@ -470,7 +529,7 @@ async fn govern(
             // first.
             while sleep.deadline() <= now {
                 let woke = if arrived.is_some() { sleep.deadline() } else { now };
-                if let Some(fired) = on_wake(&mut clocks, sleep.as_mut(), woke) {
+                if let Some(fired) = on_wake(&mut clocks, sleep.as_mut(), woke, scope) {
                     ahead_until = woke;
                     return Err(timed_out_reading(scope, fired, body));
                 }
@@ -683,34 +742,61 @@ fn far_future() -> Instant {
     [100 * 365, 365, 30].iter().find_map(|days| now.checked_add(Duration::from_secs(days * 24 * 3600))).unwrap_or(now)
 }
 
-/// A timer that expired, noticed at `now`.
+/// A timer that expired, noticed at `now`, with how late our runtime ran
+/// for it when a probe measures that.
 #[derive(Debug, Clone, Copy)]
 struct Fired {
     timer: TimerKind,
     clock: Clock,
     now: Instant,
+    lag: Option<Duration>,
 }
 
 /// Handles the shared sleep's deadline having passed at `now`. Resets only
 /// ever move clocks later, so the sleep is re-armed lazily here instead of
 /// on every chunk: it wakes at the earliest deadline it knew of and either
-/// reports the timer that expired or sleeps on to the new earliest one.
-fn on_wake(clocks: &mut Clocks, sleep: Pin<&mut Sleep>, now: Instant) -> Option<Fired> {
+/// reports the timer that expired or sleeps on to the new earliest one. A
+/// clock [held](hold) for our own lateness starts again, and the next
+/// earliest is looked at.
+fn on_wake(clocks: &mut Clocks, sleep: Pin<&mut Sleep>, now: Instant, scope: &AttemptScope<'_>) -> Option<Fired> {
     if let Some(floor) = &mut clocks.min_rate
         && floor.clock.fires_at() <= now
     {
         floor.refresh();
     }
-    match clocks.earliest() {
-        Some((timer, clock)) if clock.fires_at() <= now => Some(Fired { timer, clock, now }),
-        Some((_, clock)) => {
-            sleep.reset(clock.fires_at());
-            None
+    loop {
+        match clocks.earliest() {
+            Some((timer, clock)) if clock.fires_at() <= now => {
+                let fired = Fired { timer, clock, now, lag: scope.lateness(clock.budget, clock.fires_at(), now) };
+                if !hold(clocks, scope, fired) {
+                    return Some(fired);
+                }
+            }
+            Some((_, clock)) => {
+                sleep.reset(clock.fires_at());
+                return None;
+            }
+            None => {
+                sleep.reset(far_future());
+                return None;
+            }
         }
-        None => {
-            sleep.reset(far_future());
-            None
+    }
+}
+
+/// Holds a clock that came due while our runtime ran too late to trust it
+/// (a tenth of its budget or more, [`lag_untrusts`]), where the attempt
+/// holds late clocks: it starts again from now with its whole budget, the
+/// stream getting back the time our lateness took, and is reported held.
+/// Returns whether it held. Without a probe (virtual time) nothing is late.
+fn hold(clocks: &mut Clocks, scope: &AttemptScope<'_>, fired: Fired) -> bool {
+    let Fired { timer, clock, now, lag } = fired;
+    match lag.filter(|&lag| clocks.hold_when_late && lag_untrusts(clock.budget, lag)) {
+        Some(lag) if clocks.restart(timer, now) => {
+            scope.emit_at(now, EventKind::TimerHeld { timer, after: clock.budget, lag });
+            true
         }
+        _ => false,
     }
 }
 
@@ -752,7 +838,189 @@ async fn fire(scope: &AttemptScope<'_>, fired: Fired) -> Failure {
     failure
 }
 
-fn timed_out(scope: &AttemptScope<'_>, Fired { timer, clock, now }: Fired) -> Failure {
-    scope.timer_fired(timer, clock.budget, clock.fires_at(), now);
+fn timed_out(scope: &AttemptScope<'_>, Fired { timer, clock, now, lag }: Fired) -> Failure {
+    scope.fired_late(timer, clock.budget, lag, now);
     Failure::Timeout { timer, after: clock.budget }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use futures_util::future::BoxFuture;
+    use futures_util::stream;
+    use http::{HeaderMap, HeaderValue};
+
+    use super::*;
+    use crate::core::event::VecSink;
+    use crate::core::failover::Target;
+    use crate::core::upstream::{CallInput, Decoder, Response};
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// An event stream whose chunks come at these times from the request,
+    /// then nothing more (the connection stays open).
+    struct Paced(Vec<(u64, &'static str)>);
+
+    impl Upstream for Paced {
+        fn open<'a>(&'a self, _request: AttemptRequest<'a>) -> BoxFuture<'a, Result<Response, Failure>> {
+            let start = Instant::now();
+            let chunks = stream::iter(self.0.clone()).then(move |(at, text)| async move {
+                tokio::time::sleep_until(start + ms(at)).await;
+                Ok(Bytes::from_static(text.as_bytes()).into())
+            });
+            let mut headers = HeaderMap::new();
+            headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+            let body = chunks.chain(stream::pending()).boxed();
+            Box::pin(async move { Ok(Response::new(200, headers, body)) })
+        }
+
+        fn decoder(&self) -> Box<dyn Decoder> {
+            Box::new(Letters)
+        }
+    }
+
+    /// `c` is a content event, `d` the stream's end.
+    struct Letters;
+
+    impl Decoder for Letters {
+        fn feed(&mut self, chunk: &[u8], out: &mut Vec<Decoded>) {
+            for letter in chunk {
+                out.push(match letter {
+                    b'd' => Decoded::Done,
+                    _ => Decoded::Event { class: EventClass::Content, text: "c".into() },
+                });
+            }
+        }
+
+        fn finish(&mut self, _out: &mut Vec<Decoded>) {}
+    }
+
+    /// A 1 s idle timer, held when late if `hold`.
+    fn idle(hold: bool) -> AttemptTimers {
+        AttemptTimers {
+            idle: Some(ms(1000)),
+            data_stall: None,
+            total: None,
+            ttfb: None,
+            ttfb_off_reason: None,
+            progress_classes: vec![EventClass::Content],
+            min_rate: None,
+            hold_when_late: hold,
+        }
+    }
+
+    /// What one attempt over `body` did, its runtime's lag measured by a
+    /// meter whose only reading is `lag` at 0.6 s (inside the first idle
+    /// budget), under a call deadline of `deadline` when given.
+    struct Ran {
+        result: Result<(), Failure>,
+        content: String,
+        /// Each timer that fired or was held: (when, in ms, the event).
+        timers: Vec<(u128, EventKind)>,
+        summary: crate::core::lag_probe::LagSummary,
+    }
+
+    async fn run(
+        timers: AttemptTimers,
+        lag: Duration,
+        deadline: Option<Duration>,
+        body: Vec<(u64, &'static str)>,
+    ) -> Ran {
+        let epoch = Instant::now();
+        let meter = LagMeter::new(epoch);
+        meter.record(epoch + ms(600), lag);
+        let (sink, cancel) = (VecSink::new(), CancellationToken::new());
+        let scope = AttemptScope {
+            sink: &sink,
+            epoch,
+            stream: 1,
+            attempt: 1,
+            deadline: deadline.map(|budget| (epoch + budget, budget)),
+            cancel: &cancel,
+            wall_epoch: SystemTime::UNIX_EPOCH,
+            bodies: BodySettings::default(),
+            lag: Some(&meter),
+            rule_headers: &[],
+        };
+        let (target, input) = (Target::new("p", "m"), CallInput::default());
+        let request = AttemptRequest { stream: 1, attempt: 1, target: &target, credential: None, input: &input };
+        let mut progress = AttemptProgress::default();
+        let result = run_attempt(&Paced(body), request, &timers, &scope, &mut progress).await;
+        let timers = sink
+            .events()
+            .into_iter()
+            .filter(|e| matches!(e.kind, EventKind::TimerFired { .. } | EventKind::TimerHeld { .. }))
+            .map(|e| (e.at.as_millis(), e.kind))
+            .collect();
+        Ran { result, content: progress.content, timers, summary: meter.summary() }
+    }
+
+    /// A chunk, then 1.5 s of silence, then the rest: the idle timer comes
+    /// due at 1.0 s.
+    fn late_rest() -> Vec<(u64, &'static str)> {
+        vec![(0, "c"), (1500, "cd")]
+    }
+
+    fn fired(timer: TimerKind, after: Duration, lag: Duration) -> EventKind {
+        EventKind::TimerFired { timer, after, lag: Some(lag) }
+    }
+
+    /// Switched off, a late timer ends the attempt as it always did;
+    /// switched on, so does one late by less than a tenth of its budget.
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_fires_as_before_when_holding_is_off_or_it_was_not_late_enough() {
+        for (hold, lag, untrusted) in [(false, ms(350), 1), (true, ms(50), 0)] {
+            let ran = run(idle(hold), lag, None, late_rest()).await;
+            let idle_fired = matches!(ran.result, Err(Failure::Timeout { timer: TimerKind::Idle, .. }));
+            assert!(idle_fired, "hold {hold}: {:?}", ran.result);
+            assert_eq!(ran.timers, [(1000, fired(TimerKind::Idle, ms(1000), lag))], "hold {hold}");
+            assert_eq!((ran.summary.fired, ran.summary.untrusted), (1, untrusted), "hold {hold}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn switched_on_a_late_timer_is_held_and_the_attempt_reads_on_to_its_end() {
+        let ran = run(idle(true), ms(350), None, late_rest()).await;
+        assert!(ran.result.is_ok(), "{:?}", ran.result);
+        assert_eq!(ran.content, "cc");
+        let held = EventKind::TimerHeld { timer: TimerKind::Idle, after: ms(1000), lag: ms(350) };
+        assert_eq!(ran.timers, [(1000, held)], "stamped when it came due");
+        assert_eq!(ran.summary.fired, 0, "a held timer is no timeout");
+    }
+
+    /// Held, its clock starts again with its whole budget: a stream that
+    /// stays silent is cut a budget later, the lag before that budget
+    /// no longer its.
+    #[tokio::test(start_paused = true)]
+    async fn a_held_timer_fires_a_whole_budget_later_on_a_stream_that_stays_silent() {
+        let ran = run(idle(true), ms(350), None, vec![(0, "c")]).await;
+        assert!(matches!(ran.result, Err(Failure::Timeout { timer: TimerKind::Idle, .. })), "{:?}", ran.result);
+        let held = EventKind::TimerHeld { timer: TimerKind::Idle, after: ms(1000), lag: ms(350) };
+        assert_eq!(ran.timers, [(1000, held), (2000, fired(TimerKind::Idle, ms(1000), Duration::ZERO))]);
+    }
+
+    /// The call's deadline is the caller's bound: never held.
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_is_never_held() {
+        let timers = AttemptTimers { idle: Some(ms(5000)), ..idle(true) };
+        let ran = run(timers, ms(500), Some(ms(1000)), late_rest()).await;
+        assert!(matches!(ran.result, Err(Failure::Timeout { timer: TimerKind::Deadline, .. })), "{:?}", ran.result);
+        assert_eq!(ran.timers, [(1000, fired(TimerKind::Deadline, ms(1000), ms(500)))]);
+    }
+
+    /// The throughput floor is held like the other clocks, and judges a
+    /// whole window again from where it was held.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_throughput_floor_is_held_too() {
+        let floor = RateFloor { floor: 2.0, window: ms(1000), after: RateStart::Content };
+        let timers = AttemptTimers { idle: None, min_rate: Some(floor), ..idle(true) };
+        // One event a second: below the floor of two from the first window.
+        let body = vec![(0, "c"), (1100, "c"), (1900, "cd")];
+        let ran = run(timers, ms(350), None, body).await;
+        assert!(ran.result.is_ok(), "{:?}", ran.result);
+        let held = EventKind::TimerHeld { timer: TimerKind::MinRate, after: ms(1000), lag: ms(350) };
+        assert_eq!(ran.timers, [(1000, held)]);
+    }
 }

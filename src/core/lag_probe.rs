@@ -249,16 +249,31 @@ impl LagMeter {
     /// its budget began (as far back as [`HISTORY`]) and how long a probe
     /// task has been overdue. Counts the timer in the run's [`LagSummary`].
     pub fn timer_fired(&self, budget: Duration, due: Instant, now: Instant) -> Duration {
+        let lag = self.lateness(budget, due, now);
+        self.count_fired(budget, lag);
+        lag
+    }
+
+    /// What [`timer_fired`](Self::timer_fired) reads, without counting a
+    /// timer: a timer that came due is read before it is known to fire
+    /// (guard mode holds it when the lag is too large to trust it).
+    pub fn lateness(&self, budget: Duration, due: Instant, now: Instant) -> Duration {
         let readings = &self.readings;
         let since = due.checked_sub(budget).unwrap_or(readings.epoch);
         let own = now.saturating_duration_since(due);
         let lag = readings.window_max(since, now).max(own).max(readings.overdue(now));
         readings.note_max(lag);
+        lag
+    }
+
+    /// Counts a timer with `budget` that fired with `lag` in the run's
+    /// [`LagSummary`].
+    pub fn count_fired(&self, budget: Duration, lag: Duration) {
+        let readings = &self.readings;
         readings.fired.fetch_add(1, Ordering::Relaxed);
         if lag_untrusts(budget, lag) {
             readings.untrusted.fetch_add(1, Ordering::Relaxed);
         }
-        lag
     }
 
     /// What the timers said so far.

@@ -35,6 +35,12 @@ pub struct TimerSettings {
     pub progress_classes: Vec<EventClass>,
     /// The throughput floor; `None` = off.
     pub min_rate: Option<RateFloor>,
+    /// Whether a clock that comes due while our own runtime runs late by a
+    /// tenth of its budget or more is held instead of ending the attempt
+    /// (the call deadline never is). Not a tunable: off, except where the
+    /// guard turns it on (it does not cut an agent's stream for our own
+    /// lateness).
+    pub hold_when_late: bool,
 }
 
 /// The throughput floor (`STALLSCOPE_SSE_MIN_RATE*`): the fourth clock, for
@@ -100,6 +106,9 @@ pub struct AttemptTimers {
     pub progress_classes: Vec<EventClass>,
     /// The throughput floor, when on.
     pub min_rate: Option<RateFloor>,
+    /// Whether a clock that comes due while our runtime is late is held
+    /// ([`TimerSettings::hold_when_late`]).
+    pub hold_when_late: bool,
 }
 
 impl TimerSettings {
@@ -133,6 +142,7 @@ impl TimerSettings {
             // Escalation buys patience with pauses; a crawl does not speed
             // up for being watched longer, so the floor stays as set.
             min_rate: self.min_rate,
+            hold_when_late: self.hold_when_late,
         }
     }
 }
@@ -343,6 +353,7 @@ impl CorePolicy {
             stale_tiers,
             progress_classes,
             min_rate: rate_floor(t),
+            hold_when_late: false,
         };
 
         let backoff = BackoffPolicy {
@@ -478,6 +489,16 @@ mod tests {
         assert_eq!(policy.failover.on.len(), 5);
         assert_eq!(policy.timers.progress_classes, [EventClass::Reasoning, EventClass::Content, EventClass::ToolCall]);
         assert_eq!(policy.timers.min_rate, None, "the throughput floor is off by default");
+        assert!(!policy.timers.hold_when_late, "timers are held for lateness only where the guard says so");
+    }
+
+    #[test]
+    fn holding_late_timers_reaches_every_attempt() {
+        let mut policy = CorePolicy::default();
+        let escalation = Escalation::default();
+        assert!(!policy.timers.for_attempt(None, &escalation, 0, 3).hold_when_late);
+        policy.timers.hold_when_late = true;
+        assert!(policy.timers.for_attempt(Some(120_000), &escalation, 2, 3).hold_when_late);
     }
 
     #[test]

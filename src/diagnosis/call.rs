@@ -25,6 +25,11 @@
 //!   timer that would have fired first and what to try.
 //! - **no end recorded**: `incomplete`, severity `notice`, with what the
 //!   last attempt was doing.
+//!
+//! A verdict is not trustworthy when a timer that decided it fired while
+//! our own runtime was late, or when it turns on a timer held for that
+//! lateness (guard mode): the attempt it reads completed, or was cancelled,
+//! after one of our timers came due on a late runtime and was not acted on.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,11 +39,11 @@ use crate::core::event::Outcome;
 use crate::core::lag::lag_untrusts;
 use crate::core::policy::RetrySettings;
 
-use super::facts::{CallFacts, Fired, Try};
-use super::reading::{PEER_HEADERS, Reading, end_of, read};
+use super::facts::{CallFacts, Fired, Hold, Try};
+use super::reading::{PEER_HEADERS, Reading, end_of, read, verdict_hold};
 use super::regularity::{Regular, silence_of};
 use super::text::{budget, count, fact, percent, secs, timer};
-use super::verdict::{Basis, DeniedBy, Diagnosis, Evidence, Severity, Topic, VerdictKind, WouldHaveFired};
+use super::verdict::{Basis, DeniedBy, Diagnosis, Evidence, HeldTimer, Severity, Topic, VerdictKind, WouldHaveFired};
 
 /// The prefix of an untrustworthy verdict's summary.
 pub const UNTRUSTED: &str = "client overloaded: not trustworthy";
@@ -85,7 +90,7 @@ pub(super) fn judge(facts: &CallFacts, limits: Option<&RetrySettings>) -> Diagno
         tunable: tunable.map(str::to_owned),
         suggestion,
         checked: None,
-        trusted: call.untrusted.is_empty(),
+        trusted: call.trusted(),
         basis: call.basis(),
     }
 }
@@ -101,6 +106,8 @@ struct Call<'a> {
     denial: Option<Denial>,
     /// Timers that fired on a runtime too late to trust them.
     untrusted: Vec<&'a Fired>,
+    /// The timer held for our own lateness that the verdict turns on.
+    held: Option<&'a Hold>,
 }
 
 impl<'a> Call<'a> {
@@ -145,7 +152,13 @@ impl<'a> Call<'a> {
             .flatten()
             .filter(|f| f.lag.is_some_and(|lag| lag_untrusts(f.budget, lag)))
             .collect();
-        Call { facts, readings, basis, severity, kind, denial, untrusted }
+        let held = facts.tries.get(basis).and_then(verdict_hold);
+        Call { facts, readings, basis, severity, kind, denial, untrusted, held }
+    }
+
+    /// Whether our own runtime's lateness decided nothing of the verdict.
+    fn trusted(&self) -> bool {
+        self.untrusted.is_empty() && self.held.is_none()
     }
 
     fn reading(&self) -> Option<&Reading> {
@@ -160,7 +173,7 @@ impl<'a> Call<'a> {
         let facts = self.facts;
         let number = self.basis_try().map_or(0, |t| t.number);
         let mut summary = String::new();
-        if !self.untrusted.is_empty() {
+        if !self.trusted() {
             summary.push_str(UNTRUSTED);
             summary.push_str(" — ");
         }
@@ -296,11 +309,16 @@ impl<'a> Call<'a> {
             (VerdictKind::Incomplete | VerdictKind::Healthy, _) => (None, None),
             _ => (self.reading().and_then(|r| r.tunable), self.reading().and_then(|r| r.suggestion.clone())),
         };
-        if self.untrusted.is_empty() {
-            return (tunable, suggestion);
-        }
-        let first = "run fewer streams at once: our own runtime was late when the timer fired";
-        (tunable, Some(suggestion.map_or_else(|| first.to_owned(), |s| format!("{first}; then: {s}"))))
+        let first = match (self.untrusted.first(), self.held) {
+            (Some(_), _) => "run fewer streams at once: our own runtime was late when the timer fired".to_owned(),
+            (None, Some(hold)) => format!(
+                "run fewer streams at once: our own runtime was late when our {} timer came due, and the stream \
+                 was not cut for it",
+                timer(hold.timer)
+            ),
+            (None, None) => return (tunable, suggestion),
+        };
+        (tunable, Some(suggestion.map_or_else(|| first.clone(), |s| format!("{first}; then: {s}"))))
     }
 
     fn basis(&self) -> Basis {
@@ -327,6 +345,17 @@ impl<'a> Call<'a> {
                 })
             }),
             agent_disconnected_ms: t.and_then(|t| Some(t.offset(t.agent_gone_at?).as_secs_f64() * 1000.0)),
+            held: t.map_or_else(Vec::new, |t| {
+                t.held
+                    .iter()
+                    .map(|hold| HeldTimer {
+                        timer: hold.timer,
+                        budget_ms: hold.budget.as_secs_f64() * 1000.0,
+                        at_ms: t.offset(hold.at).as_secs_f64() * 1000.0,
+                        lag_ms: hold.lag.as_secs_f64() * 1000.0,
+                    })
+                    .collect()
+            }),
         }
     }
 }

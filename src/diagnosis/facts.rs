@@ -46,6 +46,18 @@ pub(super) struct WouldFire {
     pub at: Duration,
 }
 
+/// One of our timers that came due while our own runtime was late by a
+/// tenth of its budget or more, and was held, not acted on (guard mode):
+/// its clock started again there.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Hold {
+    pub timer: TimerKind,
+    pub budget: Duration,
+    /// When it was noticed.
+    pub at: Duration,
+    pub lag: Duration,
+}
+
 /// The classifier's reading of a failure.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Classified {
@@ -115,6 +127,8 @@ pub(super) struct Try {
     /// The throughput floor as armed, with the progress it counted since.
     pub floor: Option<FloorSeen>,
     pub fired: Option<Fired>,
+    /// Our timers held for our own lateness, in order.
+    pub held: Vec<Hold>,
     pub end: Option<AttemptEnd>,
     pub ended_at: Option<Duration>,
     pub classified: Option<Classified>,
@@ -403,6 +417,16 @@ impl CallFacts {
             EventKind::TimerFired { timer, after, lag } => {
                 t.fired = Some(Fired { timer: *timer, attempt: number, budget: *after, at, lag: *lag });
                 t.close(at);
+            }
+            EventKind::TimerHeld { timer, after, lag } => {
+                t.held.push(Hold { timer: *timer, budget: *after, at, lag: *lag });
+                // A held floor judges a fresh window from here, as the
+                // governor's does.
+                if *timer == TimerKind::MinRate
+                    && let Some(floor) = &mut t.floor
+                {
+                    *floor = FloorSeen { since: at, window: RateWindow::new(floor.window.window()), ..*floor };
+                }
             }
             EventKind::RateLimitObserved { exhausted_reset, .. } => {
                 t.exhausted_reset = t.exhausted_reset.max(*exhausted_reset);

@@ -49,6 +49,14 @@
 //! too large, the verdict is `trusted: false`, its summary starts with
 //! "client overloaded: not trustworthy" and its evidence names the lag. A
 //! timer whose lag was not measured (`None`) is trusted.
+//!
+//! In guard mode such a timer is held instead: it does not end the attempt
+//! and starts again (`TimerHeld`). Each hold is evidence ("our idle timer
+//! (1 s) came due while our own runtime was 0.35 s late (35% of its
+//! budget): not acted on (client overloaded)", `basis.held`); a verdict
+//! that turns on one (its attempt then completed, or was cancelled) says
+//! so in its summary instead of reading its late-measured timings as the
+//! network's, and is not trustworthy either.
 
 mod call;
 mod collector;
@@ -75,8 +83,8 @@ pub use recorded::RecordedRun;
 pub use route_cuts::{FixedCut, RouteCuts};
 pub use summary::summarize;
 pub use verdict::{
-    Basis, CheckedSuggestion, DeniedBy, Diagnosis, Evidence, RunDiagnosis, Severity, Topic, VerdictGroup, VerdictKind,
-    WouldHaveFired,
+    Basis, CheckedSuggestion, DeniedBy, Diagnosis, Evidence, HeldTimer, RunDiagnosis, Severity, Topic, VerdictGroup,
+    VerdictKind, WouldHaveFired,
 };
 
 /// The verdict on one stream, from its events in order. Without the run's

@@ -13,7 +13,7 @@ use crate::core::classify;
 use crate::core::event::{AttemptEnd, AttemptPhase};
 use crate::core::failure::{Failure, TransportKind};
 
-use super::facts::{BURST_WINDOW, Try, WouldFire};
+use super::facts::{BURST_WINDOW, Hold, Try, WouldFire};
 use super::hop;
 use super::text::{budget, bytes, count, fact, percent, secs, timer, timer_tunable};
 use super::verdict::{Evidence, Topic, VerdictKind};
@@ -171,7 +171,38 @@ pub(super) fn read(t: &Try) -> Reading {
     if let Some(mark) = &t.would_fire {
         would_have_fired(t, mark, &mut reading);
     }
+    for hold in &t.held {
+        let words = format!("{}; it started again", held_words(hold));
+        reading.evidence.push(fact(Topic::Lag, Some(t.number), Some(hold.at), words));
+    }
+    // A completed attempt's reading says so itself (`held_through`).
+    if reading.kind == VerdictKind::Cancelled
+        && let Some(hold) = verdict_hold(t)
+    {
+        reading.detail.push_str(&format!("; {}", held_words(hold)));
+    }
     reading
+}
+
+/// Our timer held for our own lateness, in words: "our idle timer (1 s)
+/// came due while our own runtime was 0.35 s late (35% of its budget): not
+/// acted on (client overloaded)".
+pub(super) fn held_words(hold: &Hold) -> String {
+    format!(
+        "our {} timer ({}) came due while our own runtime was {} late ({} of its budget): not acted on \
+         (client overloaded)",
+        timer(hold.timer),
+        budget(hold.budget),
+        secs(hold.lag),
+        percent(hold.lag, hold.budget)
+    )
+}
+
+/// The hold an attempt's verdict turns on: its last, when nothing of ours
+/// or the stream's ended it after (it completed, or was cancelled); a
+/// timer that fired later, or a failure, is what its verdict reads.
+pub(super) fn verdict_hold(t: &Try) -> Option<&Hold> {
+    t.held.last().filter(|_| matches!(end_of(t), Some(AttemptEnd::Done | AttemptEnd::Cancelled)))
 }
 
 /// The call was cancelled from outside: where the attempt was, and how
@@ -577,6 +608,9 @@ fn drip_words(t: &Try) -> String {
 /// timeout on a healthy stream.
 fn success(t: &Try) -> Reading {
     let n = Some(t.number);
+    if let Some(hold) = verdict_hold(t) {
+        return held_through(t, hold);
+    }
     let first_byte = t.first_byte_at.map(|at| t.offset(at));
     if let Some(Held { wait, words }) = held_back(t) {
         let (closest, share) = closest_timer(t, &[(TimerKind::Ttfb, wait), (TimerKind::Idle, t.longest_silence)]);
@@ -634,14 +668,7 @@ fn success(t: &Try) -> Reading {
         seen(timer_kind).as_secs_f64() / budget_d.as_secs_f64().max(f64::MIN_POSITIVE)
     });
     let took = t.offset(t.stopped_at());
-    let summary = format!(
-        "{}, first byte after {}, {} / {} in {}",
-        head_words(t),
-        secs(ttfb),
-        count(t.events, "event"),
-        bytes(t.bytes),
-        secs(took)
-    );
+    let summary = completed_words(t);
     let mut reading = match (&t.would_fire, closest) {
         (Some(mark), _) => {
             let counted = observed.iter().find(|(k, _)| *k == mark.timer).map_or(took, |(_, d)| *d);
@@ -687,6 +714,31 @@ fn success(t: &Try) -> Reading {
             format!("closest to a timer: {} at {share} of its {}", timer(timer_kind), budget(budget_d)),
         ));
     }
+    reading
+}
+
+/// A completed attempt in words: "headers after 0.01 s (200), first byte
+/// after 0.02 s, 12 events / 1.2 KiB in 0.80 s".
+fn completed_words(t: &Try) -> String {
+    format!(
+        "{}, first byte after {}, {} / {} in {}",
+        head_words(t),
+        secs(t.first_byte_at.map(|at| t.offset(at)).unwrap_or_default()),
+        count(t.events, "event"),
+        bytes(t.bytes),
+        secs(t.offset(t.stopped_at()))
+    )
+}
+
+/// A stream that completed though one of our timers came due on it while
+/// our own runtime was late, and was held (guard mode): not cut for our
+/// lateness. Its silences and waits were measured by a late runtime, so no
+/// pattern is read from them; what to try is the call's (less load).
+fn held_through(t: &Try, hold: &Hold) -> Reading {
+    let took = secs(t.offset(t.stopped_at()));
+    let mut reading =
+        Reading::new(VerdictKind::HealthySlow, format!("completed in {took} though {}", held_words(hold)));
+    reading.evidence.push(fact(Topic::Body, Some(t.number), t.ended_at, completed_words(t)));
     reading
 }
 

@@ -201,6 +201,86 @@ fn a_timer_that_fired_late_makes_the_verdict_untrustworthy() {
     assert!(run.groups[0].summary.contains("1 not trustworthy"), "{}", run.groups[0].summary);
 }
 
+/// Our idle timer (1 s) held at 1.35 s, 0.35 s late (guard mode).
+fn idle_held() -> EventKind {
+    EventKind::TimerHeld { timer: TimerKind::Idle, after: Duration::from_secs(1), lag: Duration::from_millis(350) }
+}
+
+/// The words every held idle timer of these tests reads with.
+const IDLE_HELD: &str = "our idle timer (1 s) came due while our own runtime was 0.35 s late (35% of its budget): \
+                         not acted on (client overloaded)";
+
+/// A stream whose idle timer came due at 1.35 s on a late runtime (held,
+/// when `held`), then came whole at 1.5 s.
+fn completed_after_a_hold(held: bool) -> Vec<Event> {
+    let mut s = Script::new();
+    s.attempt(0, 1).headers(10, 200);
+    if held {
+        s.at(1350, idle_held());
+    }
+    s.burst(1500, 20).at(1600, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: None });
+    s.finished(1600, Outcome::Ok);
+    s.events
+}
+
+/// Without the hold the wait and the burst read as a hop holding the
+/// stream back; with it, the verdict turns on our lateness and blames no
+/// hop and no timer.
+#[test]
+fn a_stream_that_completed_after_a_hold_is_read_as_our_lateness_not_the_networks() {
+    assert_eq!(diagnose(&completed_after_a_hold(false)).kind, VerdictKind::ProxyBuffering);
+    let events = completed_after_a_hold(true);
+    let d = diagnose(&events);
+    assert_eq!(diagnose(&super::fixtures::stored(&events)), d, "read back from the store alike");
+    assert_eq!((d.kind, d.severity, d.trusted), (VerdictKind::HealthySlow, Severity::Notice, false));
+    assert_eq!(d.summary, format!("{UNTRUSTED} — healthy but slow: completed in 1.60 s though {IDLE_HELD}"));
+    assert_eq!(d.tunable, None, "no timer of ours is to blame");
+    assert_eq!(
+        d.suggestion.as_deref(),
+        Some(
+            "run fewer streams at once: our own runtime was late when our idle timer came due, and the stream was \
+             not cut for it"
+        )
+    );
+    let lag: Vec<&Evidence> = d.evidence.iter().filter(|e| e.topic == Topic::Lag).collect();
+    assert_eq!(lag.len(), 1);
+    assert_eq!((lag[0].text.clone(), lag[0].at_ms), (format!("{IDLE_HELD}; it started again"), Some(1350.0)));
+    let held = HeldTimer { timer: TimerKind::Idle, budget_ms: 1000.0, at_ms: 1350.0, lag_ms: 350.0 };
+    assert_eq!(d.basis.held, [held]);
+}
+
+/// A timer that fired after one was held decides the verdict: the hold is
+/// evidence, and a timer that fired on time is trusted.
+#[test]
+fn a_timer_that_fired_after_a_hold_decides_the_verdict_and_the_hold_is_evidence() {
+    let mut s = Script::new();
+    s.attempt(0, 1).headers(10, 200).content(20, 1).at(1350, idle_held());
+    s.at(2350, idle_fired(Some(Duration::from_millis(5))));
+    s.at(2350, EventKind::AttemptEnded { end: AttemptEnd::Timer { timer: TimerKind::Idle }, stop_reason: None });
+    s.classified(2350, Category::Timeout, Some(TimerKind::Idle), "builtin: timer fired");
+    s.finished(2350, Outcome::Failed);
+    let d = s.diagnose();
+    assert_eq!((d.kind, d.trusted), (VerdictKind::SilentStall, true), "{}", d.summary);
+    assert!(!d.summary.contains("not acted on"), "{}", d.summary);
+    assert!(d.evidence.iter().any(|e| e.topic == Topic::Lag && e.text.starts_with(IDLE_HELD)), "{:#?}", d.evidence);
+    assert_eq!(d.basis.held.len(), 1);
+}
+
+/// A call cancelled after a hold (the agent gave up while we held our
+/// timer) says what we did not act on, and is not trustworthy.
+#[test]
+fn a_call_cancelled_after_a_hold_says_the_timer_was_not_acted_on() {
+    let mut s = Script::new();
+    s.attempt(0, 1).headers(10, 200).content(20, 1).at(1350, idle_held());
+    s.at(1500, EventKind::AttemptEnded { end: AttemptEnd::Cancelled, stop_reason: None });
+    s.classified(1500, Category::Cancelled, None, "builtin: cancelled");
+    s.finished(1500, Outcome::Cancelled);
+    let d = s.diagnose();
+    assert_eq!((d.kind, d.trusted), (VerdictKind::Cancelled, false));
+    assert!(d.summary.starts_with(UNTRUSTED), "{}", d.summary);
+    assert!(d.summary.contains(&format!("; {IDLE_HELD} (attempt 1)")), "{}", d.summary);
+}
+
 fn failed_connect(s: &mut Script, ms: u64) {
     s.attempt(ms, 1);
     s.at(

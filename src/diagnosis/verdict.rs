@@ -358,6 +358,25 @@ pub struct Basis {
     /// complete, in milliseconds from the attempt's start.
     #[serde(default)]
     pub agent_disconnected_ms: Option<f64>,
+    /// Our timers that came due on the attempt while our own runtime was
+    /// late, and were held, not acted on (guard mode).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldTimer>,
+}
+
+/// One of our timers that came due while our own runtime ran late by a
+/// tenth of its budget or more, and was held instead of ending the attempt
+/// (guard mode): what our lateness decided, not the network.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HeldTimer {
+    /// Which.
+    pub timer: TimerKind,
+    /// Its budget, in milliseconds.
+    pub budget_ms: f64,
+    /// Where it was held, in milliseconds from the attempt's start.
+    pub at_ms: f64,
+    /// How late our runtime ran, in milliseconds.
+    pub lag_ms: f64,
 }
 
 /// One of our timers that would have fired, under the tunables in force,
@@ -398,7 +417,8 @@ pub struct Diagnosis {
     pub checked: Option<CheckedSuggestion>,
     /// False when a timer that decided the verdict fired while our own
     /// runtime lagged a meaningful share of its budget
-    /// ([`crate::core::lag::lag_untrusts`]).
+    /// ([`crate::core::lag::lag_untrusts`]), or the verdict turns on a
+    /// timer held for that lag (guard mode).
     pub trusted: bool,
     /// What the verdict rests on.
     pub basis: Basis,

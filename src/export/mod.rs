@@ -119,6 +119,10 @@ pub fn chrome_trace(streams: &[(StreamId, Vec<Event>)], diagnoses: &[(StreamId, 
                     let args = json!({"after_ms": after.as_secs_f64() * 1e3});
                     trace.push(instant(pid, ts, &format!("{timer} timer fired"), args));
                 }
+                EventKind::TimerHeld { timer, after, lag } => {
+                    let args = json!({"after_ms": after.as_secs_f64() * 1e3, "lag_ms": lag.as_secs_f64() * 1e3});
+                    trace.push(instant(pid, ts, &format!("{timer} timer held: client late"), args));
+                }
                 EventKind::TimerWouldFire { timer, after } => {
                     let args = json!({"after_ms": after.as_secs_f64() * 1e3, "attempt": event.attempt});
                     trace.push(instant(pid, ts, &format!("would fire: {timer}"), args));
@@ -165,7 +169,7 @@ mod tests {
     use crate::core::event::{AttemptEnd, Outcome, RecordedBody, SleepReason};
     use crate::core::failover::Target;
     use crate::core::failure::TransportKind;
-    use crate::diagnosis::fixtures::{agent_gone_on_a_silent_stall, stored};
+    use crate::diagnosis::fixtures::{agent_gone_on_a_silent_stall, held_on_a_late_runtime, stored};
 
     fn at(ms: u64, attempt: u32, kind: EventKind) -> Event {
         Event { at: Duration::from_millis(ms), stream: 0, attempt, kind }
@@ -282,6 +286,21 @@ mod tests {
             let kinds: Vec<&str> = lines.iter().filter_map(|l| l["kind"]["type"].as_str()).collect();
             assert!(kinds.contains(&"agent_disconnected") && kinds.contains(&"timer_would_fire"), "{lines:?}");
         }
+    }
+
+    /// A timer held for our own lateness is an instant of its own, with
+    /// its lag, and a line in JSON lines.
+    #[test]
+    fn a_held_timer_is_an_instant_with_its_lag() {
+        let events = held_on_a_late_runtime(0);
+        let trace = chrome_trace(&[(0, events.clone())], &[]);
+        let items = trace["traceEvents"].as_array().unwrap();
+        let held = items.iter().find(|e| e["ph"] == "i" && e["name"] == "idle timer held: client late").unwrap();
+        assert_eq!(held["ts"].as_f64().map(f64::round), Some(1_350_000.0));
+        assert_eq!((held["args"]["after_ms"].as_f64(), held["args"]["lag_ms"].as_f64()), (Some(1000.0), Some(350.0)));
+        assert!(!items.iter().any(|e| e["name"] == "idle timer fired"), "held, not fired");
+        let lines = jsonl(&events, false, &[]).unwrap();
+        assert!(lines.contains(r#""type":"timer_held""#), "{lines}");
     }
 
     #[test]

@@ -511,6 +511,14 @@ fn call_spans(mut ids: Ids, epoch_unix_ns: i64, events: &[Event], verdict: Optio
                 attributes.extend(lag.map(|lag| seconds("stallscope.runtime_lag_s", lag)));
                 mark(&mut spans[open], t, "timer fired", attributes);
             }
+            EventKind::TimerHeld { timer, after, lag } => {
+                let attributes = vec![
+                    string("stallscope.timer", timer.name()),
+                    seconds("stallscope.budget_s", *after),
+                    seconds("stallscope.runtime_lag_s", *lag),
+                ];
+                mark(&mut spans[open], t, "timer held", attributes);
+            }
             EventKind::TimerWouldFire { timer, after } => {
                 let attributes = vec![string("stallscope.timer", timer.name()), seconds("stallscope.budget_s", *after)];
                 mark(&mut spans[span_of(&numbered, event.attempt)], t, "timer would fire", attributes);
@@ -830,6 +838,22 @@ mod tests {
         assert_eq!((call.end_time_unix_nano, names(call)), (epoch as u64 + 1_011_000_000, vec!["verdict"]));
         let verdict = &call.events[0];
         assert_eq!(verdict.time_unix_nano, call.end_time_unix_nano, "at the call's end, whatever the order");
+    }
+
+    /// A timer held for our own lateness is an event of its attempt's
+    /// span, with its budget and the lag; the attempt goes on to complete.
+    #[test]
+    fn a_held_timer_is_an_event_of_its_attempt() {
+        let events = crate::diagnosis::fixtures::held_on_a_late_runtime(7);
+        let epoch = 1_800_000_000_000_000_000;
+        let spans = call_spans(Ids::new(epoch, 3, 7), epoch, &events, None);
+        let [_, attempt] = &spans[..] else { panic!("{spans:?}") };
+        let held = attempt.events.iter().find(|e| e.name == "timer held").unwrap();
+        assert_eq!(held.time_unix_nano, epoch as u64 + 1_350_000_000);
+        assert!(held.attributes.contains(&string("stallscope.timer", "idle")));
+        assert!(held.attributes.contains(&seconds("stallscope.budget_s", Duration::from_secs(1))));
+        assert!(held.attributes.contains(&seconds("stallscope.runtime_lag_s", Duration::from_millis(350))));
+        assert!(!names(attempt).contains(&"timer fired"));
     }
 
     #[test]

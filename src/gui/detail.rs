@@ -67,6 +67,9 @@ pub struct TimerSetting {
     pub would_fire_s: Option<f64>,
     /// How late our own runtime ran when it fired, if measured.
     pub lag: Option<Duration>,
+    /// Where it came due while our own runtime was late and was held (not
+    /// acted on, guard mode), with how late.
+    pub held: Vec<(f64, Duration)>,
 }
 
 impl TimerSetting {
@@ -91,6 +94,12 @@ impl TimerSetting {
             },
             (None, None) => self.timer.to_string(),
         };
+        for (at, lag) in &self.held {
+            let ms = lag.as_secs_f64() * 1000.0;
+            text.push_str(&format!(
+                ", held at {at:.3} s (our runtime {ms:.0} ms late: client overloaded, not acted on)"
+            ));
+        }
         if let Some(at) = self.fired_s {
             text.push_str(&format!(", FIRED at {at:.3} s"));
         }
@@ -182,6 +191,11 @@ impl StreamDetail {
                 let would = setting(timers, *timer, false);
                 (would.budget, would.would_fire_s) = (would.budget.or(Some(*after)), Some(at));
             }
+            EventKind::TimerHeld { timer, after, lag } => {
+                let held = setting(timers, *timer, false);
+                held.budget = held.budget.or(Some(*after));
+                held.held.push((at, *lag));
+            }
             _ => {}
         }
     }
@@ -200,6 +214,7 @@ fn setting(timers: &mut Vec<TimerSetting>, timer: TimerKind, arming: bool) -> &m
             fired_s: None,
             would_fire_s: None,
             lag: None,
+            held: Vec::new(),
         });
         timers.len() - 1
     });
@@ -251,6 +266,7 @@ pub fn stream_json(timeline: &Timeline, lane: &Lane) -> Value {
             "disarmed": t.disarmed,
             "fired_at_s": t.fired_s,
             "would_fire_at_s": t.would_fire_s,
+            "held": t.held.iter().map(|(at, lag)| json!({"at_s": at, "lag_s": lag.as_secs_f64()})).collect::<Vec<_>>(),
             "lag_s": t.lag.map(|l| l.as_secs_f64()),
             "trusted": !t.untrusted(),
         })
@@ -393,12 +409,16 @@ pub fn ui(ui: &mut Ui, timeline: &Timeline, lane: &Lane, now_s: f64) -> PanelAct
     egui::ScrollArea::vertical().id_salt(("detail-log", lane_id)).auto_shrink([false, true]).show(ui, |ui| {
         for entry in &lane.log {
             let line = RichText::new(log_line(entry)).monospace();
-            // What decided how the call went stands out: a timer firing,
-            // and on an observed call the agent going and our timer's mark.
+            // What decided how the call went stands out: a timer firing or
+            // held, and on an observed call the agent going and our timer's
+            // mark.
             let decided = matches!(
                 entry.what,
                 Logged::Event(
-                    EventKind::TimerFired { .. } | EventKind::TimerWouldFire { .. } | EventKind::AgentDisconnected
+                    EventKind::TimerFired { .. }
+                        | EventKind::TimerHeld { .. }
+                        | EventKind::TimerWouldFire { .. }
+                        | EventKind::AgentDisconnected
                 )
             );
             // Wrapped, so a long line is read whole in the panel; its time
@@ -539,6 +559,11 @@ mod tests {
         assert!(idle.describe().starts_with("idle 1.000 s, FIRED at 1.320 s while our runtime lagged 250 ms"));
     }
 
+    /// The panel's words for the first attempt's timers.
+    fn first_attempt_timers(lane: &Lane) -> Vec<String> {
+        StreamDetail::of(lane).attempts[0].timers.iter().map(TimerSetting::describe).collect()
+    }
+
     /// An observed attempt: our timer's mark, sent after the call's end,
     /// is a timer of the attempt in the panel and a line of its log, in
     /// its time place.
@@ -547,9 +572,7 @@ mod tests {
         let events = crate::diagnosis::fixtures::agent_gone_on_a_silent_stall(3);
         let timeline = Timeline::from_events("observe", &events);
         let lane = &timeline.lanes[0];
-        let detail = StreamDetail::of(lane);
-        let timers: Vec<String> = detail.attempts[0].timers.iter().map(TimerSetting::describe).collect();
-        assert_eq!(timers, ["idle 0.400 s, would have fired at 0.410 s (observed: not acted on)"]);
+        assert_eq!(first_attempt_timers(lane), ["idle 0.400 s, would have fired at 0.410 s (observed: not acted on)"]);
         let text = log_text(&timeline, lane);
         let lines: Vec<&str> = text.lines().skip(1).collect();
         assert_eq!(
@@ -561,6 +584,20 @@ mod tests {
             "{text}"
         );
         assert_eq!(stream_json(&timeline, lane)["attempts"][0]["timers"][0]["would_fire_at_s"], 0.41);
+    }
+
+    /// A guarded attempt's timer held for our own lateness: said in the
+    /// panel's timers, with the lag, and in its JSON.
+    #[test]
+    fn a_held_timer_is_shown_with_the_lag_it_was_held_for() {
+        let timeline = Timeline::from_events("guard", &crate::diagnosis::fixtures::held_on_a_late_runtime(3));
+        let lane = &timeline.lanes[0];
+        assert_eq!(
+            first_attempt_timers(lane),
+            ["idle 1.000 s, held at 1.350 s (our runtime 350 ms late: client overloaded, not acted on)"]
+        );
+        let held = &stream_json(&timeline, lane)["attempts"][0]["timers"][0]["held"];
+        assert_eq!(held, &json!([{"at_s": 1.35, "lag_s": 0.35}]));
     }
 
     #[test]

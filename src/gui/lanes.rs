@@ -2,8 +2,9 @@
 //! core's events (as a run goes, or read back from the store) into the
 //! shapes the lanes draw: cumulative bytes, event ticks, each timer's
 //! progress toward its threshold, backoff sleeps, attempts, failover hops
-//! and the outcome, where our timers would have fired and the agent
-//! disconnected on an observed call, and each stream's log for its detail
+//! and the outcome, timers held for our own lateness (guard mode), where
+//! our timers would have fired and the agent disconnected on an observed
+//! call, and each stream's log for its detail
 //! panel. Its source gives it each stream's verdict (the model never
 //! diagnoses). Times are seconds from the start of the run.
 //!
@@ -96,6 +97,9 @@ pub struct Lane {
     pub hops: Vec<Mark>,
     /// Timers that fired.
     pub fired: Vec<Mark>,
+    /// Timers that came due while our own runtime was late and were not
+    /// acted on (guard mode): each starts its budget again there.
+    pub held: Vec<Mark>,
     /// Rate-limit buckets that ran low.
     pub low_buckets: Vec<Mark>,
     /// Where output arrived all at once (a buffering proxy releasing a
@@ -592,7 +596,7 @@ struct ArmedTrack {
 }
 
 /// The number of series a lane grows (see [`Lane::series_lengths`]).
-const SERIES: usize = 15;
+const SERIES: usize = 16;
 
 impl Timeline {
     /// Where this timeline stands now, to [`rewind`](Self::rewind) to later.
@@ -685,6 +689,10 @@ impl Lane {
             EventKind::TimerFired { timer, .. } => {
                 self.close(*timer, at, true);
                 self.fired.push(Mark { at_s: at, text: format!("{timer} timer fired") });
+            }
+            EventKind::TimerHeld { timer, .. } => {
+                self.restart(*timer, at);
+                self.held.push(Mark { at_s: at, text: format!("{timer} held: client late") });
             }
             EventKind::TimerWouldFire { timer, after } => {
                 self.would_fire.push(WouldFire { timer: *timer, budget_s: after.as_secs_f64(), at_s: at });
@@ -798,6 +806,7 @@ impl Lane {
             attempts,
             hops,
             fired,
+            held,
             low_buckets,
             bursts,
             cuts,
@@ -823,6 +832,7 @@ impl Lane {
             attempts.len(),
             hops.len(),
             fired.len(),
+            held.len(),
             low_buckets.len(),
             bursts.len(),
             cuts.len(),
@@ -878,6 +888,7 @@ impl Lane {
             attempts,
             hops,
             fired,
+            held,
             low,
             bursts,
             cuts,
@@ -894,6 +905,7 @@ impl Lane {
         self.attempts.truncate(attempts);
         self.hops.truncate(hops);
         self.fired.truncate(fired);
+        self.held.truncate(held);
         self.low_buckets.truncate(low);
         self.bursts.truncate(bursts);
         self.cuts.truncate(cuts);
@@ -934,6 +946,19 @@ impl Lane {
             track.progress.push(PlotPoint::new(at, reached));
             track.progress.push(PlotPoint::new(at, 0.0));
             track.last_reset = at;
+        }
+    }
+
+    /// A held timer reached its top and starts again with its whole budget
+    /// (the throughput floor: an empty window).
+    fn restart(&mut self, kind: TimerKind, at: f64) {
+        if let Some(track) = self.open[slot(kind)].and_then(|i| self.timers.get_mut(i)) {
+            track.progress.push(PlotPoint::new(at, 1.0));
+            track.progress.push(PlotPoint::new(at, 0.0));
+            track.last_reset = at;
+            if let Some(rate) = &mut track.rate {
+                rate.window = RateWindow::new(rate.window.window());
+            }
         }
     }
 
@@ -1049,6 +1074,11 @@ pub fn describe(kind: &EventKind) -> String {
         EventKind::TimerArmed { timer, after, floor: None } => format!("{timer} timer armed: {}", secs(after)),
         EventKind::TimerDisarmed { timer, reason } => format!("{timer} timer off: {reason}"),
         EventKind::TimerFired { timer, after, .. } => format!("{timer} timer FIRED after {}", secs(after)),
+        EventKind::TimerHeld { timer, after, lag } => format!(
+            "{timer} timer held after {}: our runtime ran {} late, not acted on (client overloaded)",
+            secs(after),
+            secs(lag)
+        ),
         EventKind::TimerWouldFire { timer, after } => {
             format!("our {timer} timer ({}) would have fired here (observed: not acted on)", secs(after))
         }
@@ -1113,7 +1143,7 @@ mod tests {
 
     use super::*;
     use crate::core::failover::Target;
-    use crate::diagnosis::fixtures::{agent_gone_on_a_silent_stall, stored};
+    use crate::diagnosis::fixtures::{agent_gone_on_a_silent_stall, held_on_a_late_runtime, stored};
 
     fn event(ms: u64, stream: StreamId, attempt: u32, kind: EventKind) -> Event {
         Event { at: Duration::from_millis(ms), stream, attempt, kind }
@@ -1240,13 +1270,19 @@ mod tests {
         assert_eq!((at(1.475), track.fired), (1.0, true));
 
         // A rewind restores the window the events changed in place.
+        assert_rewinds_across(&events, 22);
+    }
+
+    /// A timeline of `events` rewound to its checkpoint after the first
+    /// `at` of them is the timeline of those alone.
+    fn assert_rewinds_across(events: &[Event], at: usize) {
         let mut live = Timeline::new();
         let part = live.add_part("x", 0.0);
-        events[..22].iter().for_each(|e| live.ingest(part, e));
+        events[..at].iter().for_each(|e| live.ingest(part, e));
         let mark = live.checkpoint();
-        events[22..].iter().for_each(|e| live.ingest(part, e));
+        events[at..].iter().for_each(|e| live.ingest(part, e));
         live.rewind(&mark);
-        assert_eq!(live, Timeline::from_events("x", &events[..22]));
+        assert_eq!(live, Timeline::from_events("x", &events[..at]));
     }
 
     #[test]
@@ -1296,6 +1332,31 @@ mod tests {
         let near = lane.describe_near(0.41, 0.005).unwrap();
         assert!(near.ends_with("our idle timer (0.400 s) would have fired here (observed: not acted on)"), "{near}");
         assert!(lane.describe_near(1.01, 0.0005).unwrap().ends_with("the agent disconnected"));
+    }
+
+    /// A timer held for our own lateness is not a fired one: its line
+    /// reaches the top and climbs again from the foot, its mark is its own,
+    /// hovering names the lag, and a rewind across it restores the lane.
+    #[test]
+    fn a_held_timer_starts_again_under_a_mark_of_its_own() {
+        let events = held_on_a_late_runtime(0);
+        let timeline = Timeline::from_events("guard", &events);
+        let lane = &timeline.lanes[0];
+        assert!(lane.fired.is_empty(), "{:?}", lane.fired);
+        assert_eq!(lane.held, [Mark { at_s: 1.35, text: "idle held: client late".to_owned() }]);
+        let idle = &lane.timers[0];
+        let points: Vec<(f64, f64)> = idle.progress.iter().map(|p| (p.x, p.y)).collect();
+        let held = points.iter().position(|&p| p == (1.35, 1.0)).unwrap();
+        assert_eq!(points[held + 1], (1.35, 0.0), "{points:?}");
+        assert!(!idle.fired && !idle.open, "closed by the stream's end, not fired");
+        let near = lane.describe_near(1.35, 0.005).unwrap();
+        assert!(
+            near.ends_with(
+                "idle timer held after 1.000 s: our runtime ran 0.350 s late, not acted on (client overloaded)"
+            ),
+            "{near}"
+        );
+        assert_rewinds_across(&events, 6);
     }
 
     #[test]

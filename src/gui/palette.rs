@@ -2,7 +2,7 @@
 //! come from the Okabe–Ito set (told apart by the common colour-blindness
 //! types), and no two marks differ by colour alone: each timer has its own
 //! line style as well as its own hue, events have their own shapes
-//! (cross, diamond, triangles, star, square, a hollow circle) and event
+//! (cross, plus, diamond, triangles, star, square, a hollow circle) and event
 //! ticks their own heights and rows, so the lanes also read in grey.
 
 use egui::{Color32, Painter, Pos2, Rect, RichText, Shape, Stroke, Ui, Visuals, pos2, vec2};
@@ -223,6 +223,9 @@ pub mod shape {
     use egui_plot::MarkerShape;
     /// A timer fired.
     pub const FIRED: MarkerShape = MarkerShape::Cross;
+    /// A timer came due while our runtime was late and was held (the
+    /// fired cross turned upright: not acted on).
+    pub const HELD: MarkerShape = MarkerShape::Plus;
     /// A failover hop.
     pub const HOP: MarkerShape = MarkerShape::Diamond;
     /// A bucket running low.
@@ -286,6 +289,7 @@ pub fn legend(ui: &mut Ui) {
                 (Sample::Marker(colours.hop, shape::HOP), "failover"),
                 (Sample::Marker(colours.low_bucket, shape::LOW_BUCKET), "rate limit low"),
                 (Sample::Marker(colours.fired, shape::FIRED), "timer fired"),
+                (Sample::Marker(colours.untrusted, shape::HELD), "timer held: client late (not acted on)"),
                 (Sample::Marker(colours.fired, shape::CUT), "connection cut (after its silence)"),
                 (Sample::WouldFire(idle.0, idle.1), "our timer would fire (observed: not acted on)"),
                 (Sample::Marker(colours.cancelled, shape::AGENT_GONE), "agent gone (observed)"),
@@ -303,7 +307,8 @@ pub fn legend(ui: &mut Ui) {
         });
         ui.label(
             "A timer's line climbs from the lane's foot (armed or reset) to its top, where it fires; \
-             its label gives its threshold. On an observed call our timers only watch: where one would have \
+             its label gives its threshold. Where it came due while our own runtime was late (guard mode), \
+             it is held instead: it starts again from the foot, under an upright cross. On an observed call our timers only watch: where one would have \
              fired, its climb ends in a hollow mark in its colour and stroke. Bytes are scaled per lane or to \
              the largest lane (Bytes scale); hovering a lane gives the bytes received by then.",
         );
@@ -375,6 +380,10 @@ fn marker(painter: &Painter, c: Pos2, r: f32, colour: Color32, shape: MarkerShap
         MarkerShape::Cross => {
             painter.line_segment([at(-1.0, -1.0), at(1.0, 1.0)], stroke);
             painter.line_segment([at(-1.0, 1.0), at(1.0, -1.0)], stroke);
+        }
+        MarkerShape::Plus => {
+            painter.line_segment([at(-1.0, 0.0), at(1.0, 0.0)], stroke);
+            painter.line_segment([at(0.0, -1.0), at(0.0, 1.0)], stroke);
         }
         MarkerShape::Square => {
             painter.rect_filled(egui::Rect::from_two_pos(at(-0.8, -0.8), at(0.8, 0.8)), 0.0, colour);
@@ -504,6 +513,7 @@ mod tests {
     fn point_events_have_shapes_of_their_own_and_ticks_heights_and_rows() {
         let shapes = [
             shape::FIRED,
+            shape::HELD,
             shape::HOP,
             shape::LOW_BUCKET,
             shape::BURST,

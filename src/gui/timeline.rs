@@ -1210,6 +1210,9 @@ fn draw_lane(
     // Point events: (marks, name, height, colour, radius, shape, label row).
     let kinds = [
         (&lane.fired, "fired", 1.0, colours.fired, 6.0, shape::FIRED, None),
+        // Where a fired timer's cross would be, in the colour of a verdict
+        // our lateness decided.
+        (&lane.held, "held", 1.0, colours.untrusted, 6.0, shape::HELD, Some(1)),
         (&lane.low_buckets, "rate limit low", 0.9, colours.low_bucket, 5.0, shape::LOW_BUCKET, None),
         (&lane.bursts, "burst", 0.5, colours.burst, 8.0, shape::BURST, Some(1)),
         (&lane.hops, "failover", 0.5, colours.hop, 6.0, shape::HOP, Some(1)),

@@ -112,6 +112,9 @@ pub mod kind {
     pub const AGENT_DISCONNECTED: i64 = 25;
     /// `TimerWouldFire`: `code` timer, `value` budget in ns.
     pub const TIMER_WOULD_FIRE: i64 = 26;
+    /// `TimerHeld`: `code` timer, `value` budget in ns, `aux` the runtime's
+    /// lag in ns.
+    pub const TIMER_HELD: i64 = 27;
     /// `n` consecutive chunk and SSE events of one stream and attempt.
     pub const PACKED: i64 = 100;
 }
@@ -456,6 +459,9 @@ fn encode_columns(event: &Event) -> Option<Row> {
             };
             (TIMER_FIRED, Some(timer_code(*timer)), Some(ns(*after)?), lag, None)
         }
+        EventKind::TimerHeld { timer, after, lag } => {
+            (TIMER_HELD, Some(timer_code(*timer)), Some(ns(*after)?), Some(ns(*lag)?), None)
+        }
         EventKind::RateLimitObserved { requests_remaining, tokens_remaining, exhausted_reset } => {
             let reset = match exhausted_reset {
                 Some(d) => Some(json(&ResetDetail { reset_ns: u64::try_from(d.as_nanos()).ok()? })?),
@@ -767,6 +773,9 @@ fn decode_kind(row: &Columns<'_>) -> Option<EventKind> {
                 None => None,
             },
         },
+        TIMER_HELD => {
+            EventKind::TimerHeld { timer: timer_from(code()?)?, after: duration(value()?)?, lag: duration(aux()?)? }
+        }
         RATE_LIMIT_OBSERVED => {
             let u64_of = |v: Option<i64>| match v {
                 Some(v) => u64::try_from(v).ok().map(Some),
@@ -1106,23 +1115,27 @@ mod tests {
         assert_eq!(rows.len(), 1000usize.div_ceil(MAX_PACK));
         let mut out = Vec::new();
         for r in &rows {
-            let columns = Columns {
-                stream: r.stream,
-                attempt: r.attempt,
-                at_ns: r.at_ns,
-                kind: r.kind,
-                n: r.n,
-                code: r.code,
-                value: r.value,
-                aux: r.aux,
-                detail: r.detail.as_deref(),
-                packed: r.packed.as_deref(),
-                body: None,
-            };
-            decode(&columns, &mut out).unwrap();
+            decode(&columns(r), &mut out).unwrap();
         }
         out.sort_by_key(|e| e.at);
         assert_eq!(out, events);
+    }
+
+    /// A row as it is read back.
+    fn columns(r: &Row) -> Columns<'_> {
+        Columns {
+            stream: r.stream,
+            attempt: r.attempt,
+            at_ns: r.at_ns,
+            kind: r.kind,
+            n: r.n,
+            code: r.code,
+            value: r.value,
+            aux: r.aux,
+            detail: r.detail.as_deref(),
+            packed: r.packed.as_deref(),
+            body: r.body.clone(),
+        }
     }
 
     fn row_of(kind: EventKind) -> Row {
@@ -1149,6 +1162,14 @@ mod tests {
             ),
             (ended(AttemptEnd::Done), (kind::ATTEMPT_ENDED, Some(end::DONE), None, None)),
             (
+                EventKind::TimerHeld {
+                    timer: TimerKind::Idle,
+                    after: Duration::from_secs(1),
+                    lag: Duration::from_millis(350),
+                },
+                (kind::TIMER_HELD, Some(timer_code(TimerKind::Idle)), Some(1_000_000_000), Some(350_000_000)),
+            ),
+            (
                 EventKind::RateLimitLow { bucket: "tokens".into(), remaining: 5, limit: Some(100), reset: None },
                 (kind::RATE_LIMIT_LOW, Some(1), Some(5), Some(100)),
             ),
@@ -1168,7 +1189,11 @@ mod tests {
             ),
         ];
         for (event, expected) in cases {
-            assert_eq!(numbers(&row_of(event.clone())), expected, "{event:?}");
+            let row = row_of(event.clone());
+            assert_eq!(numbers(&row), expected, "{event:?}");
+            let mut back = Vec::new();
+            decode(&columns(&row), &mut back).unwrap();
+            assert_eq!(back.pop().map(|e| e.kind), Some(event));
         }
         let headers = row_of(EventKind::ResponseHeaders { headers: vec![("retry-after-ms".into(), "700".into())] });
         assert_eq!(headers.detail.as_deref(), Some(r#"[["retry-after-ms","700"]]"#));
