@@ -459,6 +459,9 @@ impl Observer {
         }
         settings.policy =
             CorePolicy::from_tunables(&settings.tunables).map_err(ConfigError::from).map_err(SessionError::from)?;
+        // The guard cuts no healthy stream for its own lateness: a clock due
+        // while our runtime is late is held, and says so.
+        settings.policy.timers.hold_when_late = plan.guard;
         let providers = std::mem::take(&mut settings.providers);
         let mut scenario = None;
         let rows: Vec<(Route, ProxySetting)> = match &plan.source {
