@@ -30,6 +30,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -37,13 +38,13 @@ use futures_util::future::BoxFuture;
 use http::HeaderMap;
 use tokio::sync::{mpsc, oneshot};
 
-use super::relay::{AgentGone, CONNECT_TIMEOUT, end_to_end};
+use super::relay::{AgentGone, end_to_end};
 use crate::core::category::Category;
 use crate::core::event::{Outcome, StreamId};
 use crate::core::executor::CallReport;
 use crate::core::failover::Target;
 use crate::core::failure::{Failure, TransportKind};
-use crate::core::transport::failure_from_reqwest;
+use crate::core::transport::{TransportSettings, failure_from_reqwest};
 use crate::core::upstream::{AttemptRequest, Body, Chunk, Decoded, Decoder, Response, Upstream};
 use crate::providers::Dialect;
 use crate::providers::ending::{AfterContent, EndingState, error_body};
@@ -161,13 +162,33 @@ pub(super) struct GuardedUpstream {
     calls: Mutex<HashMap<StreamId, Guarded>>,
     /// The configured providers calls may fail over to.
     elsewhere: Arc<HashMap<String, Elsewhere>>,
+    /// The clients' timeouts, which tell a transport failure's timer.
+    timeouts: Timeouts,
+}
+
+/// A client's connect timeout and read backstop.
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    connect: Duration,
+    read: Option<Duration>,
+}
+
+impl Timeouts {
+    /// What `error` of a client with these timeouts was.
+    fn failure(self, error: &reqwest::Error) -> Failure {
+        failure_from_reqwest(error, self.connect, self.read)
+    }
 }
 
 impl GuardedUpstream {
     /// Sends calls to their own provider, or on failover to one of
-    /// `elsewhere`.
-    pub fn new(elsewhere: Arc<HashMap<String, Elsewhere>>) -> GuardedUpstream {
-        GuardedUpstream { calls: Mutex::default(), elsewhere }
+    /// `elsewhere`, with clients of `transport`'s timeouts.
+    pub fn new(elsewhere: Arc<HashMap<String, Elsewhere>>, transport: &TransportSettings) -> GuardedUpstream {
+        GuardedUpstream {
+            calls: Mutex::default(),
+            elsewhere,
+            timeouts: Timeouts { connect: transport.connect_timeout, read: transport.read_timeout },
+        }
     }
 
     /// Holds `guarded` for the attempts of call `stream`.
@@ -194,7 +215,8 @@ impl Upstream for GuardedUpstream {
             answer.opens(request.attempt);
             let key = request.credential.map(|c| c.secret.expose());
             let sent = guarded.request.to(request.target, &self.elsewhere, key)?.send().await;
-            let response = sent.map_err(|e| failure_from_reqwest(&e, CONNECT_TIMEOUT, None))?;
+            let timeouts = self.timeouts;
+            let response = sent.map_err(|e| timeouts.failure(&e))?;
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
             let streams = (200..300).contains(&status)
                 && headers
@@ -203,7 +225,8 @@ impl Upstream for GuardedUpstream {
                     .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
             let upstream = response.bytes_stream();
             if streams {
-                let body: Body = upstream.map(|next| next.map(Chunk::from).map_err(|e| read_failure(&e))).boxed();
+                let body: Body =
+                    upstream.map(move |next| next.map(Chunk::from).map_err(|e| timeouts.failure(&e))).boxed();
                 let head = AgentHead::of(status, &headers);
                 let attempt = request.attempt;
                 let mut response = Response::new(status, headers, body);
@@ -216,7 +239,7 @@ impl Upstream for GuardedUpstream {
             let kept = Arc::clone(&answer);
             let body: Body = upstream
                 .map(move |next| {
-                    let bytes = next.map_err(|e| read_failure(&e))?;
+                    let bytes = next.map_err(|e| timeouts.failure(&e))?;
                     kept.answered_body(&bytes);
                     Ok(Chunk::from(bytes))
                 })
@@ -230,10 +253,6 @@ impl Upstream for GuardedUpstream {
         // Never used: the executor asks each guarded call's own dialect's.
         Box::new(Dialect::OpenAiChat.decoder())
     }
-}
-
-fn read_failure(error: &reqwest::Error) -> Failure {
-    failure_from_reqwest(error, CONNECT_TIMEOUT, None)
 }
 
 /// The head an attempt's stream goes to the agent with.

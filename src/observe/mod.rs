@@ -297,7 +297,7 @@ impl Failover {
             let pool = CredentialPool::new(keys.map(Secret::new).collect(), policy.credentials.rotation);
             failover.pools.insert(row.name.clone(), Arc::new(pool));
             let client_error = |message: String| ObserveError::Client { route: row.name.clone(), message };
-            let mut transport = TransportSettings { read_timeout: None, ..policy.transport.clone() };
+            let mut transport = policy.transport.clone();
             if let Some(proxy) = &row.proxy {
                 transport.proxy = ProxySetting::parse(proxy);
             }
@@ -495,9 +495,10 @@ impl Observer {
         let mut clients = HashMap::new();
         for (route, proxy) in &rows {
             // Observe keeps no read timeout of its own: the agent's is the
-            // one that counts.
+            // one that counts. The guard keeps the core's, as any call does.
+            let read_timeout = settings.policy.transport.read_timeout.filter(|_| plan.guard);
             let transport =
-                TransportSettings { read_timeout: None, proxy: proxy.clone(), ..settings.policy.transport.clone() };
+                TransportSettings { read_timeout, proxy: proxy.clone(), ..settings.policy.transport.clone() };
             let client = build_client(&transport)
                 .map_err(|e| ObserveError::Client { route: route.name.clone(), message: e.to_string() })?;
             clients.insert(route.name.clone(), client);

@@ -134,7 +134,10 @@ impl Segment {
         let out: Arc<dyn EventSink> = Arc::new(Tee(sinks));
         let going = Arc::new(Going::default());
         let calls = match setup.guard {
-            true => Calls::Guarded(Arc::new(GuardedUpstream::new(Arc::clone(&setup.failover.elsewhere)))),
+            true => Calls::Guarded(Arc::new(GuardedUpstream::new(
+                Arc::clone(&setup.failover.elsewhere),
+                &setup.settings.policy.transport,
+            ))),
             false => Calls::Observed(Arc::default()),
         };
         let upstream: Arc<dyn Upstream> = match &calls {
