@@ -11,9 +11,15 @@
 //! passes; `.ci/run` installs what is missing and sets
 //! `STALLSCOPE_REQUIRE_NETNS=1`, which turns a skip into a failure.
 //!
+//! Guard tests put `observe --guard` between a plain client (the agent)
+//! and the simulator in such a namespace and blackhole the guard's path to
+//! the simulator mid-call: the guard's clocks, not the agent's timeout or
+//! the kernel's, end what the fault left hanging.
+//!
 //! Loopback tests check the socket options the keepalive tunables set and
 //! that no layer below the executor sends a request twice.
 
+mod observer;
 mod support;
 
 use std::future::Future;
@@ -26,9 +32,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use observer::{GUARD, Running};
 use stallscope::core::category::TimerKind;
+use stallscope::core::event::Outcome;
 use stallscope::core::failure::{Failure, TransportKind};
 use stallscope::core::transport::{ProxySetting, TransportSettings, build_client, failure_from_reqwest};
+use stallscope::diagnosis::{Severity, VerdictKind};
+use stallscope::observe::{ObserveSource, ObservedCall};
+use stallscope::sim::{Scenario, SimServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -158,7 +169,24 @@ fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<(), String> 
 /// meet `verdict` (`drop`, `reject with tcp reset`, ...). `direction` is
 /// `dport` (towards the server), `sport` (towards the client) or both.
 fn nft_rule(port: u16, directions: &[&str], verdict: &str) {
-    let rules: String = directions.iter().map(|d| format!("    tcp {d} {port} {verdict}\n")).collect();
+    let matches: Vec<String> = directions.iter().map(|d| format!("tcp {d} {port}")).collect();
+    nft_rules(&matches, verdict);
+}
+
+/// In the child: every packet of the one connection between ports
+/// `client` and `server` is dropped; other connections to `server` go
+/// through.
+fn blackhole_connection(client: u16, server: u16) {
+    nft_rules(
+        &[format!("tcp sport {client} tcp dport {server}"), format!("tcp sport {server} tcp dport {client}")],
+        "drop",
+    );
+}
+
+/// In the child: packets that match any of `matches` (nft match
+/// expressions) meet `verdict`.
+fn nft_rules(matches: &[String], verdict: &str) {
+    let rules: String = matches.iter().map(|m| format!("    {m} {verdict}\n")).collect();
     let script = format!(
         "table inet stallscope {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n{rules}  }}\n}}\n"
     );
@@ -341,7 +369,166 @@ fn an_unresolvable_host_is_a_dns_failure() {
 }
 
 // ---------------------------------------------------------------------------
+// The guard behind a kernel fault, each in its own namespace.
+
+/// A streamed chat request, as an agent sends it.
+const STREAMED: &str = r#"{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+
+/// The guard's idle budget in these tests, in seconds.
+const GUARD_IDLE_S: f64 = 1.0;
+
+/// Serves the scenario `text` (TOML) on the namespace's loopback.
+async fn simulator(text: &str) -> SimServer {
+    SimServer::start(Scenario::from_toml(text, "netfaults.toml").unwrap(), 0).await.unwrap()
+}
+
+/// `observe --guard` in front of `sim`, with the idle budget and `sets`.
+async fn guard(sim: &SimServer, sets: &[&str]) -> Running {
+    let idle = format!("SSE_IDLE_TIMEOUT_S={GUARD_IDLE_S}");
+    let sets: Vec<&str> = [GUARD, idle.as_str()].into_iter().chain(sets.iter().copied()).collect();
+    Running::start_with(ObserveSource::Upstream(sim.base_url()), None, &sets).await
+}
+
+/// An agent's streamed chat call through a guard, read as it comes.
+struct AgentCall {
+    response: reqwest::Response,
+    /// What it has read so far.
+    text: String,
+}
+
+impl AgentCall {
+    /// Sends the request to the guard at `base`, whose answer must be a
+    /// guarded 200.
+    async fn send(base: &str) -> AgentCall {
+        // The agent's own read timeout: far above any budget here.
+        let client = reqwest::Client::builder().read_timeout(Duration::from_secs(20)).build().unwrap();
+        let response = client.post(format!("{base}/v1/chat/completions")).body(STREAMED).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers().get("x-stallscope-guard").unwrap(), "on");
+        AgentCall { response, text: String::new() }
+    }
+
+    /// Reads until what it has read holds `wanted`.
+    async fn read_until(&mut self, wanted: &str) {
+        while !self.text.contains(wanted) {
+            let chunk = self.response.chunk().await.unwrap();
+            let chunk = chunk.unwrap_or_else(|| panic!("the stream ended before {wanted}: {}", self.text));
+            self.text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// Reads to the stream's end once `fault` is in place; how long that
+    /// took, and the call as `observer` saw it end.
+    async fn read_to_end(&mut self, observer: &Running, fault: &str) -> (Duration, ObservedCall) {
+        let started = Instant::now();
+        while let Some(chunk) = self.response.chunk().await.unwrap() {
+            self.text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        let took = started.elapsed();
+        let call = observer.ended(1).await.remove(0);
+        println!(
+            "measured: {fault}, guard idle {GUARD_IDLE_S} s: the agent's stream ended {took:.2?} after it; {}",
+            call.verdict.summary
+        );
+        (took, call)
+    }
+
+    /// How many content deltas it has read.
+    fn deltas(&self) -> usize {
+        self.text.matches(r#""content":"tok ""#).count()
+    }
+}
+
+/// The path to the upstream blackholes mid-answer (a tunnel gone, every
+/// packet dropped, nothing said): text has reached the agent, so the guard
+/// does not retry; its idle clock catches the silence and ends the agent's
+/// stream with chat's in-stream error about the idle budget after the
+/// fault, where the agent alone would wait out its own read timeout.
+#[test]
+fn a_blackhole_after_content_behind_the_guard_ends_the_agent_s_stream_in_the_idle_budget() {
+    in_namespace("a_blackhole_after_content_behind_the_guard_ends_the_agent_s_stream_in_the_idle_budget", || async {
+        // Four seconds of healthy answer.
+        let sim = simulator("[[attempts]]\nsteps = [{ content = \"tok \", count = 80, every_ms = 50 }]\n").await;
+        let observer = guard(&sim, &[]).await;
+        let mut agent = AgentCall::send(&observer.base).await;
+        agent.read_until("tok ").await;
+        nft_rule(sim.addr().port(), &["dport", "sport"], "drop");
+        let (took, call) = agent.read_to_end(&observer, "blackhole after content").await;
+        let (report, verdict) = (&call.report, &call.verdict);
+        within(took, GUARD_IDLE_S * 0.8, GUARD_IDLE_S + 2.0);
+        assert!((1..80).contains(&agent.deltas()), "part of the answer, then the cut: {}", agent.text);
+        let last = agent.text.lines().filter_map(|l| l.strip_prefix("data: ")).rfind(|d| *d != "[DONE]");
+        let last: serde_json::Value = serde_json::from_str(last.unwrap()).unwrap();
+        assert_eq!(last["error"]["type"], "server_error", "{}", agent.text);
+        assert_eq!((report.outcome, report.attempts), (Outcome::Failed, 1), "{}", verdict.summary);
+        assert_eq!(report.error.as_ref().and_then(|c| c.timer), Some(TimerKind::Idle), "{}", verdict.summary);
+        assert_eq!(verdict.kind, VerdictKind::SilentStall, "{}", verdict.summary);
+        observer.stop().await;
+    });
+}
+
+/// One connection blackholes right after the head and the opening event
+/// (a NAT entry or a tunnel that died; a new connection takes a path that
+/// works): nothing of the answer has reached the agent, so the guard's
+/// idle clock catches the silence and the core retries on a new
+/// connection. The agent reads one whole answer, its role chunk once.
+#[test]
+fn a_connection_blackholed_before_content_behind_the_guard_is_retried() {
+    in_namespace("a_connection_blackholed_before_content_behind_the_guard_is_retried", || async {
+        // Attempt 1 opens and thinks for half a second before it answers,
+        // time enough to blackhole it first; attempt 2 answers at once.
+        let sim = simulator(
+            "[[attempts]]\nsteps = [{ preamble = true }, { stall_ms = 500 }, { content = \"tok \", count = 20, every_ms = 25 }]\n\n\
+             [[attempts]]\nsteps = [{ content = \"tok \", count = 20, every_ms = 25 }]\n",
+        )
+        .await;
+        let observer = guard(&sim, &["PROVIDER_STREAM_BACKOFF_S=0.01", "PROVIDER_STREAM_BACKOFF_MAX_S=0.05"]).await;
+        let mut agent = AgentCall::send(&observer.base).await;
+        agent.read_until(r#""role":"assistant""#).await;
+        let server = sim.addr().port();
+        let clients: Vec<u16> =
+            tcp_sockets().iter().filter(|s| s.remote_port == server).map(|s| s.local_port).collect();
+        assert_eq!(clients.len(), 1, "the guard's connections to the simulator: {clients:?}");
+        blackhole_connection(clients[0], server);
+        let (took, call) = agent.read_to_end(&observer, "one connection blackholed before content").await;
+        let (report, verdict) = (&call.report, &call.verdict);
+        // The idle budget, a backoff, the half-second answer, and room.
+        within(took, GUARD_IDLE_S * 0.8, GUARD_IDLE_S + 2.5);
+        assert_eq!(agent.deltas(), 20, "the whole answer, once: {}", agent.text);
+        assert_eq!(agent.text.matches(r#""role":"assistant""#).count(), 1, "one start: {}", agent.text);
+        assert!(agent.text.ends_with("data: [DONE]\n\n"), "{}", agent.text);
+        assert_eq!((report.outcome, report.attempts), (Outcome::Ok, 2), "{}", verdict.summary);
+        assert_eq!(
+            (verdict.kind, verdict.severity),
+            (VerdictKind::SilentStall, Severity::Recovered),
+            "{}",
+            verdict.summary
+        );
+        observer.stop().await;
+    });
+}
+
+// ---------------------------------------------------------------------------
 // Socket options, on loopback.
+
+/// An IPv4 TCP socket of this process's network namespace.
+struct TcpSocket {
+    local_port: u16,
+    remote_port: u16,
+    inode: String,
+}
+
+/// Every IPv4 TCP socket of this process's network namespace, listeners
+/// included (remote port 0), from `/proc/net/tcp`.
+fn tcp_sockets() -> Vec<TcpSocket> {
+    let port = |address: &str| u16::from_str_radix(address.rsplit(':').next().unwrap(), 16).unwrap();
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    tcp.lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .map(|f| TcpSocket { local_port: port(f[1]), remote_port: port(f[2]), inode: f[9].to_owned() })
+        .collect()
+}
 
 /// The options of the client's socket for the connection whose local
 /// port is `port`.
@@ -355,14 +542,10 @@ struct Options {
 }
 
 fn client_socket_options(port: u16) -> Options {
-    let local = format!(":{port:04X}");
-    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let inode = tcp
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|f| f[1].ends_with(&local))
-        .map(|f| f[9].to_owned())
+    let inode = tcp_sockets()
+        .into_iter()
+        .find(|s| s.local_port == port)
+        .map(|s| s.inode)
         .unwrap_or_else(|| panic!("no socket with local port {port} in /proc/net/tcp"));
     let link = format!("socket:[{inode}]");
     let fd: i32 = std::fs::read_dir("/proc/self/fd")
