@@ -28,15 +28,17 @@ click 130 44 1        # the Source picker
 click 70 89 1         # "all failure stories"
 key F5; sleep 8       # Run, then let the stories play out
 shot live
-click 254 145 2       # Compact lanes: the overview over every story's lanes
+click 254 168 2       # Compact lanes: the overview over every story's lanes
+click 41 309 1        # the Legend folded, so that the overview fits the header
 shot overview
-click 254 145 2       # back to plotted lanes
+click 41 309 1        # the Legend open again
+click 254 168 2       # back to plotted lanes
 click 47 866 2        # the header of silent-stall #1: its detail panel opens
 shot detail
 key Escape            # closed again
 click 186 12 2        # History: the batch of stories, then the two stalls
 shot history
-click 1107 210 3      # Open run 1 (idle 1 s): it opens paused at its end
+click 1154 213 3      # Open run 1 (idle 1 s): it opens paused at its end
 key Escape Home space; sleep 0.3
 key space
 shot replay           # played 1.3 s from the start: the stall, not yet retried
@@ -62,6 +64,6 @@ fresh "$scratch/small" "$app" & APP=$!
 sleep 6
 WID=$(DISPLAY=:97 xdotool search --name '^stallscope' | head -1)
 DISPLAY=:97 xdotool windowsize "$WID" 800 600; sleep 2
-click 100 320 7       # "First run: silent-stall, 4 calls"
+click 100 358 7       # "First run: silent-stall, 4 calls"
 DISPLAY=:97 xdotool mousemove --window "$WID" 790 590; sleep 1
 shot small-window

@@ -2,7 +2,8 @@
 //! scenario's simulator, a plain HTTP client's requests come in as lanes
 //! with their verdicts, and Stop ends the run, recorded; an agent that
 //! gives up on a silent stall reads as the agent disconnecting, with our
-//! timer's would-fire mark on its lane.
+//! timer's would-fire mark on its lane; with **Guard** (issue 26) the
+//! core retries a silent stall and the agent reads one whole answer.
 
 mod app;
 
@@ -12,35 +13,52 @@ use std::time::Duration;
 
 use stallscope::core::category::TimerKind;
 use stallscope::core::event::Outcome;
-use stallscope::diagnosis::VerdictKind;
+use stallscope::diagnosis::{Severity, VerdictKind};
 use stallscope::gui::live::Choice;
+
+/// What the agent read of one response.
+#[derive(Debug)]
+struct Read {
+    status: u16,
+    /// Its `x-stallscope-guard` header.
+    guard: Option<String>,
+    /// Its body; empty when the agent gave up reading it.
+    body: String,
+}
+
+/// Each response's status.
+fn statuses(reads: &[Read]) -> Vec<u16> {
+    reads.iter().map(|r| r.status).collect()
+}
 
 /// Sends `n` streamed chat requests to `base` one after the other, as an
 /// agent would, from a thread of its own.
-fn agent(base: String, n: usize) -> std::thread::JoinHandle<Vec<u16>> {
+fn agent(base: String, n: usize) -> std::thread::JoinHandle<Vec<Read>> {
     agent_with(base, n, reqwest::Client::new())
 }
 
-/// [`agent`] with its own client; returns each response's status, the
-/// body read or not (a client's read timeout gives up on a silent one).
-fn agent_with(base: String, n: usize, client: reqwest::Client) -> std::thread::JoinHandle<Vec<u16>> {
+/// [`agent`] with its own client; returns what it read of each response
+/// (a client's read timeout gives up on a silent one).
+fn agent_with(base: String, n: usize, client: reqwest::Client) -> std::thread::JoinHandle<Vec<Read>> {
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
-            let mut statuses = Vec::new();
+            let mut reads = Vec::new();
             for i in 0..n {
                 let body =
                     format!(r#"{{"model":"gpt-x","stream":true,"messages":[{{"role":"user","content":"call {i}"}}]}}"#);
                 let response = client.post(format!("{base}/v1/chat/completions")).body(body).send().await.unwrap();
-                statuses.push(response.status().as_u16());
-                let _ = response.text().await;
+                let status = response.status().as_u16();
+                let guard = response.headers().get("x-stallscope-guard").and_then(|v| v.to_str().ok()).map(Into::into);
+                reads.push(Read { status, guard, body: response.text().await.unwrap_or_default() });
             }
-            statuses
+            reads
         })
     })
 }
 
-/// Starts **Observe** on built-in scenario `scenario`; returns its base URL.
+/// Starts **Observe** on built-in scenario `scenario` (guarding when the
+/// form says so); returns its base URL.
 fn observe(h: &mut egui_kittest::Harness<'static, stallscope::gui::App>, scenario: &str) -> String {
     h.state_mut().prefs.form.choice = Choice::Scenario(scenario.into());
     h.state_mut().prefs.form.observe_listen = "127.0.0.1:0".into();
@@ -49,7 +67,8 @@ fn observe(h: &mut egui_kittest::Harness<'static, stallscope::gui::App>, scenari
     wait_for(h, "the observer to listen", |h| h.state().live.observing().is_some());
     let observing = h.state().live.observing().unwrap().to_owned();
     h.get_by_label(&observing);
-    let base = observing.trim_start_matches("observing on ").split(' ').next().unwrap().to_owned();
+    // `observing on URL → …`, or `guarding on URL → …`.
+    let base = observing.split(' ').nth(2).unwrap().to_owned();
     assert!(base.starts_with("http://127.0.0.1:"), "{observing}");
     base
 }
@@ -66,7 +85,7 @@ fn observed_calls_come_in_as_lanes_with_their_verdicts() {
         let lanes = &live.timeline().lanes;
         lanes.len() == 2 && lanes.iter().all(|l| live.timeline().verdict(l).is_some())
     });
-    assert_eq!(agent.join().unwrap(), [200, 200]);
+    assert_eq!(statuses(&agent.join().unwrap()), [200, 200]);
     let timeline = h.state().live.timeline();
     for lane in &timeline.lanes {
         assert_eq!(lane.outcome, Some(Outcome::Ok));
@@ -98,7 +117,7 @@ fn an_agent_that_gives_up_on_a_silent_stall_shows_our_timer_s_mark() {
         let live = &h.state().live;
         live.timeline().lanes.first().is_some_and(|l| live.timeline().verdict(l).is_some())
     });
-    assert_eq!(agent.join().unwrap(), [200]);
+    assert_eq!(statuses(&agent.join().unwrap()), [200]);
     let timeline = h.state().live.timeline();
     let lane = &timeline.lanes[0];
     assert_eq!(lane.outcome, Some(Outcome::Cancelled));
@@ -126,4 +145,47 @@ fn an_agent_that_gives_up_on_a_silent_stall_shows_our_timer_s_mark() {
 
     h.get_by_label("Stop").click();
     wait_for(&mut h, "the observer to stop", |h| !h.state().live.is_running());
+}
+
+/// With **Guard** ticked, a silent stall (the idle timer at 0.3 s in
+/// force) is retried by the core: the agent reads one complete answer,
+/// marked guarded, and the lane shows the call recovered on attempt 2.
+#[test]
+fn a_guarded_silent_stall_is_retried_and_the_agent_reads_a_whole_answer() {
+    let dir = Scratch::new("observe-guard");
+    let mut h = open(&dir);
+    h.state_mut().prefs.tunables.edits.insert("STALLSCOPE_SSE_IDLE_TIMEOUT_S".into(), "0.3".into());
+    h.get_by_label("Guard").click();
+    h.run();
+    assert!(h.state().prefs.form.observe_guard);
+    let base = observe(&mut h, "silent-stall");
+    assert!(h.state().live.observing().unwrap().starts_with("guarding on http://"));
+
+    let agent = agent(base.clone(), 1);
+    wait_for(&mut h, "the guarded call with its verdict", |h| {
+        let live = &h.state().live;
+        live.timeline().lanes.first().is_some_and(|l| live.timeline().verdict(l).is_some())
+    });
+    let [read] = &agent.join().unwrap()[..] else { panic!("one response") };
+    assert_eq!((read.status, read.guard.as_deref()), (200, Some("on")), "{}", read.body);
+    assert_eq!(read.body.matches(r#""role":"assistant""#).count(), 1, "one start: {}", read.body);
+    assert!(read.body.ends_with("data: [DONE]\n\n"), "{}", read.body);
+    let timeline = h.state().live.timeline();
+    let lane = &timeline.lanes[0];
+    assert_eq!((lane.outcome, lane.attempt_count), (Some(Outcome::Ok), 2));
+    let verdict = timeline.verdict(lane).unwrap();
+    assert_eq!(
+        (verdict.kind, verdict.severity),
+        (VerdictKind::SilentStall, Severity::Recovered),
+        "{}",
+        verdict.summary
+    );
+    assert!(verdict.summary.ends_with("recovered on attempt 2"), "{}", verdict.summary);
+    let part = base.trim_start_matches("http://");
+    h.get_by_label(&format!("observe@{part} #0  ok"));
+
+    h.get_by_label("Stop").click();
+    wait_for(&mut h, "the guard to stop", |h| !h.state().live.is_running());
+    let results = &h.state().live.results;
+    assert!(results.iter().any(|r| r.contains("1 ok") && r.contains("recorded as run 1")), "{results:?}");
 }

@@ -77,6 +77,8 @@ pub struct RunForm {
     /// The one upstream **Observe** forwards to; empty: the source above
     /// (its scenario's simulator, or every configured provider's route).
     pub observe_upstream: String,
+    /// **Observe** guards: the core acts on the agent's streamed calls.
+    pub observe_guard: bool,
 }
 
 impl Default for RunForm {
@@ -91,6 +93,7 @@ impl Default for RunForm {
             label: String::new(),
             observe_listen: "127.0.0.1:8787".to_owned(),
             observe_upstream: String::new(),
+            observe_guard: false,
         }
     }
 }
@@ -163,7 +166,7 @@ impl RunForm {
             overrides,
             edits,
             recording,
-            guard: false,
+            guard: self.observe_guard,
             service: Service::default(),
         })
     }
@@ -301,6 +304,8 @@ pub struct Live {
     pub probe: ProbeView,
     /// Where the observer going on listens and forwards, once it does.
     observing: Option<String>,
+    /// Whether the observer going on (or last) guards.
+    guarding: bool,
 }
 
 impl Live {
@@ -346,7 +351,7 @@ impl Live {
         }
         self.timeline = Timeline::new();
         self.results.clear();
-        (self.replayable, self.recorded, self.observing) = (None, Vec::new(), None);
+        (self.replayable, self.recorded, self.observing, self.guarding) = (None, Vec::new(), None, plan.guard);
         self.whatif.clear();
         self.checks.clear();
         super::memory::give_back();
@@ -360,7 +365,8 @@ impl Live {
     }
 
     /// Where the observer going on listens and forwards, once it does:
-    /// `observing on http://127.0.0.1:8787 → https://api.openai.com`.
+    /// `observing on http://127.0.0.1:8787 → https://api.openai.com`, or
+    /// `guarding on …` when it guards.
     pub fn observing(&self) -> Option<&str> {
         self.observing.as_deref()
     }
@@ -517,7 +523,8 @@ impl Live {
                     if let Some(p) = self.timeline.parts.get_mut(part) {
                         p.label = format!("observe@{}", url.trim_start_matches("http://"));
                     }
-                    self.observing = Some(format!("observing on {url} → {routes}"));
+                    let doing = if self.guarding { "guarding" } else { "observing" };
+                    self.observing = Some(format!("{doing} on {url} → {routes}"));
                 }
                 Update::PartDone { part, result } => {
                     self.observing = None;
@@ -572,8 +579,12 @@ impl Live {
         stored_runs: usize,
     ) -> Action {
         // Everything above the lanes takes at most half the height: in a
-        // small window it scrolls, and the lanes keep the rest.
-        let most = (ui.available_height() * HEADER_SHARE).max(HEADER_MIN);
+        // small window it scrolls, and the lanes keep the rest. Before
+        // anything is shown there are no lanes to keep room for.
+        let most = match self.showing {
+            Showing::Nothing => ui.available_height(),
+            _ => (ui.available_height() * HEADER_SHARE).max(HEADER_MIN),
+        };
         let header = egui::ScrollArea::vertical().id_salt("live-header").max_height(most).auto_shrink([false, true]);
         let (action, shown) = header
             .show(ui, |ui| {
@@ -665,10 +676,17 @@ impl Live {
                 "Where the agent's requests go, e.g. https://api.openai.com; empty: the source above (a \
                  scenario's simulator, or every configured provider under /<name>)",
             );
+            ui.checkbox(&mut form.observe_guard, "Guard").on_hover_text(
+                "The core acts on the agent's streamed calls, under the tunables in force: before content, a \
+                 stall, a failure or a retryable answer is retried and the agent gets one whole answer; after \
+                 content, a stall ends its stream in the dialect's own terms (GUARD_AFTER_CONTENT). Each \
+                 guarded response carries x-stallscope-guard: on. Applies when Observe starts.",
+            );
             let can = !running && blocked.is_none();
             let button = ui.add_enabled(can, egui::Button::new("Observe")).on_hover_text(
                 "A recording streaming proxy for your own agent: point its base URL here; its calls pass \
-                 through unchanged and come in as lanes, with their verdicts. Stop ends it.",
+                 through unchanged (with Guard, the core acts on the streamed ones) and come in as lanes, with \
+                 their verdicts. Stop ends it.",
             );
             if button.clicked() {
                 action = Action::Observe;
