@@ -512,6 +512,35 @@ fn at_800_by_600_a_stored_run_and_its_what_if_leave_the_lanes_half_the_height() 
     inside_800(&h);
 }
 
+/// The budget table's last column takes the rest of the row and wraps in
+/// it, small window or large: not a column a button wide with its words
+/// running down the page (a Grid that is not told its number of columns
+/// wraps the last one in its first frame's width).
+#[test]
+fn the_budget_table_s_last_column_takes_the_rest_of_the_row() {
+    for (width, height) in [(800.0, 600.0), (1600.0, 1000.0)] {
+        let dir = Scratch::new(&format!("budget-{width}"));
+        let mut h = console(&dir, (width, height), vec![]);
+        h.run();
+        tab(&mut h, "Budget");
+        let how = h.get_by_label("how").rect();
+        let cells: Vec<egui::Rect> = h
+            .query_all_by(|node| {
+                node.role() == egui::accesskit::Role::Label
+                    && node
+                        .bounding_box()
+                        .is_some_and(|b| (b.x0 as f32 - how.left()).abs() < 1.0 && b.y0 as f32 > how.bottom())
+            })
+            .map(|node| node.rect())
+            .collect();
+        assert_eq!(cells.len(), 2, "the attempt's and the call's: {cells:?}");
+        for cell in cells {
+            assert!(cell.width() >= 300.0 && cell.right() <= width, "{width}: {cell:?}");
+            assert!(cell.height() <= 3.0 * how.height(), "{width}: at most 3 lines under {how:?}: {cell:?}");
+        }
+    }
+}
+
 /// Nothing reaches past an 800-pixel window's right edge (a row that did
 /// would widen every row under it).
 fn inside_800(h: &Harness<'_, App>) {

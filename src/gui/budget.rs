@@ -80,7 +80,9 @@ impl BudgetView {
         for note in &report.notes {
             ui.label(RichText::new(format!("note: {note}")).color(ui.visuals().warn_fg_color));
         }
-        egui::Grid::new("budget-layers").striped(true).show(ui, |ui| {
+        // Told its columns, the grid gives the last one the rest of the row;
+        // untold, it wraps it in its first frame's width, a button's.
+        egui::Grid::new("budget-layers").striped(true).num_columns(3).show(ui, |ui| {
             ui.strong("layer");
             ui.strong("worst case");
             ui.strong("how");

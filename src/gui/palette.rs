@@ -308,9 +308,11 @@ pub fn legend(ui: &mut Ui) {
         ui.label(
             "A timer's line climbs from the lane's foot (armed or reset) to its top, where it fires; \
              its label gives its threshold. Where it came due while our own runtime was late (guard mode), \
-             it is held instead: it starts again from the foot, under an upright cross. On an observed call our timers only watch: where one would have \
-             fired, its climb ends in a hollow mark in its colour and stroke. Bytes are scaled per lane or to \
-             the largest lane (Bytes scale); hovering a lane gives the bytes received by then.",
+             it is held instead: it starts again from the foot, under an upright cross. On a watched call \
+             (observe@…) our timers only watch: where one would have fired, its climb ends in a hollow mark in \
+             its colour and stroke; under the guard (observe --guard, guard@…) they act, as in a run. Bytes \
+             are scaled per lane or to the largest lane (Bytes scale); hovering a lane gives the bytes received \
+             by then.",
         );
     });
 }
