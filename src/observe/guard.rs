@@ -449,53 +449,43 @@ impl Answering {
     /// keep-alives, always go).
     fn relay(&mut self, chunk: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(chunk.len() + 16);
-        let mut items: Vec<Relayed> = Vec::new();
+        let Answering { framer, ending, sorter, repeats, .. } = self;
         // Bytes that are not a stream the core has refused already; what
         // came whole before them still goes.
-        let _ = self.framer.feed(chunk, &mut |item| {
-            items.push(match item {
-                SseItem::Comment(text) => Relayed { bytes: comment(text), event: None },
-                SseItem::Event { event, data, .. } => {
-                    Relayed { bytes: framed(event, data), event: Some((event.into(), data.into())) }
+        let _ = framer.feed(chunk, &mut |item| match item {
+            SseItem::Comment(text) => comment(text, &mut out),
+            SseItem::Event { event, data, .. } => {
+                let start = out.len();
+                framed(event, data, &mut out);
+                if *repeats {
+                    let mut decoded = Vec::new();
+                    sorter.feed(&out[start..], &mut decoded);
+                    if !decoded.iter().any(|d| matches!(d, Decoded::Event { class, .. } if class.is_output())) {
+                        out.truncate(start);
+                        return;
+                    }
+                    *repeats = false;
                 }
-            });
-        });
-        for Relayed { bytes, event } in items {
-            let Some((name, data)) = event else {
-                out.extend_from_slice(&bytes);
-                continue;
-            };
-            if self.repeats {
-                let mut decoded = Vec::new();
-                self.sorter.feed(&bytes, &mut decoded);
-                let output = decoded.iter().any(|d| matches!(d, Decoded::Event { class, .. } if class.is_output()));
-                if !output {
-                    continue;
-                }
-                self.repeats = false;
+                ending.observe(event, data);
             }
-            self.ending.observe(&name, &data);
-            out.extend_from_slice(&bytes);
-        }
+        });
         out
     }
 }
 
-/// One item of a relayed chunk: its bytes, re-framed, and for an event its
-/// name and data.
-struct Relayed {
-    bytes: Vec<u8>,
-    event: Option<(String, String)>,
+/// An SSE comment, framed, onto `out`.
+fn comment(text: &str, out: &mut Vec<u8>) {
+    out.push(b':');
+    if !text.is_empty() {
+        out.push(b' ');
+        out.extend_from_slice(text.as_bytes());
+    }
+    out.extend_from_slice(b"\n\n");
 }
 
-/// An SSE comment, framed.
-fn comment(text: &str) -> Vec<u8> {
-    format!(":{}{text}\n\n", if text.is_empty() { "" } else { " " }).into_bytes()
-}
-
-/// An SSE event, framed: its name when it has one, each line of its data.
-fn framed(event: &str, data: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(event.len() + data.len() + 16);
+/// An SSE event, framed onto `out`: its name when it has one, each line
+/// of its data.
+fn framed(event: &str, data: &str, out: &mut Vec<u8>) {
     if !event.is_empty() {
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(event.as_bytes());
@@ -507,5 +497,4 @@ fn framed(event: &str, data: &str) -> Vec<u8> {
         out.push(b'\n');
     }
     out.push(b'\n');
-    out
 }
