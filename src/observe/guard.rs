@@ -13,9 +13,11 @@
 //!   until an attempt's stream is taken in by the core, and sent once; each
 //!   chunk the core takes in ([`crate::core::upstream::Response::accepted`])
 //!   goes on, so the agent has exactly what the core decided from. A retried
-//!   attempt's events before its first output repeat what the agent has
-//!   (`message_start`, the role chunk, `response.created`): they are not
-//!   sent again; keep-alive comments are.
+//!   attempt's events that open the message again before its first output
+//!   (`message_start`, the role chunk, `response.created` and
+//!   `.in_progress`) repeat what the agent has: they are not sent again.
+//!   The rest goes on: the content block or output item its output is
+//!   streamed into (the agent's SDK indexes deltas by it), keep-alives.
 //! - **After content** the core never retries; a stall caught by a clock
 //!   ends the agent's stream in its dialect's own terms, as
 //!   `GUARD_AFTER_CONTENT` says ([`crate::providers::ending`]).
@@ -39,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::relay::{AgentGone, CONNECT_TIMEOUT, end_to_end};
 use crate::core::category::Category;
-use crate::core::event::{Outcome, StreamId};
+use crate::core::event::{EventClass, Outcome, StreamId};
 use crate::core::executor::CallReport;
 use crate::core::failover::Target;
 use crate::core::failure::Failure;
@@ -216,7 +218,7 @@ struct Answering {
     /// The attempt whose stream is relayed.
     attempt: u32,
     /// The agent has had events from an earlier attempt: this attempt's
-    /// before its first output repeat them.
+    /// opening events before its first output repeat them.
     repeats: bool,
     /// Tells a repeating attempt's output from the rest.
     sorter: Box<dyn Decoder>,
@@ -371,8 +373,7 @@ impl Answer {
 
 impl Answering {
     /// What of `chunk` the agent gets: its whole events, re-framed, but a
-    /// repeating attempt's events before its first output (comments, the
-    /// keep-alives, always go).
+    /// repeating attempt's opening events before its first output.
     fn relay(&mut self, chunk: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(chunk.len() + 16);
         let mut items: Vec<Relayed> = Vec::new();
@@ -395,15 +396,28 @@ impl Answering {
                 let mut decoded = Vec::new();
                 self.sorter.feed(&bytes, &mut decoded);
                 let output = decoded.iter().any(|d| matches!(d, Decoded::Event { class, .. } if class.is_output()));
-                if !output {
+                if output {
+                    self.repeats = false;
+                } else if opens_message(self.dialect, &name, &decoded) {
                     continue;
                 }
-                self.repeats = false;
             }
             self.ending.observe(&name, &data);
             out.extend_from_slice(&bytes);
         }
         out
+    }
+}
+
+/// Whether an event (`name`, decoded as `decoded`) opens the message:
+/// Anthropic's `message_start`, the Responses lifecycle's first events, a
+/// chat chunk with no text, reasoning or tool call in it (the role chunk;
+/// chat has no blocks).
+fn opens_message(dialect: Dialect, name: &str, decoded: &[Decoded]) -> bool {
+    match dialect {
+        Dialect::AnthropicMessages => name == "message_start",
+        Dialect::OpenAiResponses => matches!(name, "response.created" | "response.in_progress" | "response.queued"),
+        Dialect::OpenAiChat => decoded.iter().all(|d| matches!(d, Decoded::Event { class: EventClass::Lifecycle, .. })),
     }
 }
 
@@ -434,4 +448,39 @@ fn framed(event: &str, data: &str) -> Vec<u8> {
     }
     out.push(b'\n');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the agent's body has been sent so far, as text.
+    fn sent(agent: &mut AgentSide) -> String {
+        let mut text = String::new();
+        while let Ok(Ok(bytes)) = agent.body.try_recv() {
+            text.push_str(std::str::from_utf8(&bytes).unwrap());
+        }
+        text
+    }
+
+    /// An attempt retried after the agent had the message's opening: its
+    /// own opening is not sent again, but the block its text goes in is
+    /// (the agent's SDK indexes the deltas by it), and so are its pings.
+    #[test]
+    fn a_retried_attempt_sends_its_block_but_not_the_opening_again() {
+        let (answer, mut agent) = Answer::new(Dialect::AnthropicMessages, "claude-x");
+        let head = AgentHead::of(200, &HeaderMap::new());
+        let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n";
+        answer.opens(1);
+        answer.accepted(1, &head, &Bytes::from(start));
+        assert_eq!(sent(&mut agent), start);
+        answer.opens(2);
+        let block = "event: content_block_start\n\
+                     data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+                     event: ping\ndata: {\"type\":\"ping\"}\n\n";
+        let delta = "event: content_block_delta\n\
+                     data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
+        answer.accepted(2, &head, &Bytes::from(format!("{}{block}{delta}", start.replace("msg_1", "msg_2"))));
+        assert_eq!(sent(&mut agent), format!("{block}{delta}"));
+    }
 }
