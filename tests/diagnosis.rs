@@ -135,6 +135,11 @@ async fn each_scenario_gets_the_verdict_of_its_pattern() {
             ..expect("reset-after-first-token", K::ResetMidStream, Partial)
         },
         Expect {
+            says: &["of silence until the idle timer (1 s) fired", "partial recovery kept 20 characters"],
+            timer: Some(TimerKind::Idle),
+            ..expect("stall-after-content", K::SilentStall, Partial)
+        },
+        Expect {
             says: &[", headers after", "recovered on attempt 2"],
             ..expect("closed-early", K::ClosedEarly, Recovered)
         },

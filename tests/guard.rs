@@ -74,7 +74,6 @@ async fn before_content_the_guard_retries_and_the_agent_reads_one_whole_answer()
     let fast = ["PROVIDER_STREAM_BACKOFF_S=0.01", "PROVIDER_STREAM_BACKOFF_MAX_S=0.05"];
     for (scenario, clock, attempts, kind) in [
         ("silent-stall", "SSE_IDLE_TIMEOUT_S=0.3", 2, VerdictKind::SilentStall),
-        ("ping-flood-stall", "SSE_DATA_STALL_TIMEOUT_S=0.3", 2, VerdictKind::KeepaliveOnlyStall),
         ("rate-limited-ms", "SSE_IDLE_TIMEOUT_S=5", 3, VerdictKind::RateLimited),
     ] {
         let sets = [GUARD, clock, fast[0], fast[1]];
@@ -91,6 +90,25 @@ async fn before_content_the_guard_retries_and_the_agent_reads_one_whole_answer()
         assert_eq!((verdict.kind, verdict.severity), (kind, Severity::Recovered), "{scenario}: {}", verdict.summary);
         observer.stop().await;
     }
+}
+
+/// Reasoning that reached the agent is content to the guard (issue 26:
+/// "no text, reasoning or tool-call delta"): a stall after it is not
+/// retried, for the agent's SDK would hold the first attempt's reasoning
+/// block and the retry's beside it, and ends in the dialect's terms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_after_reasoning_is_not_retried() {
+    let sets = [GUARD, "SSE_DATA_STALL_TIMEOUT_S=0.3"];
+    let observer = Running::start_with(ObserveSource::Scenario("ping-flood-stall".into()), None, &sets).await;
+    let read = agent_call(&observer).await;
+    assert_eq!((read.status, read.guarded), (200, true));
+    assert!(read.text.contains("reasoning"), "the reasoning went on: {}", read.text);
+    assert!(read.text.contains(r#""type":"server_error""#), "ended with chat's error: {}", read.text);
+    let calls = observer.ended(1).await;
+    let (report, verdict) = (&calls[0].report, &calls[0].verdict);
+    assert_eq!((report.outcome, report.attempts), (Outcome::Failed, 1), "{}", verdict.summary);
+    assert_eq!(verdict.kind, VerdictKind::KeepaliveOnlyStall, "{}", verdict.summary);
+    observer.stop().await;
 }
 
 /// An upstream that streams three deltas, then goes silent for good.

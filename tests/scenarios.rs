@@ -247,6 +247,27 @@ async fn a_reset_after_the_first_token_keeps_the_partial_text() {
     assert_eq!((p.report.outcome, p.report.attempts, p.report.hops.len()), (Outcome::Failed, 1, 0));
 }
 
+/// A silent stall after content is caught by the idle timer and never
+/// retried (the text would come twice), on any attempt: partial recovery
+/// keeps the text; without it the call fails with the stall.
+#[tokio::test]
+async fn a_stall_after_content_is_never_retried() {
+    for p in play_all("stall-after-content", &[]).await {
+        let r = &p.report;
+        assert_eq!(
+            (r.outcome, r.attempts, r.content.as_str()),
+            (Outcome::Partial, 1, tokens(5).as_str()),
+            "{:?}",
+            p.dialect
+        );
+        assert_eq!(r.stop_reason.as_deref(), Some("length"), "{:?}", p.dialect);
+        assert_eq!(categories(&p), [(Category::Timeout, Some(TimerKind::Idle))], "{:?}", p.dialect);
+    }
+    let p = play("stall-after-content", Dialect::OpenAiResponses, &["PARTIAL_RECOVERY=0"]).await;
+    assert_eq!((p.report.outcome, p.report.attempts, p.report.hops.len()), (Outcome::Failed, 1, 0));
+    assert_eq!(p.report.content, tokens(5));
+}
+
 /// Retry-After is slept as asked (positive-only jitter adds at most 25 %),
 /// and the server's numbers are reported beside the sleeps.
 #[tokio::test]

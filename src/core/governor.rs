@@ -679,7 +679,8 @@ fn absorb(
                     arrival.stamp,
                     EventKind::SseReceived { class, chars: text.chars().count(), progress: resets },
                 );
-                if class.is_output() && !progress.committed {
+                let commits = class.is_output() || (timers.reasoning_commits && class == EventClass::Reasoning);
+                if commits && !progress.committed {
                     progress.committed = true;
                     scope.emit_stamped(arrival.stamp, EventKind::PhaseChanged { phase: AttemptPhase::Streaming });
                 }
@@ -908,6 +909,7 @@ mod tests {
             progress_classes: vec![EventClass::Content],
             min_rate: None,
             hold_when_late: hold,
+            reasoning_commits: false,
         }
     }
 

@@ -41,6 +41,11 @@ pub struct TimerSettings {
     /// guard turns it on (it does not cut an agent's stream for our own
     /// lateness).
     pub hold_when_late: bool,
+    /// Whether reasoning counts as content: once it has streamed, no retry
+    /// or failover (the stream is committed). Not a tunable: off (our own
+    /// calls keep no reasoning a retry could repeat), except where the
+    /// guard turns it on (an agent has the reasoning it relayed).
+    pub reasoning_commits: bool,
 }
 
 /// The throughput floor (`STALLSCOPE_SSE_MIN_RATE*`): the fourth clock, for
@@ -109,6 +114,9 @@ pub struct AttemptTimers {
     /// Whether a clock that comes due while our runtime is late is held
     /// ([`TimerSettings::hold_when_late`]).
     pub hold_when_late: bool,
+    /// Whether reasoning commits the stream
+    /// ([`TimerSettings::reasoning_commits`]).
+    pub reasoning_commits: bool,
 }
 
 impl TimerSettings {
@@ -143,6 +151,7 @@ impl TimerSettings {
             // up for being watched longer, so the floor stays as set.
             min_rate: self.min_rate,
             hold_when_late: self.hold_when_late,
+            reasoning_commits: self.reasoning_commits,
         }
     }
 }
@@ -354,6 +363,7 @@ impl CorePolicy {
             progress_classes,
             min_rate: rate_floor(t),
             hold_when_late: false,
+            reasoning_commits: false,
         };
 
         let backoff = BackoffPolicy {

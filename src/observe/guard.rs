@@ -8,14 +8,18 @@
 //! the model a failover hop names), asking for an uncompressed answer, for
 //! the guard reads what it relays. [`Answer`] is what the agent gets:
 //!
-//! - **Before content**, nothing the agent could tell from a healthy call:
+//! - **Before content** (no text, reasoning or tool-call delta has gone:
+//!   under the guard reasoning commits a stream as output does, for the
+//!   agent's SDK holds it), nothing the agent could tell from a healthy call:
 //!   the head (status and headers, with `x-stallscope-guard: on`) is held
 //!   until an attempt's stream is taken in by the core, and sent once; each
 //!   chunk the core takes in ([`crate::core::upstream::Response::accepted`])
 //!   goes on, so the agent has exactly what the core decided from. A retried
-//!   attempt's events before its first output repeat what the agent has
-//!   (`message_start`, the role chunk, `response.created`): they are not
-//!   sent again; keep-alive comments are.
+//!   attempt's events that open the message again before its first output
+//!   (`message_start`, the role chunk, `response.created` and
+//!   `.in_progress`) repeat what the agent has: they are not sent again.
+//!   The rest goes on: the content block or output item its output is
+//!   streamed into (the agent's SDK indexes deltas by it), keep-alives.
 //! - **After content** the core never retries; a stall caught by a clock
 //!   ends the agent's stream in its dialect's own terms, as
 //!   `GUARD_AFTER_CONTENT` says ([`crate::providers::ending`]).
@@ -40,7 +44,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::relay::{AgentGone, end_to_end};
 use crate::core::category::Category;
-use crate::core::event::{Outcome, StreamId};
+use crate::core::event::{EventClass, Outcome, StreamId};
 use crate::core::executor::CallReport;
 use crate::core::failover::Target;
 use crate::core::failure::{Failure, TransportKind};
@@ -290,7 +294,7 @@ struct Answering {
     /// The attempt whose stream is relayed.
     attempt: u32,
     /// The agent has had events from an earlier attempt: this attempt's
-    /// before its first output repeat them.
+    /// opening events before its first output repeat them.
     repeats: bool,
     /// Tells a repeating attempt's output from the rest.
     sorter: Box<dyn Decoder>,
@@ -445,11 +449,10 @@ impl Answer {
 
 impl Answering {
     /// What of `chunk` the agent gets: its whole events, re-framed, but a
-    /// repeating attempt's events before its first output (comments, the
-    /// keep-alives, always go).
+    /// repeating attempt's opening events before its first output.
     fn relay(&mut self, chunk: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(chunk.len() + 16);
-        let Answering { framer, ending, sorter, repeats, .. } = self;
+        let Answering { framer, ending, sorter, repeats, dialect, .. } = self;
         // Bytes that are not a stream the core has refused already; what
         // came whole before them still goes.
         let _ = framer.feed(chunk, &mut |item| match item {
@@ -460,16 +463,29 @@ impl Answering {
                 if *repeats {
                     let mut decoded = Vec::new();
                     sorter.feed(&out[start..], &mut decoded);
-                    if !decoded.iter().any(|d| matches!(d, Decoded::Event { class, .. } if class.is_output())) {
+                    if decoded.iter().any(|d| matches!(d, Decoded::Event { class, .. } if class.is_output())) {
+                        *repeats = false;
+                    } else if opens_message(*dialect, event, &decoded) {
                         out.truncate(start);
                         return;
                     }
-                    *repeats = false;
                 }
                 ending.observe(event, data);
             }
         });
         out
+    }
+}
+
+/// Whether an event (`name`, decoded as `decoded`) opens the message:
+/// Anthropic's `message_start`, the Responses lifecycle's first events, a
+/// chat chunk with no text, reasoning or tool call in it (the role chunk;
+/// chat has no blocks).
+fn opens_message(dialect: Dialect, name: &str, decoded: &[Decoded]) -> bool {
+    match dialect {
+        Dialect::AnthropicMessages => name == "message_start",
+        Dialect::OpenAiResponses => matches!(name, "response.created" | "response.in_progress" | "response.queued"),
+        Dialect::OpenAiChat => decoded.iter().all(|d| matches!(d, Decoded::Event { class: EventClass::Lifecycle, .. })),
     }
 }
 
@@ -497,4 +513,39 @@ fn framed(event: &str, data: &str, out: &mut Vec<u8>) {
         out.push(b'\n');
     }
     out.push(b'\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the agent's body has been sent so far, as text.
+    fn sent(agent: &mut AgentSide) -> String {
+        let mut text = String::new();
+        while let Ok(Ok(bytes)) = agent.body.try_recv() {
+            text.push_str(std::str::from_utf8(&bytes).unwrap());
+        }
+        text
+    }
+
+    /// An attempt retried after the agent had the message's opening: its
+    /// own opening is not sent again, but the block its text goes in is
+    /// (the agent's SDK indexes the deltas by it), and so are its pings.
+    #[test]
+    fn a_retried_attempt_sends_its_block_but_not_the_opening_again() {
+        let (answer, mut agent) = Answer::new(Dialect::AnthropicMessages, "claude-x");
+        let head = AgentHead::of(200, &HeaderMap::new());
+        let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n";
+        answer.opens(1);
+        answer.accepted(1, &head, &Bytes::from(start));
+        assert_eq!(sent(&mut agent), start);
+        answer.opens(2);
+        let block = "event: content_block_start\n\
+                     data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+                     event: ping\ndata: {\"type\":\"ping\"}\n\n";
+        let delta = "event: content_block_delta\n\
+                     data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
+        answer.accepted(2, &head, &Bytes::from(format!("{}{block}{delta}", start.replace("msg_1", "msg_2"))));
+        assert_eq!(sent(&mut agent), format!("{block}{delta}"));
+    }
 }

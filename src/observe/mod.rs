@@ -443,11 +443,14 @@ impl Observer {
         if plan.service.otlp.is_some() && plan.recording.is_none() {
             return Err(ObserveError::OtlpUnrecorded);
         }
-        let config = match &plan.source {
-            ObserveSource::Config(path) => path.clone(),
-            _ => plan.config.clone(),
+        // A scenario's own demo values (its idle timer of a second, say)
+        // are in force as they are for `run --scenario`: our clocks catch
+        // its story in seconds, not after the defaults' half hour.
+        let source = match &plan.source {
+            ObserveSource::Config(path) => RunSource::Config { path: path.clone(), target: None },
+            ObserveSource::Upstream(_) => RunSource::Config { path: plan.config.clone(), target: None },
+            ObserveSource::Scenario(name) => RunSource::Scenario { name: name.clone(), dialect: Dialect::OpenAiChat },
         };
-        let source = RunSource::Config { path: config, target: None };
         let mut settings = settings_for(&source, &plan.overrides, &plan.edits, env)?;
         let in_force = settings.tunables.clone();
         let acting: Vec<String> = match plan.guard {
@@ -462,6 +465,9 @@ impl Observer {
         // The guard cuts no healthy stream for its own lateness: a clock due
         // while our runtime is late is held, and says so.
         settings.policy.timers.hold_when_late = plan.guard;
+        // Before content is before anything the agent could tell from a
+        // healthy call: reasoning it has is content too.
+        settings.policy.timers.reasoning_commits = plan.guard;
         let providers = std::mem::take(&mut settings.providers);
         let mut scenario = None;
         let rows: Vec<(Route, ProxySetting)> = match &plan.source {

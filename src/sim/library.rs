@@ -27,6 +27,7 @@ library!(
     "crawl",
     "proxy-buffered",
     "reset-after-first-token",
+    "stall-after-content",
     "rate-limited-ms",
     "rate-limited-seconds",
     "rate-limited-date",
