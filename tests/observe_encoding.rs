@@ -51,31 +51,30 @@ fn wire(texts: &[String], encoding: Option<&str>) -> Vec<Bytes> {
     let Some(encoding) = encoding else { return texts.iter().map(|t| Bytes::from(t.clone())).collect() };
     if encoding == "br" {
         let mut encoder = brotli::CompressorWriter::new(Vec::new(), 4096, 5, 22);
-        let mut chunks: Vec<Bytes> = texts
-            .iter()
-            .map(|text| {
-                encoder.write_all(text.as_bytes()).unwrap();
-                encoder.flush().unwrap();
-                Bytes::from(std::mem::take(encoder.get_mut()))
-            })
-            .collect();
+        let mut chunks = flushed(&mut encoder, brotli::CompressorWriter::get_mut, texts);
         chunks.push(Bytes::from(encoder.into_inner()));
         return chunks;
     }
     let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
-    let mut chunks: Vec<Bytes> = texts
-        .iter()
-        .map(|text| {
-            encoder.write_all(text.as_bytes()).unwrap();
-            encoder.flush().unwrap();
-            Bytes::from(std::mem::take(encoder.get_mut()))
-        })
-        .collect();
+    let mut chunks = flushed(&mut encoder, GzEncoder::get_mut, texts);
     chunks.push(Bytes::from(encoder.finish().unwrap()));
     if encoding == "zstd" {
         chunks.iter_mut().for_each(|chunk| *chunk = chunk.iter().map(|b| b ^ 0x5a).collect());
     }
     chunks
+}
+
+/// Each of `texts` through `encoder`, flushed after each: what it wrote
+/// for each (`written` is where it writes).
+fn flushed<E: Write>(encoder: &mut E, written: fn(&mut E) -> &mut Vec<u8>, texts: &[String]) -> Vec<Bytes> {
+    texts
+        .iter()
+        .map(|text| {
+            encoder.write_all(text.as_bytes()).unwrap();
+            encoder.flush().unwrap();
+            Bytes::from(std::mem::take(written(encoder)))
+        })
+        .collect()
 }
 
 /// The event stream's chunks, one event each.
