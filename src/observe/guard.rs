@@ -42,17 +42,21 @@ use futures_util::future::BoxFuture;
 use http::HeaderMap;
 use tokio::sync::{mpsc, oneshot};
 
+use super::ObserveError;
 use super::relay::{AgentGone, end_to_end};
 use crate::core::category::Category;
+use crate::core::credentials::{CredentialPool, Secret};
 use crate::core::event::{EventClass, Outcome, StreamId};
 use crate::core::executor::CallReport;
 use crate::core::failover::Target;
 use crate::core::failure::{Failure, TransportKind};
-use crate::core::transport::{TransportSettings, failure_from_reqwest};
+use crate::core::policy::CorePolicy;
+use crate::core::transport::{ProxySetting, TransportSettings, build_client, failure_from_reqwest};
 use crate::core::upstream::{AttemptRequest, Body, Chunk, Decoded, Decoder, Response, Upstream};
 use crate::providers::Dialect;
 use crate::providers::ending::{AfterContent, EndingState, error_body};
 use crate::providers::http::with_key;
+use crate::providers::setup::{ProviderConfig, extra_headers};
 use crate::providers::sse::{SseItem, SseParser};
 
 /// The header on every guarded response, so an operator sees from the
@@ -158,6 +162,56 @@ pub(super) struct Guarded {
     /// What ends the call when the agent goes: its attempt follows the
     /// call's.
     pub agent_gone: AgentGone,
+}
+
+/// Where a guarded call may fail over: the configured providers, their
+/// keys and targets (none without a config, or when only observing).
+#[derive(Default)]
+pub(super) struct Failover {
+    /// Each provider's endpoint and client.
+    pub elsewhere: Arc<HashMap<String, Elsewhere>>,
+    /// Each provider's keys.
+    pub pools: HashMap<String, Arc<CredentialPool>>,
+    /// Every configured target, in config order.
+    pub targets: Vec<Target>,
+}
+
+impl Failover {
+    /// From the `[[provider]]` rows: each provider's endpoint, client and
+    /// the keys of its variables that `env` has (a provider without its
+    /// key is one a failover hop is refused by).
+    pub fn of(
+        rows: &[ProviderConfig],
+        policy: &CorePolicy,
+        env: &[(String, String)],
+    ) -> Result<Failover, ObserveError> {
+        let mut failover = Failover::default();
+        let mut elsewhere = HashMap::new();
+        let var = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.trim().to_owned());
+        for row in rows {
+            failover.targets.push(Target::new(&row.name, &row.model));
+            if elsewhere.contains_key(&row.name) {
+                continue;
+            }
+            let keys = row.api_key_env.iter().chain(&row.api_key_envs).filter_map(|v| var(v)).filter(|k| !k.is_empty());
+            let pool = CredentialPool::new(keys.map(Secret::new).collect(), policy.credentials.rotation);
+            failover.pools.insert(row.name.clone(), Arc::new(pool));
+            let client_error = |message: String| ObserveError::Client { route: row.name.clone(), message };
+            let mut transport = policy.transport.clone();
+            if let Some(proxy) = &row.proxy {
+                transport.proxy = ProxySetting::parse(proxy);
+            }
+            transport.ca_file.clone_from(&row.ca_file);
+            let client = build_client(&transport).map_err(|e| client_error(e.to_string()))?;
+            let headers = extra_headers(row).map_err(|e| client_error(e.to_string()))?;
+            elsewhere.insert(
+                row.name.clone(),
+                Elsewhere { dialect: row.kind, base_url: row.base_url.clone(), headers, client },
+            );
+        }
+        failover.elsewhere = Arc::new(elsewhere);
+        Ok(failover)
+    }
 }
 
 /// The upstream of guarded calls: each call's request, sent again by each

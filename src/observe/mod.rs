@@ -48,10 +48,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, Settings};
-use crate::core::credentials::{CredentialPool, Secret};
 use crate::core::event::{EventSink, Outcome, StreamId};
 use crate::core::executor::CallReport;
-use crate::core::failover::Target;
 use crate::core::policy::CorePolicy;
 use crate::core::transport::{ProxySetting, TransportSettings, build_client};
 use crate::diagnosis::Diagnosis;
@@ -59,13 +57,13 @@ use crate::export::otlp::{Destination, OtlpError, Sent};
 use crate::metrics::{Metrics, MetricsServer, ServeError};
 use crate::providers::Dialect;
 use crate::providers::ending::AfterContent;
-use crate::providers::setup::{ProviderConfig, extra_headers};
+use crate::providers::setup::ProviderConfig;
 use crate::session::{RecordTo, RunSource, SessionError, SessionOutcome, settings_for};
 use crate::sim::{SimError, SimServer, builtin};
 use crate::store::{RunId, StoreError};
 use crate::tunables::Tunables;
 use crate::watch::Retention;
-use guard::Elsewhere;
+use guard::Failover;
 use retries::{Ended, Key, Recent};
 use routes::{Route, Routes};
 use segment::Segment;
@@ -269,49 +267,6 @@ struct Setup {
     watcher: Option<Arc<dyn EventSink>>,
     /// The Prometheus metrics, when served.
     metrics: Option<Arc<Metrics>>,
-}
-
-/// Where a guarded call may fail over: the configured providers, their
-/// keys and targets (none without a config, or when only observing).
-#[derive(Default)]
-struct Failover {
-    elsewhere: Arc<HashMap<String, Elsewhere>>,
-    pools: HashMap<String, Arc<CredentialPool>>,
-    targets: Vec<Target>,
-}
-
-impl Failover {
-    /// From the `[[provider]]` rows: each provider's endpoint, client and
-    /// the keys of its variables that `env` has (a provider without its
-    /// key is one a failover hop is refused by).
-    fn of(rows: &[ProviderConfig], policy: &CorePolicy, env: &[(String, String)]) -> Result<Failover, ObserveError> {
-        let mut failover = Failover::default();
-        let mut elsewhere = HashMap::new();
-        let var = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.trim().to_owned());
-        for row in rows {
-            failover.targets.push(Target::new(&row.name, &row.model));
-            if elsewhere.contains_key(&row.name) {
-                continue;
-            }
-            let keys = row.api_key_env.iter().chain(&row.api_key_envs).filter_map(|v| var(v)).filter(|k| !k.is_empty());
-            let pool = CredentialPool::new(keys.map(Secret::new).collect(), policy.credentials.rotation);
-            failover.pools.insert(row.name.clone(), Arc::new(pool));
-            let client_error = |message: String| ObserveError::Client { route: row.name.clone(), message };
-            let mut transport = policy.transport.clone();
-            if let Some(proxy) = &row.proxy {
-                transport.proxy = ProxySetting::parse(proxy);
-            }
-            transport.ca_file.clone_from(&row.ca_file);
-            let client = build_client(&transport).map_err(|e| client_error(e.to_string()))?;
-            let headers = extra_headers(row).map_err(|e| client_error(e.to_string()))?;
-            elsewhere.insert(
-                row.name.clone(),
-                Elsewhere { dialect: row.kind, base_url: row.base_url.clone(), headers, client },
-            );
-        }
-        failover.elsewhere = Arc::new(elsewhere);
-        Ok(failover)
-    }
 }
 
 /// What every connection shares.
