@@ -194,7 +194,10 @@ async fn a_wait_above_the_cap_goes_back_to_the_agent_as_sent() {
     assert_eq!(response.headers().get("retry-after").unwrap(), "3600");
     assert_eq!(response.headers().get("x-stallscope-guard").unwrap(), "on");
     assert_eq!(response.text().await.unwrap(), r#"{"error":{"message":"slow down","type":"rate_limit"}}"#);
-    let calls = observer.ended(1).await;
+    // A request the guard only passes on says it is there too.
+    let listed = client.get(format!("{}/v1/models", observer.base)).send().await.unwrap();
+    assert_eq!(listed.headers().get("x-stallscope-guard").unwrap(), "on");
+    let calls = observer.ended(2).await;
     let verdict = &calls[0].verdict;
     assert_eq!((calls[0].report.attempts, verdict.kind), (1, VerdictKind::RateLimited), "{}", verdict.summary);
     assert!(verdict.summary.contains("refused"), "{}", verdict.summary);

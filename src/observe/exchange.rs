@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::guard::{Answer, Guarded, GuardedRequest, GuardedUpstream};
+use super::guard::{Answer, GUARD_HEADER, Guarded, GuardedRequest, GuardedUpstream};
 use super::relay::{AgentGone, CONNECT_TIMEOUT, Pending, ToAgent, end_to_end, relay};
 use super::retries::{Continuing, Ended, Key};
 use super::segment::{Calls, Segment};
@@ -52,10 +52,21 @@ pub(super) async fn handle(
     state: Arc<State>,
     request: hyper::Request<Incoming>,
 ) -> Result<hyper::Response<AgentBody>, Infallible> {
+    let guards = state.guards;
+    let mut response = answer(state, request).await;
+    // The agent can tell the guard is there from any answer it gives.
+    if guards {
+        response.headers_mut().insert(GUARD_HEADER, http::HeaderValue::from_static("on"));
+    }
+    Ok(response)
+}
+
+/// The answer to one agent request.
+async fn answer(state: Arc<State>, request: hyper::Request<Incoming>) -> hyper::Response<AgentBody> {
     let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
     let Some(routed) = state.routes.route(&path) else {
         let why = format!("stallscope observe: no route for {path}; routes: {}\n", state.routes.describe());
-        return Ok(plain(404, why));
+        return plain(404, why);
     };
     let (url, dialect, route) = (routed.url, routed.dialect, routed.route.name.clone());
     let (parts, body) = request.into_parts();
@@ -65,13 +76,13 @@ pub(super) async fn handle(
             let why = format!(
                 "stallscope observe: the request body could not be read ({error}); at most {MAX_REQUEST_BYTES} bytes are forwarded\n"
             );
-            return Ok(plain(413, why));
+            return plain(413, why);
         }
     };
     let asked: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let model = asked.get("model").and_then(|m| m.as_str()).unwrap_or("-");
     let streamed = asked.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
-    let Some(client) = state.clients.get(&route) else { return Ok(plain(500, format!("no client for {route}\n"))) };
+    let Some(client) = state.clients.get(&route) else { return plain(500, format!("no client for {route}\n")) };
     let key = Key::of(&url, &body);
     let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap_or(reqwest::Method::POST);
     // A retry of a call that failed or was cut goes on as its next attempt.
@@ -105,7 +116,7 @@ pub(super) async fn handle(
         };
         let call =
             GuardedCall { state, segment, upstream: guarded, executor, stream, target, key, retried, agent_gone };
-        return Ok(call.answer(request).await);
+        return call.answer(request).await;
     }
     let forwarded =
         client.request(method, &url).headers(end_to_end(&parts.headers, &["host", "content-length"])).body(body);
@@ -124,7 +135,7 @@ pub(super) async fn handle(
         };
         state.finished(segment, report, key, retried).await
     });
-    Ok(match agent_rx.await {
+    match agent_rx.await {
         Ok(answer) => to_agent(answer),
         // No answer came: the upstream could not be reached (or the call
         // ended otherwise before its headers); say why.
@@ -135,7 +146,7 @@ pub(super) async fn handle(
             };
             plain(502, format!("stallscope observe: {url}: {why}\n"))
         }
-    })
+    }
 }
 
 /// A streamed call of a dialect under the guard, ready to start.

@@ -59,8 +59,9 @@ use crate::providers::http::with_key;
 use crate::providers::setup::{ProviderConfig, extra_headers};
 use crate::providers::sse::{SseItem, SseParser};
 
-/// The header on every guarded response, so an operator sees from the
-/// agent's side that the guard is there.
+/// The header on every response the guard gives (observe's exchange puts
+/// it on), so an operator sees from the agent's side that the guard is
+/// there.
 pub const GUARD_HEADER: &str = "x-stallscope-guard";
 
 /// The most of an error body the guard keeps to answer the agent with.
@@ -321,11 +322,9 @@ struct AgentHead {
 
 impl AgentHead {
     /// An upstream answer's head as the agent gets it: end-to-end headers,
-    /// no length (the guard re-frames what it relays), marked guarded.
+    /// no length (the guard re-frames what it relays).
     fn of(status: u16, headers: &HeaderMap) -> AgentHead {
-        let mut headers = end_to_end(headers, &["content-length", "content-encoding"]);
-        headers.insert(GUARD_HEADER, http::HeaderValue::from_static("on"));
-        AgentHead { status, headers }
+        AgentHead { status, headers: end_to_end(headers, &["content-length", "content-encoding"]) }
     }
 }
 

@@ -281,6 +281,8 @@ struct State {
     traces: Option<Arc<Traces>>,
     on_event: Box<dyn Fn(ObserveEvent<'_>) + Send + Sync>,
     cancel: CancellationToken,
+    /// The core acts on the streamed calls (`--guard`).
+    guards: bool,
 }
 
 impl State {
@@ -576,6 +578,7 @@ impl Observer {
             traces: traces.clone(),
             on_event: Box::new(on_event),
             cancel: cancel.clone(),
+            guards: self.setup.guard,
         });
         let closer = Closer {
             state: Arc::clone(&state),
