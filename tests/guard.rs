@@ -18,7 +18,7 @@ use observer::{GUARD, Running};
 use programs::{Answer, free_port, serve, temp_dir};
 use stallscope::core::event::Outcome;
 use stallscope::diagnosis::{Severity, VerdictKind};
-use stallscope::observe::{ObservePlan, ObserveSource, Observer, Service};
+use stallscope::observe::{Delivered, ObservePlan, ObserveSource, Observer, Service};
 use stallscope::replay::recording::Recording;
 use stallscope::replay::whatif::fidelity;
 use stallscope::store::Store;
@@ -88,6 +88,7 @@ async fn before_content_the_guard_retries_and_the_agent_reads_one_whole_answer()
         let (report, verdict) = (&calls[0].report, &calls[0].verdict);
         assert_eq!((report.outcome, report.attempts), (Outcome::Ok, attempts), "{scenario}: {}", verdict.summary);
         assert_eq!((verdict.kind, verdict.severity), (kind, Severity::Recovered), "{scenario}: {}", verdict.summary);
+        assert_eq!(calls[0].delivered, Some(Delivered::Whole));
         observer.stop().await;
     }
 }
@@ -144,7 +145,9 @@ fn stalls_after_content(_: &hyper::Request<hyper::body::Incoming>) -> Answer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_content_a_stall_ends_the_stream_in_the_dialect_s_terms() {
     let upstream = serve(stalls_after_content).await;
-    for (how, outcome) in [("error", Outcome::Failed), ("finish", Outcome::Partial)] {
+    for (how, outcome, delivered) in
+        [("error", Outcome::Failed, Delivered::ErrorEnding), ("finish", Outcome::Partial, Delivered::LengthFinish)]
+    {
         let after = format!("GUARD_AFTER_CONTENT={how}");
         let sets = [GUARD, "SSE_IDLE_TIMEOUT_S=0.3", after.as_str()];
         let observer = Running::start_with(ObserveSource::Upstream(format!("http://{upstream}")), None, &sets).await;
@@ -169,6 +172,7 @@ async fn after_content_a_stall_ends_the_stream_in_the_dialect_s_terms() {
         }
         let calls = observer.ended(1).await;
         assert_eq!((calls[0].report.outcome, calls[0].report.attempts), (outcome, 1), "{}", calls[0].verdict.summary);
+        assert_eq!(calls[0].delivered, Some(delivered));
         observer.stop().await;
     }
 }
@@ -201,6 +205,7 @@ async fn a_wait_above_the_cap_goes_back_to_the_agent_as_sent() {
     let verdict = &calls[0].verdict;
     assert_eq!((calls[0].report.attempts, verdict.kind), (1, VerdictKind::RateLimited), "{}", verdict.summary);
     assert!(verdict.summary.contains("refused"), "{}", verdict.summary);
+    assert_eq!(calls[0].delivered, Some(Delivered::ProviderAnswer(429)));
     observer.stop().await;
 }
 

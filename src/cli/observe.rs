@@ -198,8 +198,9 @@ fn call_line(call: &ObservedCall) -> String {
     let r = &call.report;
     let ttfb = r.ttfb.map_or_else(|| "-".to_owned(), |t| format!("{} ms", t.as_millis()));
     let would = call.would_fire.as_ref().map(|w| format!(" ({})", w.words())).unwrap_or_default();
+    let got = call.delivered.map(|d| format!("; the agent got {}", d.words())).unwrap_or_default();
     format!(
-        "stream {}  {}  {}  ttfb {ttfb}  {} ms  {}{would}",
+        "stream {}  {}  {}  ttfb {ttfb}  {} ms  {}{would}{got}",
         r.stream,
         r.target,
         r.outcome.name(),

@@ -133,7 +133,7 @@ async fn answer(state: Arc<State>, request: hyper::Request<Incoming>) -> hyper::
             }
             _ => pass_through(&executor, stream, target, forwarded, agent_tx, &agent_gone).await,
         };
-        state.finished(segment, report, key, retried).await
+        state.finished(segment, report, key, retried, None).await
     });
     match agent_rx.await {
         Ok(answer) => to_agent(answer),
@@ -186,10 +186,10 @@ impl GuardedCall {
         tokio::spawn(async move {
             let call = Call { stream, target, input: CallInput::default(), not_before: None };
             let report = executor.run(&call, &agent_gone.token).await;
-            answer.ended(&report, state.cancel.is_cancelled());
+            let delivered = answer.ended(&report, state.cancel.is_cancelled());
             upstream.done(stream);
             over.cancel();
-            state.finished(segment, report, key, retried).await
+            state.finished(segment, report, key, retried, Some(delivered)).await
         });
         match side.head.await {
             Ok((status, headers)) => {

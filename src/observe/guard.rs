@@ -454,10 +454,11 @@ impl Answer {
     /// The call ended as `report` says (`stopping`: because observe
     /// stops): the agent's answer is finished — its head when none went,
     /// and after a failure the stream's end in its dialect's terms.
-    pub fn ended(&self, report: &CallReport, stopping: bool) {
+    pub fn ended(&self, report: &CallReport, stopping: bool) -> Delivered {
         let mut a = self.lock();
         let message = || report.error.as_ref().map_or_else(|| "the stream ended".to_owned(), |c| c.message.clone());
         if let Some(sender) = a.head.take() {
+            let provider_answered = report.outcome == Outcome::Failed && a.answered.is_some();
             let (status, headers, body) = match (&report.outcome, a.answered.take()) {
                 (Outcome::Ok, _) => (200, HeaderMap::new(), Vec::new()),
                 // The provider's own answer, as it came.
@@ -483,7 +484,11 @@ impl Answer {
             if let Some(agent) = a.body.take().filter(|_| !body.is_empty()) {
                 let _ = agent.try_send(Ok(Bytes::from(body)));
             }
-            return;
+            return match (report.outcome, provider_answered) {
+                (Outcome::Ok, _) => Delivered::Whole,
+                (_, true) => Delivered::ProviderAnswer(status),
+                (_, false) => Delivered::OwnAnswer(status),
+            };
         }
         // Partial recovery is what `GUARD_AFTER_CONTENT=finish` turns on;
         // any other failure is said as one, before content or after.
@@ -497,6 +502,43 @@ impl Answer {
         }
         // The agent's body ends here.
         a.body = None;
+        match (report.outcome, how) {
+            (Outcome::Cancelled, _) => Delivered::Cut,
+            (_, Some(AfterContent::Finish)) => Delivered::LengthFinish,
+            (_, Some(AfterContent::Error)) => Delivered::ErrorEnding,
+            (_, None) => Delivered::Whole,
+        }
+    }
+}
+
+/// What the agent of a guarded call got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    /// The whole answer, one stream.
+    Whole,
+    /// The partial answer, ended at the output limit (`finish`).
+    LengthFinish,
+    /// What streamed, then the dialect's in-stream error (`error`).
+    ErrorEnding,
+    /// The provider's own answer to the last attempt (this status).
+    ProviderAnswer(u16),
+    /// The guard's own error answer (this status): no answer came.
+    OwnAnswer(u16),
+    /// Nothing more: the agent went, or observe stopped.
+    Cut,
+}
+
+impl Delivered {
+    /// "the whole answer", "an error ending", …
+    pub fn words(self) -> String {
+        match self {
+            Delivered::Whole => "the whole answer".to_owned(),
+            Delivered::LengthFinish => "the partial answer with a length finish".to_owned(),
+            Delivered::ErrorEnding => "what streamed, then the dialect's error".to_owned(),
+            Delivered::ProviderAnswer(status) => format!("the provider's own {status}"),
+            Delivered::OwnAnswer(status) => format!("the guard's {status}"),
+            Delivered::Cut => "no end: the call was cancelled".to_owned(),
+        }
     }
 }
 

@@ -63,6 +63,7 @@ use crate::sim::{SimError, SimServer, builtin};
 use crate::store::{RunId, StoreError};
 use crate::tunables::Tunables;
 use crate::watch::Retention;
+pub use guard::Delivered;
 use guard::Failover;
 use retries::{Ended, Key, Recent};
 use routes::{Route, Routes};
@@ -215,6 +216,8 @@ pub struct ObservedCall {
     /// have fired on its latest attempt before that attempt ended, when
     /// one would.
     pub would_fire: Option<WouldFire>,
+    /// Under the guard, what the agent got.
+    pub delivered: Option<Delivered>,
 }
 
 /// A run an observer rotated out and closed.
@@ -320,6 +323,7 @@ impl State {
         report: CallReport,
         key: Key,
         retried: Option<Ended>,
+        delivered: Option<Delivered>,
     ) -> Option<String> {
         let (stream, now, continued) = (report.stream, Instant::now(), retried.is_some());
         let report = match retried {
@@ -344,7 +348,7 @@ impl State {
         });
         let verdict = record.fold().verdict(Some(&segment.limits));
         let why = report.error.as_ref().map(|e| e.message.clone());
-        let call = ObservedCall { report, verdict, would_fire };
+        let call = ObservedCall { report, verdict, would_fire, delivered };
         (self.on_event)(ObserveEvent::Call(&call));
         let ObservedCall { report, verdict, .. } = call;
         segment.keep(&report, &verdict, continued);
