@@ -168,7 +168,7 @@ impl GuardedCall {
     /// taken in, or once the call ends without one.
     async fn answer(self, request: GuardedRequest) -> hyper::Response<AgentBody> {
         let GuardedCall { state, segment, upstream, executor, stream, target, key, retried, agent_gone } = self;
-        let (answer, side) = Answer::new(request.dialect, &request.model);
+        let (answer, side) = Answer::new(request.dialect, &request.model, agent_gone.clone());
         let guarded =
             Guarded { request: Arc::new(request), answer: Arc::clone(&answer), agent_gone: agent_gone.clone() };
         upstream.expect(stream, guarded);

@@ -353,6 +353,8 @@ struct Answering {
     sorter: Box<dyn Decoder>,
     /// Anything went to the agent's body.
     relayed: bool,
+    /// What ends the call when the agent stops reading.
+    gone: AgentGone,
     /// The last attempt's answer when it was not a stream: status, headers
     /// and the start of its body.
     answered: Option<(u16, HeaderMap, Vec<u8>)>,
@@ -374,8 +376,9 @@ const AGENT_BACKLOG: usize = 4096;
 
 impl Answer {
     /// An answer for a call of `dialect` asking for `model`, and the side
-    /// the agent reads it from.
-    pub fn new(dialect: Dialect, model: &str) -> (Arc<Answer>, AgentSide) {
+    /// the agent reads it from; `gone` ends the call if the agent stops
+    /// reading.
+    pub fn new(dialect: Dialect, model: &str, gone: AgentGone) -> (Arc<Answer>, AgentSide) {
         let (head_tx, head) = oneshot::channel();
         let (body_tx, body) = mpsc::channel(AGENT_BACKLOG);
         let answering = Answering {
@@ -388,6 +391,7 @@ impl Answer {
             repeats: false,
             sorter: Box::new(dialect.decoder()),
             relayed: false,
+            gone,
             answered: None,
         };
         (Arc::new(Answer { inner: Mutex::new(answering) }), AgentSide { head, body })
@@ -430,11 +434,14 @@ impl Answer {
             let _ = sender.send((head.status, head.headers.clone()));
         }
         let out = a.relay(chunk);
-        if let Some(agent) = a.body.as_ref().filter(|_| !out.is_empty()) {
-            // A full backlog is an agent that stopped reading: the watch on
-            // its going ends the call when its connection goes.
-            let _ = agent.try_send(Ok(Bytes::from(out)));
-            a.relayed = true;
+        let Some(agent) = a.body.as_ref().filter(|_| !out.is_empty()) else { return };
+        // A full backlog is an agent that stopped reading: it has gone, as
+        // far as its stream goes (nothing is dropped from the middle).
+        let stopped = matches!(agent.try_send(Ok(Bytes::from(out))), Err(mpsc::error::TrySendError::Full(_)));
+        a.relayed = true;
+        if stopped {
+            a.body = None;
+            a.gone.departed();
         }
     }
 
@@ -628,7 +635,14 @@ mod tests {
     /// (the agent's SDK indexes the deltas by it), and so are its pings.
     #[test]
     fn a_retried_attempt_sends_its_block_but_not_the_opening_again() {
-        let (answer, mut agent) = Answer::new(Dialect::AnthropicMessages, "claude-x");
+        let gone = AgentGone {
+            token: tokio_util::sync::CancellationToken::new(),
+            sink: Arc::new(crate::core::event::NullSink),
+            epoch: tokio::time::Instant::now(),
+            stream: 0,
+            attempt: Arc::default(),
+        };
+        let (answer, mut agent) = Answer::new(Dialect::AnthropicMessages, "claude-x", gone);
         let head = AgentHead::of(200, &HeaderMap::new());
         let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n";
         answer.opens(1);
