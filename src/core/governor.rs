@@ -49,7 +49,7 @@ use super::lag_probe::LagMeter;
 use super::policy::{AttemptTimers, BodySettings, RateFloor, RateStart};
 use super::rate_window::RateWindow;
 use super::ratelimit::RateLimits;
-use super::upstream::{AttemptRequest, Body, Chunk, Decoded, Upstream};
+use super::upstream::{AttemptRequest, Body, Chunk, Decoded, Upstream, is_event_stream};
 use super::wake_flag::WakeFlag;
 
 /// How much of an error body is kept for classification.
@@ -436,12 +436,10 @@ async fn govern(
     if let Some(idle) = &mut clocks.idle {
         idle.reset(now);
     }
-    let content_type =
-        response.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let content_type = super::upstream::content_type(&response.headers).map(str::to_owned);
     scope.emit_at(now, EventKind::HeadersReceived { status: response.status, content_type: content_type.clone() });
     scope.emit_at(now, EventKind::ResponseHeaders { headers: recorded_headers(&response.headers, scope.rule_headers) });
     observe_rate_limits(scope, &response.headers, now, &mut progress.low_buckets);
-    let is_stream = content_type.as_deref().is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
     // The data-stall clock runs for every body. An error or non-stream body
     // has no progress events, so it must arrive whole within that budget: a
     // body trickling a byte per idle period cannot hold the attempt open.
@@ -450,7 +448,7 @@ async fn govern(
         scope.emit(EventKind::TimerArmed { timer: TimerKind::DataStall, after: clock.budget, floor: None });
         rearm_if_earlier(&clocks, sleep.as_mut());
     }
-    let mut reading = if (200..300).contains(&response.status) && is_stream {
+    let mut reading = if is_event_stream(response.status, content_type.as_deref()) {
         scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::AwaitingFirstContent });
         if let Some(floor) = timers.min_rate.filter(|f| f.after == RateStart::Headers) {
             arm_floor(&mut clocks, &floor, scope, sleep.as_mut(), now);

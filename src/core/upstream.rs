@@ -86,6 +86,20 @@ pub struct Response {
     pub accepted: Option<Accepted>,
 }
 
+/// Whether a response with `status` and `content_type` is read as an event
+/// stream: a 2xx whose content type is `text/event-stream` (in any case,
+/// with any parameters). The governor reads a body so, and whatever reads
+/// a body as the governor does asks here.
+pub fn is_event_stream(status: u16, content_type: Option<&str>) -> bool {
+    (200..300).contains(&status)
+        && content_type.is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"))
+}
+
+/// The `content-type` of `headers`, when it is text.
+pub fn content_type(headers: &HeaderMap) -> Option<&str> {
+    headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
+}
+
 /// What a response's [`Response::accepted`] is given.
 pub type Accepted = Box<dyn FnMut(&Bytes) + Send>;
 

@@ -19,7 +19,7 @@ use flate2::write::{GzDecoder, ZlibDecoder};
 use http::HeaderMap;
 
 use crate::core::failure::Failure;
-use crate::core::upstream::Chunk;
+use crate::core::upstream::{Chunk, content_type, is_event_stream};
 
 /// What observe decodes, for messages about what it does not.
 const DECODED: &str = "observe records only gzip, deflate and br";
@@ -77,11 +77,7 @@ impl CopyDecoder {
             [_] => Copying::Unsupported(format!("content-encoding {encoding}: {DECODED}")),
             _ => Copying::Unsupported(format!("content-encoding {encoding}: {DECODED}, one at a time")),
         };
-        let events = (200..300).contains(&status)
-            && headers
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
+        let events = is_event_stream(status, content_type(headers));
         CopyDecoder { copying, encoding, events }
     }
 

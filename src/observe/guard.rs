@@ -52,7 +52,9 @@ use crate::core::failover::Target;
 use crate::core::failure::{Failure, TransportKind};
 use crate::core::policy::CorePolicy;
 use crate::core::transport::{ProxySetting, TransportSettings, build_client, failure_from_reqwest};
-use crate::core::upstream::{AttemptRequest, Body, Chunk, Decoded, Decoder, Response, Upstream};
+use crate::core::upstream::{
+    AttemptRequest, Body, Chunk, Decoded, Decoder, Response, Upstream, content_type, is_event_stream,
+};
 use crate::providers::Dialect;
 use crate::providers::ending::{AfterContent, EndingState, error_body};
 use crate::providers::http::with_key;
@@ -277,13 +279,8 @@ impl Upstream for GuardedUpstream {
             let timeouts = self.timeouts;
             let response = sent.map_err(|e| timeouts.failure(&e))?;
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
-            let streams = (200..300).contains(&status)
-                && headers
-                    .get(http::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|ct| ct.to_ascii_lowercase().starts_with("text/event-stream"));
             let upstream = response.bytes_stream();
-            if streams {
+            if is_event_stream(status, content_type(&headers)) {
                 let body: Body =
                     upstream.map(move |next| next.map(Chunk::from).map_err(|e| timeouts.failure(&e))).boxed();
                 let head = AgentHead::of(status, &headers);

@@ -47,8 +47,7 @@ impl RecordedResponse {
     /// Whether the response was read as an event stream: a 2xx with an
     /// event-stream content type, as the governor decides it.
     pub fn is_event_stream(&self) -> bool {
-        (200..300).contains(&self.status)
-            && self.content_type.as_deref().is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream"))
+        crate::core::upstream::is_event_stream(self.status, self.content_type.as_deref())
     }
 }
 
