@@ -51,7 +51,7 @@ use crate::core::executor::CallReport;
 use crate::core::failover::Target;
 use crate::core::failure::{Failure, TransportKind};
 use crate::core::policy::CorePolicy;
-use crate::core::transport::{ProxySetting, TransportSettings, build_client, failure_from_reqwest};
+use crate::core::transport::{TransportSettings, build_client, failure_from_reqwest};
 use crate::core::upstream::{
     AttemptRequest, Body, Chunk, Decoded, Decoder, Response, Upstream, content_type, is_event_stream,
 };
@@ -200,12 +200,7 @@ impl Failover {
             let pool = CredentialPool::new(keys.map(Secret::new).collect(), policy.credentials.rotation);
             failover.pools.insert(row.name.clone(), Arc::new(pool));
             let client_error = |message: String| ObserveError::Client { route: row.name.clone(), message };
-            let mut transport = policy.transport.clone();
-            if let Some(proxy) = &row.proxy {
-                transport.proxy = ProxySetting::parse(proxy);
-            }
-            transport.ca_file.clone_from(&row.ca_file);
-            let client = build_client(&transport).map_err(|e| client_error(e.to_string()))?;
+            let client = build_client(&row.transport(&policy.transport)).map_err(|e| client_error(e.to_string()))?;
             let headers = extra_headers(row).map_err(|e| client_error(e.to_string()))?;
             elsewhere.insert(
                 row.name.clone(),

@@ -14,7 +14,7 @@ use crate::core::credentials::{CredentialPool, Secret};
 use crate::core::failover::Target;
 use crate::core::policy::CorePolicy;
 use crate::core::redact;
-use crate::core::transport::{ClientCache, ProxySetting};
+use crate::core::transport::{ClientCache, ProxySetting, TransportSettings};
 use crate::core::upstream::{Upstream, Upstreams};
 
 /// One `[[provider]]` row: a provider and one of its models.
@@ -49,6 +49,17 @@ pub struct ProviderConfig {
 }
 
 impl ProviderConfig {
+    /// `base` as this provider's requests go: through its own proxy and
+    /// trusting its own CA file, when it names them.
+    pub fn transport(&self, base: &TransportSettings) -> TransportSettings {
+        let mut transport = base.clone();
+        if let Some(proxy) = &self.proxy {
+            transport.proxy = ProxySetting::parse(proxy);
+        }
+        transport.ca_file.clone_from(&self.ca_file);
+        transport
+    }
+
     /// A row for a server whose endpoints sit at `root` (as the simulator's
     /// do), with the base URL each SDK expects: OpenAI's under `/v1`,
     /// Anthropic's at the root. No key, proxy or extra headers.
@@ -167,11 +178,7 @@ pub fn connect(
             })
             .collect::<Result<Vec<_>, _>>()?;
         pools.insert(row.name.clone(), Arc::new(CredentialPool::new(keys, policy.credentials.rotation)));
-        let mut transport = policy.transport.clone();
-        if let Some(proxy) = &row.proxy {
-            transport.proxy = ProxySetting::parse(proxy);
-        }
-        transport.ca_file.clone_from(&row.ca_file);
+        let transport = row.transport(&policy.transport);
         let clients =
             clients.clients(&transport).map_err(|source| SetupError::Client { provider: row.name.clone(), source })?;
         let headers = extra_headers(row)?;
