@@ -431,42 +431,35 @@ impl Observer {
         settings.policy.timers.reasoning_commits = plan.guard;
         let providers = std::mem::take(&mut settings.providers);
         let mut scenario = None;
-        let rows: Vec<(Route, ProxySetting)> = match &plan.source {
-            ObserveSource::Upstream(url) => vec![(upstream_route(url)?, settings.policy.transport.proxy.clone())],
+        let base = &settings.policy.transport;
+        let rows: Vec<(Route, TransportSettings)> = match &plan.source {
+            ObserveSource::Upstream(url) => vec![(upstream_route(url)?, base.clone())],
             ObserveSource::Scenario(name) => {
                 let server = SimServer::start(builtin(name)?, 0).await?;
                 let route = Route { name: "sim".to_owned(), root: server.base_url() };
                 scenario = Some((name.clone(), server));
-                vec![(route, ProxySetting::Off)]
+                vec![(route, TransportSettings { proxy: ProxySetting::Off, ..base.clone() })]
             }
             ObserveSource::Config(_) => {
                 if providers.is_empty() {
                     return Err(ObserveError::NoRoutes);
                 }
-                let mut rows: Vec<(Route, ProxySetting)> = Vec::new();
+                let mut rows: Vec<(Route, TransportSettings)> = Vec::new();
                 for p in &providers {
                     if rows.iter().all(|(r, _)| r.name != p.name) {
-                        let proxy = p
-                            .proxy
-                            .as_deref()
-                            .map_or_else(|| settings.policy.transport.proxy.clone(), ProxySetting::parse);
-                        rows.push((
-                            Route { name: p.name.clone(), root: p.base_url.trim_end_matches('/').to_owned() },
-                            proxy,
-                        ));
+                        let route = Route { name: p.name.clone(), root: p.base_url.trim_end_matches('/').to_owned() };
+                        rows.push((route, p.transport(base)));
                     }
                 }
                 rows
             }
         };
         let mut clients = HashMap::new();
-        for (route, proxy) in &rows {
+        for (route, transport) in &rows {
             // Observe keeps no read timeout of its own: the agent's is the
             // one that counts. The guard keeps the core's, as any call does.
-            let read_timeout = settings.policy.transport.read_timeout.filter(|_| plan.guard);
-            let transport =
-                TransportSettings { read_timeout, proxy: proxy.clone(), ..settings.policy.transport.clone() };
-            let client = build_client(&transport)
+            let read_timeout = transport.read_timeout.filter(|_| plan.guard);
+            let client = build_client(&TransportSettings { read_timeout, ..transport.clone() })
                 .map_err(|e| ObserveError::Client { route: route.name.clone(), message: e.to_string() })?;
             clients.insert(route.name.clone(), client);
         }
