@@ -138,27 +138,13 @@ impl Replays {
     pub fn start(in_force: &Tunables, recorded: &Tunables, rules: Vec<Rule>) -> Replays {
         let overrides = CLOCKS.iter().map(|name| format!("{name}={}", in_force.get(name).value)).collect();
         let whatif = WhatIf { overrides, ..WhatIf::default() };
-        let base = Recording {
-            run: 0,
-            tunables: recorded.clone(),
-            meta: RunMeta {
-                requests: 0,
-                concurrency: 0,
-                seed: 0,
-                epoch_unix_ns: 0,
-                rules: serde_json::Value::Null,
-                pools: BTreeMap::new(),
-            },
-            rules,
-            providers: Vec::new(),
-            streams: Vec::new(),
-        };
+        let recorded = recorded.clone();
         let (jobs, taken) = std::sync::mpsc::channel::<Job>();
         // A thread that cannot start leaves the jobs unanswered: no mark.
         let _ = std::thread::Builder::new().name("stallscope-replays".into()).spawn(move || {
             // Settings that do not load make no mark: every job is answered
             // none (the tunables were read already; this does not happen).
-            let replayer = Replayer::new(&base, whatif).ok();
+            let replayer = Replayer::new(&recorded, &rules, whatif).ok();
             for (recording, reply) in taken {
                 let fired = Arc::new(FirstFired::default());
                 let first = replayer.as_ref().and_then(|replayer| {

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::recording::{RecordedStream, Recording};
 use super::upstream::{Assumptions, AttemptAssumption, Playback, Played, RecordedUpstream, StallAssumption};
 use crate::core::category::TimerKind;
-use crate::core::classify::{Classifier, RuleError};
+use crate::core::classify::{Classifier, Rule, RuleError};
 use crate::core::credentials::{CredentialPool, Secret};
 use crate::core::event::{AttemptEnd, Event, EventSink, StreamId};
 use crate::core::executor::{Call, Executor};
@@ -276,7 +276,7 @@ pub fn what_if_until(
     watcher: Option<Arc<dyn EventSink>>,
     stop: &CancellationToken,
 ) -> Result<WhatIfReport, WhatIfError> {
-    let prepared = Prepared::new(recording, whatif)?;
+    let prepared = Prepared::new(&recording.tunables, &recording.rules, whatif)?;
     // A thread of its own: the caller may be on a runtime already, and a
     // runtime can be neither driven nor dropped inside another.
     let replayed = std::thread::scope(|scope| {
@@ -297,9 +297,9 @@ pub struct Replayer {
 }
 
 impl Replayer {
-    /// For recordings with `recording`'s tunables and rules.
-    pub fn new(recording: &Recording, whatif: WhatIf) -> Result<Replayer, WhatIfError> {
-        Ok(Replayer { prepared: Prepared::new(recording, &whatif)?, whatif, runtime: paused_runtime()? })
+    /// For recordings with `tunables` and `rules`.
+    pub fn new(tunables: &Tunables, rules: &[Rule], whatif: WhatIf) -> Result<Replayer, WhatIfError> {
+        Ok(Replayer { prepared: Prepared::new(tunables, rules, &whatif)?, whatif, runtime: paused_runtime()? })
     }
 
     /// Replays `recording` (its tunables and rules those the replayer was
@@ -329,14 +329,15 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(recording: &Recording, whatif: &WhatIf) -> Result<Prepared, WhatIfError> {
-        let mut tunables = recording.tunables.clone();
+    /// `whatif` over a recording's `tunables` and `rules`.
+    fn new(tunables: &Tunables, rules: &[Rule], whatif: &WhatIf) -> Result<Prepared, WhatIfError> {
+        let mut tunables = tunables.clone();
         for set in &whatif.overrides {
             tunables.apply_override(set)?;
         }
         let policy = CorePolicy::from_tunables(&tunables)?;
         let limits = whatif.verdicts.then(|| policy.retry.clone());
-        let classifier = Classifier::new(recording.rules.clone())?;
+        let classifier = Classifier::new(rules.to_vec())?;
         Ok(Prepared { tunables, policy: Arc::new(policy), classifier: Arc::new(classifier), limits })
     }
 
