@@ -708,12 +708,9 @@ impl Closer {
         let error = closed.error.as_ref().map(ToString::to_string);
         let mut ended = RunEnded { outcome: closed.outcome, deleted: Vec::new(), error };
         if let (Some(retention), Some(db), Some(run)) = (self.retention, self.db.clone(), ended.outcome.report.run_id) {
-            let (label, now) = (segment.label.clone(), crate::store::runs::now_ms());
-            match tokio::task::spawn_blocking(move || retention.prune(&db, &label, now, Some(run))).await {
-                Ok(Ok(ids)) => ended.deleted = ids,
-                Ok(Err(e)) => ended.error = Some(format!("retention: {e}")),
-                // Pruning panicked: let the panic continue rather than invent an error.
-                Err(join) => std::panic::resume_unwind(join.into_panic()),
+            match retention.prune_now(db, segment.label.clone(), Some(run)).await {
+                Ok(ids) => ended.deleted = ids,
+                Err(e) => ended.error = Some(format!("retention: {e}")),
             }
         }
         (ended, closed.error)

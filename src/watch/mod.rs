@@ -268,12 +268,9 @@ impl Watcher<'_> {
         };
         let (mut deleted, mut error) = (Vec::new(), error);
         if let (RoundResult::Recorded, Some(db)) = (result, plan.db.clone()) {
-            let (retention, now) = (plan.retention, crate::store::runs::now_ms());
-            match tokio::task::spawn_blocking(move || retention.prune(&db, &label, now, None)).await {
-                Ok(Ok(ids)) => deleted = ids,
-                Ok(Err(e)) => error = Some(format!("retention: {e}")),
-                // Pruning panicked: let the panic continue rather than invent an error.
-                Err(join) => std::panic::resume_unwind(join.into_panic()),
+            match plan.retention.prune_now(db, label, None).await {
+                Ok(ids) => deleted = ids,
+                Err(e) => error = Some(format!("retention: {e}")),
             }
         }
         let took = started.elapsed();

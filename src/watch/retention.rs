@@ -2,7 +2,9 @@
 //! months does not grow it without bound: the newest N rounds, or those of
 //! the last D days. Rounds are a watch's runs, told apart by their label.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::session::blocking;
 
 use crate::store::{RunId, Store, StoreError};
 
@@ -39,6 +41,11 @@ impl Retention {
             store.delete_run(*id)?;
         }
         Ok(expired)
+    }
+
+    /// [`Retention::prune`] as of now, off the runtime's workers.
+    pub async fn prune_now(self, db: PathBuf, label: String, spared: Option<RunId>) -> Result<Vec<RunId>, StoreError> {
+        blocking(move || self.prune(&db, &label, crate::store::runs::now_ms(), spared)).await
     }
 }
 
