@@ -261,13 +261,24 @@ pub async fn run_call_list_recorded(
     let mut diagnoses = std::mem::take(&mut *judged.lock().unwrap_or_else(PoisonError::into_inner));
     diagnoses.extend(verdicts.diagnoses());
     report.attach_diagnoses(diagnoses);
-    let mut dropped_events = 0;
-    if let Some((_, handle)) = recorder {
-        report.run_id = Some(handle.run_id());
-        let stored = report.clone();
-        dropped_events = blocking(move || handle.finish(&stored)).await?;
-    }
+    let dropped_events = match recorder {
+        Some((_, handle)) => finish_recording(handle, &mut report).await?,
+        None => 0,
+    };
     Ok(SessionOutcome { report, dropped_events, lag })
+}
+
+/// Stores `report` as the run `handle` records, with the run's id, once
+/// its last events are committed; how many events the recorder could not
+/// keep. The report has no run id when the store could not take it.
+pub(crate) async fn finish_recording(handle: RecorderHandle, report: &mut RunReport) -> Result<u64, StoreError> {
+    report.run_id = Some(handle.run_id());
+    let stored = report.clone();
+    let finished = blocking(move || handle.finish(&stored)).await;
+    if finished.is_err() {
+        report.run_id = None;
+    }
+    finished
 }
 
 /// Starts recording a run in `recording`'s database, with the recorder's

@@ -32,7 +32,7 @@ use crate::metrics::CallMetrics;
 use crate::recorder::{Flusher, RecorderHandle};
 use crate::replay::recording::RecordedProvider;
 use crate::report::RunReport;
-use crate::session::{RecordTo, SessionOutcome, Tee, blocking, start_recorder};
+use crate::session::{RecordTo, SessionOutcome, Tee, finish_recording, start_recorder};
 use crate::store::runs::{RunMeta, RunStart};
 use crate::store::{RunId, StoreError};
 
@@ -273,14 +273,9 @@ impl Segment {
         let handle = self.recorder.lock().unwrap_or_else(PoisonError::into_inner).take();
         let (mut dropped_events, mut error) = (0, None);
         if let Some(handle) = handle {
-            report.run_id = Some(handle.run_id());
-            let stored = report.clone();
-            match blocking(move || handle.finish(&stored)).await {
+            match finish_recording(handle, &mut report).await {
                 Ok(dropped) => dropped_events = dropped,
-                Err(e) => {
-                    report.run_id = None;
-                    error = Some(e);
-                }
+                Err(e) => error = Some(e),
             }
         }
         Closed { outcome: SessionOutcome { report, dropped_events, lag: lag.unwrap_or_default() }, error }
