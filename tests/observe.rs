@@ -172,8 +172,11 @@ async fn routes_go_to_their_provider_and_nowhere_else() {
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
     let (status, _, text) = agent_call(&client, &format!("{}/dead/chat/completions", observer.base), STREAMED).await;
     assert_eq!(status, 502, "{text}");
-    assert!(text.starts_with(&format!("stallscope observe: {dead}/v1/chat/completions: ")), "{text}");
-    assert!(text.contains("refused"), "{text}");
+    // In the dialect's own error shape, which the agent's SDK raises.
+    let said: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let message = said["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with(&format!("stallscope observe: {dead}/v1/chat/completions: ")), "{text}");
+    assert!(message.contains("refused"), "{text}");
     let (status, _, text) = agent_call(&client, &format!("{}/elsewhere/v1/messages", observer.base), STREAMED).await;
     assert_eq!(status, 404, "{text}");
     assert!(text.contains("no route for /elsewhere/v1/messages"), "{text}");

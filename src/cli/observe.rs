@@ -121,6 +121,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     let outcome = until_ctrl_c(|cancel| async move {
         let out = written;
         let observer = Observer::bind(&plan, &env).await?;
+        let refusals = observer.refusals();
         let doing = if observer.guards() { "guarding" } else { "observing" };
         eprintln!("stallscope: {doing} on http://{} → {}", observer.addr(), observer.routes());
         // One line a call as it ends, written here: `out` is this thread's;
@@ -138,7 +139,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
                     while let Ok(text) = line.try_recv() {
                         writeln!(out, "{text}")?;
                     }
-                    break anyhow::Ok(outcome?);
+                    break anyhow::Ok((outcome?, refusals));
                 }
                 Some(text) = line.recv() => {
                     writeln!(out, "{text}")?;
@@ -147,13 +148,15 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
             }
         }
     })??;
+    let (outcome, refusals) = outcome;
     let report = &outcome.report;
     let recorded = report.run_id.map(|id| format!("; recorded as run {id}")).unwrap_or_default();
     let dropped = match outcome.dropped_events {
         0 => String::new(),
         n => format!("; {n} events the recorder fell behind on were not kept"),
     };
-    writeln!(out, "{}{recorded}{dropped}", report.summary_line())?;
+    let refused = refusals.words().map(|said| format!("; the proxy's limits acted: {said}")).unwrap_or_default();
+    writeln!(out, "{}{recorded}{dropped}{refused}", report.summary_line())?;
     Ok(())
 }
 

@@ -88,15 +88,33 @@ impl RecordArgs {
 /// token it is given (the work still ends with what it has), and a second
 /// Ctrl-C ends the process at once with status 130, as a shell expects:
 /// once tokio holds SIGINT, the default action never comes back.
+/// Resolves true at the next Ctrl-C (SIGINT) or SIGTERM (a service
+/// manager's stop, `kill`); false when neither can be listened for.
+async fn stop_signal() -> bool {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else { return tokio::signal::ctrl_c().await.is_ok() };
+        tokio::select! {
+            interrupted = tokio::signal::ctrl_c() => interrupted.is_ok(),
+            terminated = term.recv() => terminated.is_some(),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.is_ok()
+    }
+}
+
 pub(super) fn until_ctrl_c<T, F: Future<Output = T>>(work: impl FnOnce(CancellationToken) -> F) -> Result<T> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     Ok(runtime.block_on(async {
         let cancel = CancellationToken::new();
         let ctrl_c = cancel.clone();
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if stop_signal().await {
                 ctrl_c.cancel();
-                if tokio::signal::ctrl_c().await.is_ok() {
+                if stop_signal().await {
                     eprintln!("stallscope: interrupted again: stopping now");
                     std::process::exit(130);
                 }

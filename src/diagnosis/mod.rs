@@ -32,6 +32,7 @@
 //! | `gateway_timeout` | a gateway on the path answered 502, 504, 524 or 408 with a page of its own, not the provider's JSON error: named by its headers ([`hop`]), with the knob that ran out |
 //! | `auth`, `invalid_request`, `context_overflow`, `permanent_error` | the request or its credential was refused |
 //! | `refused`, `unreachable`, `dns_failure`, `tls_failure`, `proxy_failure`, `connect_timeout` | no connection was made |
+//! | `proxy_limit` | observe's proxy refused the agent's request by one of its limits (`PROXY_*`), before anything went upstream |
 //! | `retry_denied` | a limit beyond the failure's own budget refused its retry (`basis.denied_by`: `fleet_budget`, `deadline`, `total_retries`, `server_wait_cap`) |
 //! | `cancelled` | the call was cancelled from outside: an observed agent that disconnected says so, with our timer that would have fired first |
 //! | `incomplete` | the recording ends before the call did |
@@ -79,6 +80,7 @@ use crate::core::policy::RetrySettings;
 pub use call::{UNTRUSTED, unknown};
 pub use collector::Collector;
 pub use course::{AttemptClocks, CourseOutcome, FiredTimer, StreamCourse};
+pub use reading::proxy_rule;
 pub use recorded::RecordedRun;
 pub use route_cuts::{FixedCut, RouteCuts};
 pub use summary::summarize;

@@ -153,6 +153,9 @@ pub(super) fn end_of(t: &Try) -> Option<AttemptEnd> {
 
 /// Reads one try.
 pub(super) fn read(t: &Try) -> Reading {
+    if let Some(refused) = refused_by_proxy(t) {
+        return refused;
+    }
     let mut reading = match end_of(t) {
         Some(AttemptEnd::Done) => success(t),
         Some(AttemptEnd::Timer { timer }) => timed_out(t, timer),
@@ -974,6 +977,35 @@ fn between_attempts(t: &Try) -> Reading {
     let mut reading = by_category(t, category(t, None), format!("no request sent: {message}"));
     reading.evidence.push(fact(Topic::Error, None, t.classified.as_ref().map(|c| c.at), message));
     reading
+}
+
+/// The limits of observe's proxy that answer a request themselves.
+const PROXY_LIMITS: [&str; 4] = [
+    "STALLSCOPE_PROXY_BODY_TIMEOUT_S",
+    "STALLSCOPE_PROXY_MAX_REQUEST_MB",
+    "STALLSCOPE_PROXY_REQUEST_BUFFER_MB",
+    "STALLSCOPE_PROXY_MAX_IN_FLIGHT",
+];
+
+/// A request observe's proxy answered itself, by one of its limits: no
+/// request was sent.
+fn refused_by_proxy(t: &Try) -> Option<Reading> {
+    let classified = t.classified.as_ref().filter(|_| t.started_at.is_none())?;
+    let limit = PROXY_LIMITS.iter().find(|l| classified.rule == proxy_rule(l))?;
+    let message = classified.message.clone();
+    let mut reading = Reading::new(VerdictKind::ProxyLimit, message.clone()).governed(
+        limit,
+        "observe's own limit answered the agent before anything went upstream: raise it if the agent's requests \
+         need more",
+    );
+    reading.evidence.push(fact(Topic::Error, None, Some(classified.at), message));
+    Some(reading)
+}
+
+/// The rule a refusal by `limit` (a `PROXY_*` tunable that answers requests) is classified
+/// by: `stallscope proxy: PROXY_MAX_REQUEST_MB`.
+pub fn proxy_rule(limit: &str) -> String {
+    format!("stallscope proxy: {}", limit.strip_prefix(crate::tunables::PREFIX).unwrap_or(limit))
 }
 
 /// A failure the classifier put in `category`, described by `what`.

@@ -86,6 +86,10 @@ pub enum VerdictKind {
     ProxyFailure,
     /// Connecting took longer than our connect timer or the kernel allows.
     ConnectTimeout,
+    /// Observe's proxy refused the agent's request itself, by one of its
+    /// limits (`PROXY_*`: a body too large or too slow, past the in-flight
+    /// cap or the request buffer), before anything went upstream.
+    ProxyLimit,
     /// A retry was refused by a limit beyond the failure's own budget: the
     /// fleet retry budget, the call deadline, the call's total retries or
     /// the cap on server-requested waits.
@@ -104,7 +108,7 @@ pub enum VerdictKind {
 
 impl VerdictKind {
     /// Every kind, in a stable order (the documented list).
-    pub const ALL: [VerdictKind; 32] = [
+    pub const ALL: [VerdictKind; 33] = [
         VerdictKind::SilentStall,
         VerdictKind::KeepaliveOnlyStall,
         VerdictKind::NoResponse,
@@ -133,6 +137,7 @@ impl VerdictKind {
         VerdictKind::TlsFailure,
         VerdictKind::ProxyFailure,
         VerdictKind::ConnectTimeout,
+        VerdictKind::ProxyLimit,
         VerdictKind::RetryDenied,
         VerdictKind::Cancelled,
         VerdictKind::Incomplete,
@@ -170,6 +175,7 @@ impl VerdictKind {
             VerdictKind::TlsFailure => "tls_failure",
             VerdictKind::ProxyFailure => "proxy_failure",
             VerdictKind::ConnectTimeout => "connect_timeout",
+            VerdictKind::ProxyLimit => "proxy_limit",
             VerdictKind::RetryDenied => "retry_denied",
             VerdictKind::Cancelled => "cancelled",
             VerdictKind::Incomplete => "incomplete",
@@ -208,6 +214,7 @@ impl VerdictKind {
             VerdictKind::TlsFailure => "TLS failure",
             VerdictKind::ProxyFailure => "proxy failure",
             VerdictKind::ConnectTimeout => "connect timeout",
+            VerdictKind::ProxyLimit => "refused by observe's limit",
             VerdictKind::RetryDenied => "retry denied",
             VerdictKind::Cancelled => "cancelled",
             VerdictKind::Incomplete => "incomplete recording",

@@ -1,36 +1,41 @@
-//! One agent request, from its arrival to the end of its response: routed,
-//! forwarded, answered as the upstream answers, and recorded as one call.
+//! One agent request, from its arrival to the end of its response, in
+//! phases: **route** (which upstream, which dialect); **request filter**
+//! (the proxy's limits: an upgrade, a connection past the cap, a request
+//! past the in-flight cap, a body too large, too slow or past the request
+//! buffer is answered by the proxy itself, [`super::answers`], and
+//! recorded); **admit** (its call: a new one, or the next attempt of one
+//! the agent retries); then the **call**, through the core's executor for
+//! a streamed request of a dialect, observed ([`super::relay`]) or
+//! guarded ([`super::guard`]); and **end**, where the call is recorded and
+//! counted ([`super::State::finished`]). The agent's going is noticed in
+//! one place for every path ([`super::agent`]).
 //!
 //! A streamed request of a dialect (`"stream": true` to chat completions,
 //! Responses or Messages) is a call of the core's executor under
-//! observe's policy ([`super::WATCH_ONLY`]): its one attempt goes through
-//! the governor, so its events, verdict and replay are those of any run.
-//! Any other request (a models list, embeddings, a completion without a
-//! stream) passes through and is recorded as an attempt without a stream.
-//! Observe itself answers only what it must: 404 for a path no route
-//! takes, 413 for a request body over its limit, 502 (naming why) when the
-//! upstream could not be reached.
+//! observe's policy ([`super::WATCH_ONLY`]) or the guard's. Any other
+//! request (a models list, embeddings, a completion without a stream)
+//! passes through and is recorded as an attempt without a stream.
 
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use http_body_util::{BodyExt, Full, Limited, combinators::UnsyncBoxBody};
-use hyper::body::{Frame, Incoming};
-use tokio::sync::{mpsc, oneshot};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
+use super::agent::{AgentGone, AgentLink};
+use super::answers::{OwnAnswer, ResponseBody};
 use super::guard::{Answer, GUARD_HEADER, Guarded, GuardedRequest, GuardedUpstream};
-use super::relay::{AgentGone, CONNECT_TIMEOUT, Pending, ToAgent, end_to_end, relay};
+use super::limits::{Limits, Refusal};
+use super::relay::{CONNECT_TIMEOUT, Pending, end_to_end, relay};
 use super::retries::{Continuing, Ended, Key};
 use super::segment::{Calls, Segment};
 use super::{State, routes};
 use crate::core::category::Category;
+use crate::core::classify::Classification;
 use crate::core::event::{AttemptEnd, Event, EventKind, Outcome, StreamId};
 use crate::core::evidence::{recorded_error_body, recorded_headers};
 use crate::core::executor::{Call, CallReport, Executor};
@@ -39,21 +44,17 @@ use crate::core::failure::Failure;
 use crate::core::governor::ERROR_BODY_LIMIT;
 use crate::core::transport::failure_from_reqwest;
 use crate::core::upstream::CallInput;
+use crate::diagnosis::proxy_rule;
+use crate::providers::Dialect;
 
-/// The body of a response to the agent.
-pub(super) type AgentBody = UnsyncBoxBody<Bytes, std::io::Error>;
-
-/// The largest request body forwarded: well above any prompt an SDK
-/// sends (a million tokens is about 4 MB).
-const MAX_REQUEST_BYTES: usize = 64 << 20;
-
-/// Answers one agent request.
+/// Answers one agent request (`overflow`: on a connection past the cap).
 pub(super) async fn handle(
     state: Arc<State>,
     request: hyper::Request<Incoming>,
-) -> Result<hyper::Response<AgentBody>, Infallible> {
+    overflow: bool,
+) -> Result<hyper::Response<ResponseBody>, Infallible> {
     let guards = state.guards;
-    let mut response = answer(state, request).await;
+    let mut response = answer(state, request, overflow).await;
     // The agent can tell the guard is there from any answer it gives.
     if guards {
         response.headers_mut().insert(GUARD_HEADER, http::HeaderValue::from_static("on"));
@@ -61,32 +62,59 @@ pub(super) async fn handle(
     Ok(response)
 }
 
+/// A request the proxy answers itself, and why.
+struct Refused {
+    why: Refusal,
+    answer: OwnAnswer,
+}
+
 /// The answer to one agent request.
-async fn answer(state: Arc<State>, request: hyper::Request<Incoming>) -> hyper::Response<AgentBody> {
+async fn answer(state: Arc<State>, request: hyper::Request<Incoming>, overflow: bool) -> hyper::Response<ResponseBody> {
     let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    // Route.
     let Some(routed) = state.routes.route(&path) else {
-        let why = format!("stallscope observe: no route for {path}; routes: {}\n", state.routes.describe());
-        return plain(404, why);
+        let why = format!("stallscope observe: no route for {path}; routes: {}", state.routes.describe());
+        return OwnAnswer::new(404, why).response(routes::dialect_of(&path));
     };
     let (url, dialect, route) = (routed.url, routed.dialect, routed.route.name.clone());
+    // Request filter: what the proxy refuses before it reads the body.
+    let close = request.version() < http::Version::HTTP_2;
+    if overflow {
+        let why = "stallscope observe: more agent connections are open than PROXY_MAX_CONNECTIONS allows; try again";
+        let answer = OwnAnswer::new(503, why).retry_after(1);
+        return if close { answer.closing() } else { answer }.response(dialect);
+    }
+    if is_upgrade(&request) {
+        state.limits.refused.count(Refusal::Upgrade);
+        let why = "stallscope observe does not carry protocol upgrades (websocket, the Realtime API): send that \
+                   request to the provider directly";
+        return OwnAnswer::new(501, why).response(dialect);
+    }
+    let Some(in_flight) = state.limits.in_flight() else {
+        let why = "stallscope observe: as many requests are in flight as PROXY_MAX_IN_FLIGHT allows; try again";
+        let refused = Refused { why: Refusal::InFlight, answer: OwnAnswer::new(503, why).retry_after(1) };
+        return refuse(&state, &url, &route, dialect, refused).await;
+    };
     let (parts, body) = request.into_parts();
-    let body = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) => {
-            let why = format!(
-                "stallscope observe: the request body could not be read ({error}); at most {MAX_REQUEST_BYTES} bytes are forwarded\n"
-            );
-            return plain(413, why);
-        }
+    let (body, held) = match read_body(body, declared_length(&parts.headers), &state.limits).await {
+        Ok(read) => read,
+        Err(refused) => return refuse(&state, &url, &route, dialect, refused).await,
     };
     let asked: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let model = asked.get("model").and_then(|m| m.as_str()).unwrap_or("-");
     let streamed = asked.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
-    let Some(client) = state.clients.get(&route) else { return plain(500, format!("no client for {route}\n")) };
+    let Some(client) = state.clients.get(&route).cloned() else {
+        return OwnAnswer::new(500, format!("stallscope observe: no client for route {route}")).response(dialect);
+    };
     let key = Key::of(&url, &body);
     let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap_or(reqwest::Method::POST);
-    // A retry of a call that failed or was cut goes on as its next attempt.
-    let (segment, stream, mut retried) = state.admit(state.recent.retried(&key, Instant::now()));
+    // Admit: a retry of a call that failed or was cut goes on as its next
+    // attempt.
+    let Some((segment, stream, mut retried)) = state.admit(state.recent.retried(&key, Instant::now())) else {
+        state.limits.refused.count(Refusal::Stopping);
+        let answer = OwnAnswer::new(503, "stallscope observe is stopping").retry_after(1);
+        return if close { answer.closing() } else { answer }.response(dialect);
+    };
     let mut executor = segment.executor.clone();
     if let Some(ended) = &mut retried {
         let now = Instant::now();
@@ -95,158 +123,244 @@ async fn answer(state: Arc<State>, request: hyper::Request<Incoming>) -> hyper::
         executor.sink = Arc::new(Continuing { inner: executor.sink, before: ended.report.attempts });
     }
     let target = Target::new(routes::provider_name(&route, dialect.filter(|_| streamed)), model);
-    let agent_gone = AgentGone {
-        token: state.cancel.child_token(),
-        sink: Arc::clone(&executor.sink),
-        epoch: executor.epoch,
-        stream,
-        attempt: Arc::new(AtomicU32::new(1)),
-    };
-    if let (Some(dialect), Calls::Guarded(guarded)) = (dialect.filter(|_| streamed), &segment.calls) {
+    let agent_gone = AgentGone::new(state.cancel.child_token(), Arc::clone(&executor.sink), executor.epoch, stream);
+    // Held while the agent waits: dropped with this future when hyper lets
+    // it go (the agent went before its head), or moved into its body.
+    let link = AgentLink::new(agent_gone.clone());
+    let call = Admitted { state, segment, executor, stream, target, key, retried, agent_gone, held: (in_flight, held) };
+    let headers = end_to_end(&parts.headers, &["host", "content-length"]);
+    if let (Some(dialect), Calls::Guarded(guarded)) = (dialect.filter(|_| streamed), &call.segment.calls) {
         let guarded = Arc::clone(guarded);
-        let request = GuardedRequest {
-            client: client.clone(),
-            method,
-            url,
-            headers: end_to_end(&parts.headers, &["host", "content-length"]),
-            body,
-            model: model.to_owned(),
-            dialect,
-            own: target.provider.clone(),
-        };
-        let call =
-            GuardedCall { state, segment, upstream: guarded, executor, stream, target, key, retried, agent_gone };
-        return call.answer(request).await;
+        let own = call.target.provider.clone();
+        let request = GuardedRequest { client, method, url, headers, body, model: model.to_owned(), dialect, own };
+        return call.guarded(guarded, request, link).await;
     }
-    let forwarded =
-        client.request(method, &url).headers(end_to_end(&parts.headers, &["host", "content-length"])).body(body);
-    let (agent_tx, agent_rx) = oneshot::channel();
-    let state_of_call = Arc::clone(&state);
-    let call = tokio::spawn(async move {
-        let state = state_of_call;
-        let report = match (dialect.filter(|_| streamed), &segment.calls) {
-            (Some(dialect), Calls::Observed(upstream)) => {
-                let pending = Pending { request: forwarded, dialect, agent: agent_tx, agent_gone: agent_gone.clone() };
-                upstream.expect(stream, pending);
-                let call = Call { stream, target, input: CallInput::default(), not_before: None };
-                executor.run(&call, &agent_gone.token).await
+    let forwarded = client.request(method, &url).headers(headers).body(body);
+    call.observed(dialect.filter(|_| streamed), forwarded, &url, link).await
+}
+
+/// Whether `request` asks to switch protocols (`Upgrade`, or HTTP/2's
+/// extended CONNECT).
+fn is_upgrade<B>(request: &hyper::Request<B>) -> bool {
+    request.headers().contains_key(http::header::UPGRADE) || request.method() == http::Method::CONNECT
+}
+
+/// The body length a request's head declares, when it declares one.
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok())
+}
+
+/// The request body, read whole within the body timeout, at most the
+/// largest taken, held within the request buffer (its room, held for as
+/// long as the call keeps the body).
+async fn read_body(
+    body: Incoming,
+    declared: Option<u64>,
+    limits: &Limits,
+) -> Result<(Bytes, Option<OwnedSemaphorePermit>), Refused> {
+    let max = limits.max_request_bytes;
+    let too_large = || {
+        let why =
+            format!("stallscope observe: the request body is larger than PROXY_MAX_REQUEST_MB allows ({max} bytes)");
+        Refused { why: Refusal::TooLarge, answer: OwnAnswer::new(413, why) }
+    };
+    let no_room = || {
+        let why = "stallscope observe: request bodies held at once would pass PROXY_REQUEST_BUFFER_MB; try again";
+        Refused { why: Refusal::Buffer, answer: OwnAnswer::new(503, why).retry_after(1) }
+    };
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    let mut held = match declared {
+        Some(0) => None,
+        Some(n) => Some(limits.buffer(n as usize).ok_or_else(no_room)?),
+        None => None,
+    };
+    let reading = async {
+        let mut collected = BytesMut::new();
+        let mut body = body;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                let why = format!("stallscope observe: the request body could not be read: {e}");
+                Refused { why: Refusal::BodyTimeout, answer: OwnAnswer::new(400, why) }
+            })?;
+            let Ok(data) = frame.into_data() else { continue };
+            if collected.len() + data.len() > max {
+                return Err(too_large());
             }
-            _ => pass_through(&executor, stream, target, forwarded, agent_tx, &agent_gone).await,
-        };
-        state.finished(segment, report, key, retried, None).await
-    });
-    match agent_rx.await {
-        Ok(answer) => to_agent(answer),
-        // No answer came: the upstream could not be reached (or the call
-        // ended otherwise before its headers); say why.
+            // A body of no declared length takes its room as it comes.
+            if declared.is_none() && !data.is_empty() {
+                let more = limits.buffer(data.len()).ok_or_else(no_room)?;
+                match &mut held {
+                    Some(permit) => permit.merge(more),
+                    None => held = Some(more),
+                }
+            }
+            collected.extend_from_slice(&data);
+        }
+        Ok(collected.freeze())
+    };
+    match tokio::time::timeout(limits.body_timeout, reading).await {
+        Ok(Ok(body)) => Ok((body, held)),
+        Ok(Err(refused)) => Err(refused),
         Err(_) => {
-            let why = match call.await {
-                Ok(Some(why)) => why,
-                _ => "the call ended before the upstream answered".to_owned(),
-            };
-            plain(502, format!("stallscope observe: {url}: {why}\n"))
+            let why = format!(
+                "stallscope observe: the request body did not arrive whole within PROXY_BODY_TIMEOUT_S ({} s)",
+                limits.body_timeout.as_secs_f64()
+            );
+            Err(Refused { why: Refusal::BodyTimeout, answer: OwnAnswer::new(408, why) })
         }
     }
 }
 
-/// A streamed call of a dialect under the guard, ready to start.
-struct GuardedCall {
+/// Answers a request the proxy refused, and records it as a call of the
+/// run in force that made no attempt (its model unread: `-`), whose
+/// verdict names the limit.
+async fn refuse(
+    state: &Arc<State>,
+    url: &str,
+    route: &str,
+    dialect: Option<Dialect>,
+    refused: Refused,
+) -> hyper::Response<ResponseBody> {
+    state.limits.refused.count(refused.why);
+    let response = refused.answer.response(dialect);
+    let Some((segment, stream, retried)) = state.admit(None) else { return response };
+    let executor = &segment.executor;
+    let target = Target::new(routes::provider_name(route, dialect), "-");
+    let emit = |kind| {
+        let at = Instant::now().saturating_duration_since(executor.epoch);
+        executor.sink.emit(Event { at, stream, attempt: 0, kind });
+    };
+    let status = refused.answer.status;
+    let (category, retryable) = match status {
+        413 => (Category::InvalidRequest, false),
+        408 => (Category::Timeout, true),
+        _ => (Category::Overloaded, true),
+    };
+    let classified = Classification {
+        category,
+        timer: None,
+        status: Some(status),
+        retryable,
+        rule: refused.why.tunable().map_or_else(|| format!("stallscope proxy: {}", refused.why.name()), proxy_rule),
+        message: refused.answer.message.clone(),
+        transport: None,
+        server_delay: None,
+        rate_limits: None,
+    };
+    emit(EventKind::CallStarted { target: target.clone(), context_tokens: None });
+    emit(classified.event());
+    emit(EventKind::Finished { outcome: Outcome::Failed, attempts: 0, stop_reason: None });
+    let mut report = CallReport::empty(stream, target);
+    report.outcome = Outcome::Failed;
+    report.error = Some(classified);
+    let key = Key::of(url, &[]);
+    Arc::clone(state).finished(Arc::clone(&segment), report, key, retried, None).await;
+    response
+}
+
+/// A request admitted as a call, ready to start.
+struct Admitted {
     state: Arc<State>,
     segment: Arc<Segment>,
-    upstream: Arc<GuardedUpstream>,
     executor: Executor,
     stream: StreamId,
     target: Target,
     key: Key,
     retried: Option<Ended>,
     agent_gone: AgentGone,
+    /// Its place among the requests in flight and its body's room in the
+    /// request buffer, held until the call has ended.
+    held: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
 }
 
-impl GuardedCall {
-    /// Runs the call through the executor and answers the agent as the
-    /// guard does ([`super::guard`]): the head once an attempt's stream is
-    /// taken in, or once the call ends without one.
-    async fn answer(self, request: GuardedRequest) -> hyper::Response<AgentBody> {
-        let GuardedCall { state, segment, upstream, executor, stream, target, key, retried, agent_gone } = self;
+impl Admitted {
+    /// The call watched ([`super::relay`]): a streamed call of `dialect`
+    /// through the executor, any other request passed through; the agent
+    /// answered as the upstream answers, or with a 502 naming why no
+    /// answer came.
+    async fn observed(
+        self,
+        dialect: Option<Dialect>,
+        forwarded: reqwest::RequestBuilder,
+        url: &str,
+        mut link: AgentLink,
+    ) -> hyper::Response<ResponseBody> {
+        let Admitted { state, segment, executor, stream, target, key, retried, agent_gone, held } = self;
+        let (agent_tx, agent_rx) = oneshot::channel();
+        let call = tokio::spawn(async move {
+            let report = match (dialect, &segment.calls) {
+                (Some(dialect), Calls::Observed(upstream)) => {
+                    let pending =
+                        Pending { request: forwarded, dialect, agent: agent_tx, agent_gone: agent_gone.clone() };
+                    upstream.expect(stream, pending);
+                    let call = Call { stream, target, input: CallInput::default(), not_before: None };
+                    executor.run(&call, &agent_gone.token).await
+                }
+                _ => pass_through(&executor, stream, target, forwarded, agent_tx, &agent_gone).await,
+            };
+            agent_gone.call_over();
+            drop(held);
+            state.finished(segment, report, key, retried, None).await
+        });
+        match agent_rx.await {
+            Ok(answer) => link.answer(answer.status, answer.headers, answer.body).map(BodyExt::boxed_unsync),
+            // No answer came: the upstream could not be reached (or the call
+            // ended otherwise before its headers); say why.
+            Err(_) => {
+                link.disarm();
+                let why = match call.await {
+                    Ok(Some(why)) => why,
+                    _ => "the call ended before the upstream answered".to_owned(),
+                };
+                let shown = crate::core::redact::url(url);
+                OwnAnswer::new(502, format!("stallscope observe: {shown}: {why}")).response(dialect)
+            }
+        }
+    }
+
+    /// The call guarded ([`super::guard`]): run through the executor, the
+    /// agent answered once an attempt's stream is taken in, or once the
+    /// call ends without one.
+    async fn guarded(
+        self,
+        upstream: Arc<GuardedUpstream>,
+        request: GuardedRequest,
+        link: AgentLink,
+    ) -> hyper::Response<ResponseBody> {
+        let Admitted { state, segment, executor, stream, target, key, retried, agent_gone, held } = self;
         let (answer, side) = Answer::new(request.dialect, &request.model, agent_gone.clone());
         let guarded =
             Guarded { request: Arc::new(request), answer: Arc::clone(&answer), agent_gone: agent_gone.clone() };
         upstream.expect(stream, guarded);
-        // The agent's going is noticed when it goes: the receiver of its
-        // body (held by this request until the head comes, then by its
-        // response) is let go.
-        let (closed, over) = (answer.agent_closed(), CancellationToken::new());
-        let (gone, call_over) = (agent_gone.clone(), over.clone());
-        tokio::spawn(async move {
-            tokio::select! {
-                () = closed => gone.departed(),
-                () = call_over.cancelled() => {}
-            }
-        });
         tokio::spawn(async move {
             let call = Call { stream, target, input: CallInput::default(), not_before: None };
             let report = executor.run(&call, &agent_gone.token).await;
+            agent_gone.call_over();
             let delivered = answer.ended(&report, state.cancel.is_cancelled());
             upstream.done(stream);
-            over.cancel();
+            drop(held);
             state.finished(segment, report, key, retried, Some(delivered)).await
         });
         match side.head.await {
-            Ok((status, headers)) => {
-                let mut response = hyper::Response::new(BodyExt::boxed_unsync(Relayed(side.body)));
-                *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-                *response.headers_mut() = headers;
-                response
-            }
+            Ok((status, headers)) => link.answer(status, headers, side.body).map(BodyExt::boxed_unsync),
             // Every guarded call ends with a head: only a panic gets here.
-            Err(_) => plain(502, "stallscope guard: the call ended without an answer\n".to_owned()),
+            Err(_) => OwnAnswer::new(502, "stallscope guard: the call ended without an answer").response(None),
         }
     }
 }
 
-/// The agent's response: the upstream's status and headers, then its body
-/// as it is read.
-fn to_agent(answer: ToAgent) -> hyper::Response<AgentBody> {
-    let mut response = hyper::Response::new(BodyExt::boxed_unsync(Relayed(answer.body)));
-    *response.status_mut() = http::StatusCode::from_u16(answer.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-    *response.headers_mut() = answer.headers;
-    response
-}
-
-/// The body the relay hands the agent, chunk by chunk as each is sent.
-struct Relayed(mpsc::Receiver<Result<Bytes, std::io::Error>>);
-
-impl hyper::body::Body for Relayed {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.0.poll_recv(cx).map(|next| next.map(|chunk| chunk.map(Frame::data)))
-    }
-}
-
-/// A short text answer of observe's own.
-fn plain(status: u16, text: String) -> hyper::Response<AgentBody> {
-    let mut response =
-        hyper::Response::new(Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed_unsync());
-    *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-    response
-        .headers_mut()
-        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
-    response
-}
-
 /// A request that is not a stream of a dialect, forwarded and recorded as
-/// one attempt: its headers, its chunks as they came, how it ended.
+/// one attempt: its headers, its chunks as they came, how it ended. The
+/// call's token (the agent going, observe stopping) ends it in every
+/// phase, the wait for the upstream's head included.
 async fn pass_through(
     executor: &Executor,
     stream: StreamId,
     target: Target,
     request: reqwest::RequestBuilder,
-    agent: oneshot::Sender<ToAgent>,
+    agent: oneshot::Sender<super::relay::ToAgent>,
     agent_gone: &AgentGone,
 ) -> CallReport {
     let started = Instant::now();
@@ -257,7 +371,12 @@ async fn pass_through(
     emit(0, EventKind::CallStarted { target: target.clone(), context_tokens: None });
     emit(1, EventKind::AttemptStarted { target: target.clone(), credential: None });
     let mut report = CallReport::empty(stream, target.clone());
-    let response = match request.send().await {
+    let sent = tokio::select! {
+        biased;
+        () = agent_gone.token.cancelled() => return ended(executor, &emit, report, started, Err(Failure::Cancelled)),
+        sent = request.send() => sent,
+    };
+    let response = match sent {
         Ok(response) => response,
         Err(error) => {
             let failure = failure_from_reqwest(&error, CONNECT_TIMEOUT, None);
@@ -271,7 +390,7 @@ async fn pass_through(
     let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     emit(1, EventKind::HeadersReceived { status, content_type });
     emit(1, EventKind::ResponseHeaders { headers: recorded_headers(&headers, executor.classifier.headers_read()) });
-    let mut copies = relay(response, agent, agent_gone.clone());
+    let mut copies = relay(response, agent);
     let mut kept = Vec::new();
     let end = loop {
         let next = tokio::select! {

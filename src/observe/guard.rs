@@ -43,7 +43,8 @@ use http::HeaderMap;
 use tokio::sync::{mpsc, oneshot};
 
 use super::ObserveError;
-use super::relay::{AgentGone, end_to_end};
+use super::agent::AgentGone;
+use super::relay::end_to_end;
 use crate::core::category::Category;
 use crate::core::credentials::{CredentialPool, Secret};
 use crate::core::event::{EventClass, Outcome, StreamId};
@@ -393,18 +394,6 @@ impl Answer {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Resolves when the agent has let go of its body (its head waiting
-    /// included: the body goes with the request it answers).
-    pub fn agent_closed(&self) -> impl Future<Output = ()> + Send + 'static {
-        let body = self.lock().body.clone();
-        async move {
-            match body {
-                Some(body) => body.closed().await,
-                None => std::future::pending().await,
-            }
-        }
-    }
-
     /// Attempt `attempt` opens.
     fn opens(&self, attempt: u32) {
         let mut a = self.lock();
@@ -485,6 +474,8 @@ impl Answer {
             }
             return match (report.outcome, provider_answered) {
                 (Outcome::Ok, _) => Delivered::Whole,
+                // The agent went before any head: it got nothing.
+                (Outcome::Cancelled, _) if !stopping => Delivered::Cut,
                 (_, true) => Delivered::ProviderAnswer(status),
                 (_, false) => Delivered::OwnAnswer(status),
             };
@@ -627,13 +618,12 @@ mod tests {
     /// (the agent's SDK indexes the deltas by it), and so are its pings.
     #[test]
     fn a_retried_attempt_sends_its_block_but_not_the_opening_again() {
-        let gone = AgentGone {
-            token: tokio_util::sync::CancellationToken::new(),
-            sink: Arc::new(crate::core::event::NullSink),
-            epoch: tokio::time::Instant::now(),
-            stream: 0,
-            attempt: Arc::default(),
-        };
+        let gone = AgentGone::new(
+            tokio_util::sync::CancellationToken::new(),
+            Arc::new(crate::core::event::NullSink),
+            tokio::time::Instant::now(),
+            0,
+        );
         let (answer, mut agent) = Answer::new(Dialect::AnthropicMessages, "claude-x", gone);
         let head = AgentHead::of(200, &HeaderMap::new());
         let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n";

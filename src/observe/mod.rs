@@ -23,13 +23,17 @@
 //! keeps the response's allowlisted headers, as any run's does. Observe
 //! listens on loopback unless told otherwise ([`ObserveError::Remote`]).
 
+mod agent;
+mod answers;
 mod encoding;
 mod exchange;
 mod guard;
+mod limits;
 mod relay;
 mod retries;
 pub mod routes;
 mod segment;
+mod server;
 mod traces;
 mod would_fire;
 
@@ -39,9 +43,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -65,6 +66,8 @@ use crate::tunables::Tunables;
 use crate::watch::Retention;
 pub use guard::Delivered;
 use guard::Failover;
+use limits::Limits;
+pub use limits::{Refusal, Refusals};
 use retries::{Ended, Key, Recent};
 use routes::{Route, Routes};
 use segment::Segment;
@@ -286,6 +289,8 @@ struct State {
     cancel: CancellationToken,
     /// The core acts on the streamed calls (`--guard`).
     guards: bool,
+    /// What the proxy holds its agents to, and what it turned away.
+    limits: Arc<Limits>,
 }
 
 impl State {
@@ -297,27 +302,31 @@ impl State {
     /// A request's call: the call it retries (`retried`) when that call's
     /// run still takes calls, else a new call of the run in force. A retry
     /// that cannot go on is a new call, and the call it retried is over.
-    fn admit(&self, retried: Option<Ended>) -> (Arc<Segment>, StreamId, Option<Ended>) {
+    /// `None` once observe is stopping: the last run is retired and no
+    /// other will take its place.
+    fn admit(&self, retried: Option<Ended>) -> Option<(Arc<Segment>, StreamId, Option<Ended>)> {
         if let Some(ended) = retried {
             if let Some(stream) = ended.segment.admit(Some(ended.stream)) {
-                return (Arc::clone(&ended.segment), stream, Some(ended));
+                return Some((Arc::clone(&ended.segment), stream, Some(ended)));
             }
             self.over(&ended.segment, &ended.report, &ended.verdict);
         }
-        loop {
+        // A rotated-out run is retired only once another is in force: a run
+        // that takes no calls when asked twice has no successor.
+        for _ in 0..2 {
             let segment = self.current();
-            // The run in force is retired only once another is: ask again.
             if let Some(stream) = segment.admit(None) {
-                return (segment, stream, None);
+                return Some((segment, stream, None));
             }
         }
+        None
     }
 
     /// Takes a call's report once it has ended, with what our clocks would
     /// have done on its latest attempt (replayed on observe's replay
     /// thread, and marked in its events); returns why it failed, for the
     /// 502 of a call the upstream never answered.
-    async fn finished(
+    pub(super) async fn finished(
         self: &Arc<Self>,
         segment: Arc<Segment>,
         report: CallReport,
@@ -392,6 +401,7 @@ pub struct Observer {
     scenario: Option<SimServer>,
     recording: Option<RecordTo>,
     service: Service,
+    limits: Arc<Limits>,
 }
 
 impl Observer {
@@ -496,6 +506,7 @@ impl Observer {
             scenario: server,
             recording: plan.recording.clone(),
             service: plan.service.clone(),
+            limits: Arc::new(Limits::of(&in_force)),
         })
     }
 
@@ -507,6 +518,11 @@ impl Observer {
     /// Whether the core acts on the streamed calls (`--guard`).
     pub fn guards(&self) -> bool {
         self.setup.guard
+    }
+
+    /// What its limits turn away as it runs, counted by why.
+    pub fn refusals(&self) -> Arc<Refusals> {
+        Arc::clone(&self.limits.refused)
     }
 
     /// Where requests go, in words.
@@ -576,6 +592,7 @@ impl Observer {
             on_event: Box::new(on_event),
             cancel: cancel.clone(),
             guards: self.setup.guard,
+            limits: self.limits,
         });
         let closer = Closer {
             state: Arc::clone(&state),
@@ -592,7 +609,7 @@ impl Observer {
                 (state.on_event)(ObserveEvent::Traces(&sent))
             }))
         });
-        let accepting = tokio::spawn(accept(self.listener, Arc::clone(&state), cancel.clone()));
+        let accepting = tokio::spawn(server::accept(self.listener, Arc::clone(&state), cancel.clone()));
         let mut closing = JoinSet::new();
         let mut rotate_at = self.service.rotate.map(|every| Instant::now() + every);
         loop {
@@ -637,8 +654,8 @@ impl Observer {
         for ended in state.recent.drain() {
             state.over(&ended.segment, &ended.report, &ended.verdict);
         }
-        if let Ok(mut connections) = accepting.await {
-            connections.shutdown().await;
+        if let Ok(connections) = accepting.await {
+            connections.close().await;
         }
         if let Some(server) = server {
             server.shutdown().await;
@@ -658,8 +675,8 @@ impl Observer {
 const HOUSEKEEPING: Duration = Duration::from_secs(1);
 
 /// How long the calls over when observe stops may take to be sent as
-/// traces.
-const LAST_TRACES: Duration = Duration::from_secs(5);
+/// traces: observe stops within two seconds, whatever the collector does.
+const LAST_TRACES: Duration = Duration::from_secs(1);
 
 /// Closes an observer's runs.
 #[derive(Clone)]
@@ -715,27 +732,6 @@ impl Closer {
         }
         (ended, closed.error)
     }
-}
-
-/// Accepts connections until `cancel`; returns them, for closing once
-/// the calls in flight have ended.
-async fn accept(listener: TcpListener, state: Arc<State>, cancel: CancellationToken) -> JoinSet<()> {
-    let mut connections = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            () = cancel.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        while connections.try_join_next().is_some() {}
-        let Ok((stream, _)) = accepted else { continue };
-        let _ = stream.set_nodelay(true);
-        let state = Arc::clone(&state);
-        connections.spawn(async move {
-            let service = service_fn(move |request| exchange::handle(Arc::clone(&state), request));
-            let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
-    connections
 }
 
 /// The providers observed calls are recorded under: one per route and

@@ -12,8 +12,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,11 +23,11 @@ use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
 use http::HeaderMap;
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
-use tokio_util::sync::{CancellationToken, PollSender};
+use tokio_util::sync::PollSender;
 
+use super::agent::AgentGone;
 use super::encoding::CopyDecoder;
-use crate::core::event::{Event, EventKind, EventSink, StreamId};
+use crate::core::event::StreamId;
 use crate::core::failure::{Failure, TransportKind};
 use crate::core::transport::failure_from_reqwest;
 use crate::core::upstream::{AttemptRequest, Body, Chunk, Decoder, Response, Upstream};
@@ -98,38 +98,6 @@ pub(super) struct Pending {
     pub agent_gone: AgentGone,
 }
 
-/// How a call ends when its agent goes before it has its whole response
-/// (its own timeout, or it gave up): the call's events say so where it
-/// was noticed ([`EventKind::AgentDisconnected`]), then its token is
-/// cancelled and the core ends it there. Observe stopping cancels the
-/// token too, and is not the agent going.
-#[derive(Clone)]
-pub(super) struct AgentGone {
-    /// The call's cancellation.
-    pub token: CancellationToken,
-    /// Where the call's events go.
-    pub sink: Arc<dyn EventSink>,
-    /// What the call's events are stamped from.
-    pub epoch: Instant,
-    /// The call.
-    pub stream: StreamId,
-    /// Its attempt under way, which the attempts of a guarded call move.
-    pub attempt: Arc<AtomicU32>,
-}
-
-impl AgentGone {
-    /// The agent went: said once, and the call cancelled.
-    pub(super) fn departed(&self) {
-        if !self.token.is_cancelled() {
-            let at = Instant::now().saturating_duration_since(self.epoch);
-            let kind = EventKind::AgentDisconnected;
-            let attempt = self.attempt.load(Ordering::Relaxed);
-            self.sink.emit(Event { at, stream: self.stream, attempt, kind });
-        }
-        self.token.cancel();
-    }
-}
-
 /// The upstream of observed calls: each call's request, sent when the
 /// executor opens its attempt.
 #[derive(Default)]
@@ -157,7 +125,7 @@ impl Upstream for ObservedUpstream {
             let response = pending.request.send().await.map_err(|e| failure_from_reqwest(&e, CONNECT_TIMEOUT, None))?;
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
             pending.agent_gone.attempt.store(request.attempt, Ordering::Relaxed);
-            let body: Body = relay(response, pending.agent, pending.agent_gone).boxed();
+            let body: Body = relay(response, pending.agent).boxed();
             Ok(Response { decoder: Some(Box::new(pending.dialect.decoder())), ..Response::new(status, headers, body) })
         })
     }
@@ -171,53 +139,19 @@ impl Upstream for ObservedUpstream {
 /// Hands `response` to the agent: its head at once, then its body chunk
 /// by chunk as it is read ([`Relay`]); returns the stream of each chunk's
 /// decoded copy, for the core or the recording, which the relay is
-/// driven by. An agent already gone when the head is in ends the call
-/// ([`AgentGone`]).
-pub(super) fn relay(response: reqwest::Response, agent: oneshot::Sender<ToAgent>, agent_gone: AgentGone) -> Relay {
+/// driven by. (An agent gone before the head is in has ended the call
+/// already: [`super::agent`].)
+pub(super) fn relay(response: reqwest::Response, agent: oneshot::Sender<ToAgent>) -> Relay {
     let (agent_tx, agent_rx) = mpsc::channel(AGENT_QUEUE);
     let head =
         ToAgent { status: response.status().as_u16(), headers: end_to_end(response.headers(), &[]), body: agent_rx };
-    if agent.send(head).is_err() {
-        agent_gone.departed();
-    }
-    let closed = agent_tx.clone();
+    let _ = agent.send(head);
     Relay {
-        delivery: Delivery::of(response.headers()),
         decoder: CopyDecoder::of(response.status().as_u16(), response.headers()),
         upstream: Some(response.bytes_stream().boxed()),
-        agent_closed: Box::pin(async move { closed.closed().await }),
         agent: PollSender::new(agent_tx),
         held: None,
         copies: VecDeque::new(),
-        agent_gone,
-        gone: false,
-    }
-}
-
-/// How much of a response's body the agent has been handed, against
-/// what its `content-length` says: an agent whose connection lets the body
-/// go once it has every byte has not given up.
-struct Delivery {
-    expected: Option<u64>,
-    sent: u64,
-}
-
-impl Delivery {
-    /// For a response with `headers`.
-    fn of(headers: &HeaderMap) -> Delivery {
-        let expected =
-            headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
-        Delivery { expected, sent: 0 }
-    }
-
-    /// `n` more bytes handed over.
-    fn sent(&mut self, n: usize) {
-        self.sent += n as u64;
-    }
-
-    /// Whether every byte the response announced has been handed over.
-    fn complete(&self) -> bool {
-        self.expected.is_some_and(|n| self.sent >= n)
     }
 }
 
@@ -225,36 +159,21 @@ impl Delivery {
 /// governor, or the pass-through), each chunk handed to the agent first:
 /// one task reads, relays and decodes, with no hand-over between them.
 /// A slow agent holds the next chunk back (back-pressure, never a buffer
-/// of the stream). The agent gone before it had the whole body, the call
-/// is cancelled and the upstream let go; an upstream that breaks breaks
-/// the agent's body too. Dropped before the upstream's end (the stream
-/// said it was done), the rest of the body still reaches the agent.
+/// of the stream). An agent that let its body go gets nothing more, and
+/// the copies go on: the call hears of its going where it went
+/// ([`super::agent`]). An upstream that breaks breaks the agent's body
+/// too. Dropped before the upstream's end (the stream said it was done),
+/// the rest of the body still reaches the agent.
 pub(super) struct Relay {
     /// The upstream's body, until it ends.
     upstream: Option<BoxStream<'static, reqwest::Result<Bytes>>>,
-    /// The agent's body.
+    /// The agent's body, until it is let go.
     agent: PollSender<Result<Bytes, std::io::Error>>,
-    /// Resolves when the agent's body is let go: noticed while the
-    /// upstream is silent, not at its next chunk.
-    agent_closed: BoxFuture<'static, ()>,
     /// A chunk read, waiting for room in the agent's body.
     held: Option<Bytes>,
     /// Copies decoded, not yet taken.
     copies: VecDeque<Result<Chunk, Failure>>,
-    delivery: Delivery,
     decoder: CopyDecoder,
-    agent_gone: AgentGone,
-    /// The agent went: the call is cancelled, nothing more is read.
-    gone: bool,
-}
-
-impl Relay {
-    /// The agent went before it had the whole body.
-    fn departed(&mut self) {
-        self.agent_gone.departed();
-        self.gone = true;
-        self.upstream = None;
-    }
 }
 
 impl Stream for Relay {
@@ -266,31 +185,22 @@ impl Stream for Relay {
             if let Some(copy) = this.copies.pop_front() {
                 return Poll::Ready(Some(copy));
             }
-            // The call's cancellation ends it; the copies just stop.
-            if this.gone {
-                return Poll::Pending;
-            }
-            if !this.delivery.complete() && this.agent_closed.as_mut().poll(cx).is_ready() {
-                this.departed();
-                continue;
-            }
             if let Some(bytes) = this.held.take() {
-                match this.agent.poll_reserve(cx) {
-                    Poll::Pending => {
-                        this.held = Some(bytes);
-                        return Poll::Pending;
-                    }
-                    Poll::Ready(reserved) => {
-                        this.delivery.sent(bytes.len());
-                        let sent = reserved.is_ok() && this.agent.send_item(Ok(bytes.clone())).is_ok();
-                        if !sent && !this.delivery.complete() {
-                            this.departed();
-                            continue;
+                if !this.agent.is_closed() {
+                    match this.agent.poll_reserve(cx) {
+                        Poll::Pending => {
+                            this.held = Some(bytes);
+                            return Poll::Pending;
                         }
-                        this.copies.extend(this.decoder.decode(&bytes));
-                        continue;
+                        Poll::Ready(reserved) => {
+                            if reserved.is_err() || this.agent.send_item(Ok(bytes.clone())).is_err() {
+                                this.agent.close();
+                            }
+                        }
                     }
                 }
+                this.copies.extend(this.decoder.decode(&bytes));
+                continue;
             }
             let Some(upstream) = this.upstream.as_mut() else { return Poll::Ready(None) };
             match upstream.as_mut().poll_next(cx) {
@@ -320,7 +230,7 @@ impl Drop for Relay {
     fn drop(&mut self) {
         // Read no more: the agent still gets every byte, read by a task of
         // its own.
-        let Some(mut upstream) = self.upstream.take().filter(|_| !self.gone) else { return };
+        let Some(mut upstream) = self.upstream.take() else { return };
         let (Some(agent), held) = (self.agent.get_ref().cloned(), self.held.take()) else { return };
         tokio::spawn(async move {
             if let Some(bytes) = held

@@ -79,6 +79,9 @@ pub enum Group {
     Recorder,
     /// `observe --guard`: how the core acts on an agent's traffic.
     Guard,
+    /// `observe` and `observe --guard`: the limits the proxy holds its
+    /// agents to.
+    Proxy,
 }
 
 impl Group {
@@ -93,6 +96,7 @@ impl Group {
             Group::Fleet => "Fleet limits",
             Group::Recorder => "Recording",
             Group::Guard => "Guard (observe --guard)",
+            Group::Proxy => "Proxy limits (observe, observe --guard)",
         }
     }
 }
@@ -618,6 +622,58 @@ pub static TUNABLES: &[TunableSpec] = &[
         "error",
         Guard,
         "How the guard ends an agent's stream that one of our clocks caught stalled after content reached the agent (never retried: the agent would see text twice): error, the dialect's own in-stream error, which the SDK raises so the agent's retry starts at once; finish, the dialect's normal end at the output limit (finish_reason length, stop_reason max_tokens) with the partial answer."
+    ),
+    // The agent side of observe's proxy, held to nginx's standard: every
+    // wait has a timeout and every buffer a bound (nginx's
+    // client_header_timeout, client_body_timeout, client_max_body_size,
+    // worker_connections).
+    tunable!(
+        "PROXY_HEADER_TIMEOUT_S",
+        float(0.1, 3_600.0),
+        "s",
+        "30",
+        Proxy,
+        "An agent's connection that has not sent a whole request head this long after it was ready for one (opened, or kept alive after its last answer) is closed (nginx: client_header_timeout 60 s and keepalive_timeout 75 s; hyper: 30 s)."
+    ),
+    tunable!(
+        "PROXY_BODY_TIMEOUT_S",
+        float(0.1, 3_600.0),
+        "s",
+        "60",
+        Proxy,
+        "An agent's request body must have arrived whole this long after its head; else the request is answered 408 and recorded (nginx: client_body_timeout, 60 s between reads)."
+    ),
+    tunable!(
+        "PROXY_MAX_REQUEST_MB",
+        int(1, 4_096),
+        "MiB",
+        "64",
+        Proxy,
+        "The largest request body the proxy takes; a larger one is answered 413 and recorded (a million-token prompt is about 4 MiB)."
+    ),
+    tunable!(
+        "PROXY_REQUEST_BUFFER_MB",
+        int(1, 65_536),
+        "MiB",
+        "512",
+        Proxy,
+        "Request bodies held at once, all agents together, at most; a request that would go past it is answered 503 with Retry-After and recorded."
+    ),
+    tunable!(
+        "PROXY_MAX_CONNECTIONS",
+        int(1, 1_000_000),
+        "count",
+        "4096",
+        Proxy,
+        "Agent connections open at once, at most; past it a connection's requests are answered 503 with Retry-After and it is closed (nginx: worker_connections)."
+    ),
+    tunable!(
+        "PROXY_MAX_IN_FLIGHT",
+        int(1, 1_000_000),
+        "count",
+        "2048",
+        Proxy,
+        "Agent requests in flight at once, at most; past it a request is answered 503 with Retry-After in its dialect's error shape, and recorded."
     ),
 ];
 
