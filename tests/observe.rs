@@ -214,7 +214,7 @@ async fn a_remote_listen_address_needs_allow_remote() {
         ..plan
     };
     let error = Observer::bind(&bad, &[]).await.err().unwrap();
-    assert!(error.to_string().starts_with("--upstream ftp://x/: not an http(s) URL"), "{error}");
+    assert!(error.to_string().starts_with("--upstream ftp://x: not an http(s) URL"), "{error}");
 }
 
 /// The agent's own retry of a call it gave up on (the same body again)

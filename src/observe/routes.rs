@@ -5,6 +5,7 @@
 //! path. Nothing outside these upstreams is ever reached: observe is no
 //! open proxy.
 
+use crate::core::redact;
 use crate::providers::Dialect;
 
 /// One upstream an agent's requests may go to.
@@ -53,13 +54,16 @@ impl Routes {
         Some(Routed { route, url: format!("{}{rest}", route.root), dialect: dialect_of(path) })
     }
 
-    /// Every route's name and root, for messages.
+    /// Every route's name and root, for messages (stderr, the app, the
+    /// 404 a client gets): each root with its password masked.
     pub fn describe(&self) -> String {
         match self {
-            Routes::One(route) => route.root.clone(),
-            Routes::Named(routes) => {
-                routes.iter().map(|r| format!("/{}/… → {}", r.name, r.root)).collect::<Vec<_>>().join(", ")
-            }
+            Routes::One(route) => redact::url(&route.root),
+            Routes::Named(routes) => routes
+                .iter()
+                .map(|r| format!("/{}/… → {}", r.name, redact::url(&r.root)))
+                .collect::<Vec<_>>()
+                .join(", "),
         }
     }
 }
@@ -123,5 +127,20 @@ mod tests {
         assert_eq!(routes.route("/openai/v1/responses").unwrap().dialect, Some(Dialect::OpenAiResponses));
         assert_eq!(routes.route("/other/v1/messages"), None, "no open proxy");
         assert_eq!(routes.route("/v1/messages"), None);
+    }
+
+    /// Review D10: the upstream's password was on stderr and in the 404
+    /// any client gets.
+    #[test]
+    fn routes_are_described_with_their_passwords_masked() {
+        let one = Routes::One(route("upstream", "http://user:s3cretpass@gw.internal/llm"));
+        assert_eq!(one.describe(), "http://user:***@gw.internal/llm");
+        let named = Routes::Named(vec![
+            route("openai", "https://api.openai.com/v1"),
+            route("gw", "https://sk-abcdefghijklmnop@gw.internal"),
+        ]);
+        assert_eq!(named.describe(), "/openai/… → https://api.openai.com/v1, /gw/… → https://***@gw.internal");
+        // The routes themselves keep the credentials they send.
+        assert_eq!(one.route("/v1/models").unwrap().url, "http://user:s3cretpass@gw.internal/llm/v1/models");
     }
 }
