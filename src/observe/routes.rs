@@ -5,8 +5,12 @@
 //! path. Nothing outside these upstreams is ever reached: observe is no
 //! open proxy.
 
+use crate::core::failover::FallbackSetting;
 use crate::core::redact;
+use crate::metrics::LabelNames;
 use crate::providers::Dialect;
+use crate::providers::setup::ProviderConfig;
+use crate::tunables::Tunables;
 
 /// One upstream an agent's requests may go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +69,26 @@ impl Routes {
                 .collect::<Vec<_>>()
                 .join(", "),
         }
+    }
+}
+
+impl Routes {
+    /// The names observe's metrics keep: each route's and the providers its
+    /// calls are recorded under ([`provider_name`]), and what the
+    /// configuration names (`rows`, and the `STALLSCOPE_FALLBACK_MODELS` of
+    /// the tunables `in_force`). The model an agent's request names is
+    /// kept only when it is one of those; any other counts as `other`.
+    pub fn metric_names(&self, rows: &[ProviderConfig], in_force: &Tunables) -> LabelNames {
+        // The setting was checked when the tunables were loaded.
+        let fallback = FallbackSetting::parse(in_force.get("STALLSCOPE_FALLBACK_MODELS").value.as_str())
+            .unwrap_or(FallbackSetting::Off);
+        let routes = match self {
+            Routes::One(route) => std::slice::from_ref(route),
+            Routes::Named(routes) => routes.as_slice(),
+        };
+        let recorded =
+            routes.iter().flat_map(|route| Dialect::ALL.map(|dialect| provider_name(&route.name, Some(dialect))));
+        LabelNames::configured(rows, &fallback).with_providers(recorded)
     }
 }
 
@@ -127,6 +151,19 @@ mod tests {
         assert_eq!(routes.route("/openai/v1/responses").unwrap().dialect, Some(Dialect::OpenAiResponses));
         assert_eq!(routes.route("/other/v1/messages"), None, "no open proxy");
         assert_eq!(routes.route("/v1/messages"), None);
+    }
+
+    #[test]
+    fn metrics_keep_the_routes_their_recorded_providers_and_the_configured_models() {
+        let routes = Routes::Named(vec![route("openai", "https://api.openai.com/v1")]);
+        let rows = [ProviderConfig::at_root("openai", Dialect::OpenAiChat, "https://api.openai.com", "gpt-4o")];
+        let mut in_force = Tunables::defaults();
+        in_force.apply_override("STALLSCOPE_FALLBACK_MODELS=backup/gpt-b").unwrap();
+        let providers = ["openai", "openai.responses", "openai.messages", "backup"];
+        assert_eq!(routes.metric_names(&rows, &in_force), LabelNames::new(providers, ["gpt-4o", "gpt-b"]));
+        let one = Routes::One(route("upstream", "http://gw"));
+        let providers = ["upstream", "upstream.responses", "upstream.messages"];
+        assert_eq!(one.metric_names(&[], &Tunables::defaults()), LabelNames::new(providers, [] as [&str; 0]));
     }
 
     /// Review D10: the upstream's password was on stderr and in the 404
