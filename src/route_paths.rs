@@ -35,7 +35,7 @@ pub struct ComparedPath {
 /// An endpoint reached on more than one path.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
-    /// The base URL, without credentials.
+    /// The base URL, its password masked.
     pub endpoint: String,
     /// The model.
     pub model: String,
@@ -73,7 +73,7 @@ pub fn compare<'a>(
         .into_iter()
         .filter(|(_, paths)| paths.iter().any(|p| p.via != paths[0].via))
         .map(|(row, paths)| Comparison {
-            endpoint: crate::core::redact::without_credentials(&row.base_url),
+            endpoint: crate::core::redact::url(&row.base_url),
             model: row.model.clone(),
             finding: finding(&paths),
             paths,
@@ -116,7 +116,7 @@ fn host_port(url: &str) -> String {
             let host = parsed.host_str().unwrap_or_default();
             parsed.port_or_known_default().map_or_else(|| host.to_owned(), |port| format!("{host}:{port}"))
         }
-        _ => crate::core::redact::without_credentials(url),
+        _ => crate::core::redact::url(url),
     }
 }
 

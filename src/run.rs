@@ -67,6 +67,12 @@ pub async fn run_calls(
 /// has somewhere to go.
 pub const SIM_MODELS: [&str; 3] = ["sim-model-a", "sim-model-b", "sim-model-c"];
 
+/// The provider name of the in-process simulator's rows.
+pub const SIM_PROVIDER: &str = "sim";
+
+/// The provider name of a `primary_unreachable` scenario's primary.
+pub const UNREACHABLE_PROVIDER: &str = "unreachable";
+
 /// A built-in scenario served in-process, with provider rows pointing at it.
 pub struct ScenarioRig {
     /// The simulator.
@@ -103,17 +109,23 @@ pub enum RigError {
 pub async fn rig(scenario: Scenario, dialect: Dialect) -> Result<ScenarioRig, RigError> {
     let unreachable = scenario.run().primary_unreachable;
     let server = SimServer::start(scenario, 0).await?;
-    let mut providers: Vec<ProviderConfig> =
-        SIM_MODELS.iter().map(|model| ProviderConfig::at_root("sim", dialect, &server.base_url(), model)).collect();
-    let mut target = Target::new("sim", SIM_MODELS[0]);
+    let mut providers: Vec<ProviderConfig> = SIM_MODELS
+        .iter()
+        .map(|model| ProviderConfig::at_root(SIM_PROVIDER, dialect, &server.base_url(), model))
+        .collect();
+    let mut target = Target::new(SIM_PROVIDER, SIM_MODELS[0]);
     if unreachable {
         // Bound and released at once: nothing listens there, so connections
         // are refused and the call fails over to the simulator.
         let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let dead =
-            ProviderConfig::at_root("unreachable", dialect, &format!("http://127.0.0.1:{closed}"), SIM_MODELS[0]);
+        let dead = ProviderConfig::at_root(
+            UNREACHABLE_PROVIDER,
+            dialect,
+            &format!("http://127.0.0.1:{closed}"),
+            SIM_MODELS[0],
+        );
         providers.insert(0, dead);
-        target = Target::new("unreachable", SIM_MODELS[0]);
+        target = Target::new(UNREACHABLE_PROVIDER, SIM_MODELS[0]);
     }
     Ok(ScenarioRig { server, providers, target })
 }

@@ -217,7 +217,7 @@ async fn a_remote_listen_address_needs_allow_remote() {
         ..plan
     };
     let error = Observer::bind(&bad, &[]).await.err().unwrap();
-    assert!(error.to_string().starts_with("--upstream ftp://x/: not an http(s) URL"), "{error}");
+    assert!(error.to_string().starts_with("--upstream ftp://x: not an http(s) URL"), "{error}");
 }
 
 /// The agent's own retry of a call it gave up on (the same body again)
@@ -315,7 +315,9 @@ async fn a_long_running_observer_rotates_its_runs_and_serves_its_metrics() {
     let response = impatient.post(&url).body(STREAMED).send().await.unwrap();
     assert!(response.text().await.is_err(), "the agent's own timeout");
     let client = reqwest::Client::new();
-    let site = r#"site="observe@lab",provider="sim",model="gpt-x""#;
+    // The agent's `model` is none of the configuration's: it counts as
+    // `other` (review D8), under the route it came by.
+    let site = r#"site="observe@lab",provider="sim",model="other""#;
     metric_reaches(&client, &metrics, &format!(r#"stallscope_would_fire_total{{{site},timer="idle"}}"#), "1").await;
     // Counted once its retry window has passed.
     let calls = format!(r#"stallscope_calls_total{{{site},outcome="cancelled",verdict="cancelled"}}"#);

@@ -346,8 +346,9 @@ fn no_output_shows_the_credentials_of_an_otlp_url() {
     let (dir, db) = recorded("otlp-password", &["--scenario", "healthy"]);
     let refusing = Receiver::start(Answer::Status(401));
     let with_credentials = |port: u16| format!("http://otel:pa55word@127.0.0.1:{port}/?api_key=t0ken");
-    let clean =
-        |text: &str| text.contains("http://***@127.0.0.1:") && !text.contains("pa55word") && !text.contains("t0ken");
+    let clean = |text: &str| {
+        text.contains("http://otel:***@127.0.0.1:") && !text.contains("pa55word") && !text.contains("t0ken")
+    };
     for (port, said) in [(refusing.port, "refused the traces: 401"), (free_port(), "cannot send traces to")] {
         let output = stallscope_with(&["export", "--db", &db, "1", "--otlp", &with_credentials(port)], &[]);
         let text = printed(&output);
@@ -362,13 +363,16 @@ fn no_output_shows_the_credentials_of_an_otlp_url() {
     let line = first_round(&mut watch);
     let output = interrupt(watch, Duration::from_secs(60));
     let text = format!("{line}{}", printed(&output));
-    assert!(text.contains("stallscope: round 0: traces not sent: http://***@") && clean(&text), "{text}");
+    assert!(text.contains("stallscope: round 0: traces not sent: http://otel:***@") && clean(&text), "{text}");
     // A bad endpoint is refused before any round, masked too.
     let db = dir.join("w.db");
     let watch = ["watch", "--scenario", "healthy", "--metrics-addr", "127.0.0.1:0", "--db", db.to_str().unwrap()];
     let output = stallscope_with(&[&watch[..], &["--otlp", "ftp://otel:pa55word@h"]].concat(), &[]);
     let text = printed(&output);
-    assert!(text.contains("OTLP endpoint \"ftp://***@h/\" is not accepted") && !text.contains("pa55word"), "{text}");
+    assert!(
+        text.contains("OTLP endpoint \"ftp://otel:***@h\" is not accepted") && !text.contains("pa55word"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -435,7 +439,7 @@ fn the_app_shows_the_refusal_but_neither_shows_nor_saves_the_urls_password() {
     let node = h.get_by_label_contains("refused the traces").accesskit_node();
     let shown = node.label().or(node.value()).unwrap_or_default();
     assert!(
-        shown.contains(&format!("http://***@127.0.0.1:{}/v1/traces refused the traces: 401", refusing.port)),
+        shown.contains(&format!("http://otel:***@127.0.0.1:{}/v1/traces refused the traces: 401", refusing.port)),
         "{shown}"
     );
     // Only the endpoint's own field holds it, as typed.
@@ -449,7 +453,7 @@ fn the_app_shows_the_refusal_but_neither_shows_nor_saves_the_urls_password() {
     assert!(leaked.is_empty(), "{leaked:?}");
     let saved = serde_json::to_string(&h.state().prefs).unwrap();
     assert!(
-        !saved.contains("pa55word") && saved.contains(&format!("\"http://127.0.0.1:{}/\"", refusing.port)),
+        !saved.contains("pa55word") && saved.contains(&format!("\"http://otel:***@127.0.0.1:{}\"", refusing.port)),
         "{saved}"
     );
     assert_eq!(h.state().prefs.history.otlp_endpoint, endpoint, "kept for this session");

@@ -1,66 +1,127 @@
 //! How secrets are kept out of everything stallscope shows or keeps: URLs
-//! without the credentials they may carry (user names and passwords,
-//! `http://user:pass@proxy`, and query strings, `?key=…`), and text —
+//! with the credentials they may carry masked (passwords,
+//! `http://user:***@proxy`, user names that are keys, and query strings,
+//! `?***` for `?key=…`), and text —
 //! header values, error bodies, failure messages — with every token that
 //! looks like a key replaced by `***`. Neither ever reaches an event, a
 //! report, a recording or a log unmasked.
 
-/// `url` with its user info and query masked; text that is not a URL is
-/// returned as it is.
-pub fn url(text: &str) -> String {
-    shown(text, Some(MASK))
-}
-
-/// `url` with its user info and query removed, for a URL that is kept
-/// (saved settings) rather than shown; a URL without them, and text that
-/// is not a URL, are returned as they are.
-pub fn without_credentials(text: &str) -> String {
-    match reqwest::Url::parse(text) {
-        Ok(parsed) if parsed.has_host() && !has_credentials(&parsed) => text.to_owned(),
-        _ => shown(text, None),
+/// `url` as it may be shown or kept anywhere (a line on stderr, an error,
+/// the app's saved state, the database): the password of its user info
+/// masked and its user name kept (`http://user:***@proxy:3128`), unless
+/// the user name itself looks like a key (`https://***@host`, a token
+/// given as the user); its query masked whole (`?***`, where `?key=…`
+/// goes). The rest is kept as it was written, and text with no user info
+/// or query (`off`, a plain host) is returned as it is. `user:pw@proxy`
+/// without a scheme is masked the same way.
+pub fn url(url: &str) -> String {
+    let parts = UrlParts::of(url);
+    let mut shown = String::with_capacity(url.len());
+    shown.push_str(parts.scheme);
+    if let Some(userinfo) = parts.userinfo {
+        shown.push_str(&masked_userinfo(userinfo));
+        shown.push('@');
     }
+    shown.push_str(parts.rest);
+    if parts.query.is_some() {
+        shown.push('?');
+        shown.push_str(MASK);
+    }
+    shown
 }
 
-/// A parsed URL with its user info and query masked.
-pub fn masked(url: &reqwest::Url) -> String {
-    replaced(url, Some(MASK)).to_string()
+/// A parsed URL, as [`url`] shows it.
+pub fn masked(parsed: &reqwest::Url) -> String {
+    url(parsed.as_str())
+}
+
+/// Whether `text` is a URL whose credentials [`url`] masked: a password,
+/// user name or query that is the mask itself. Such a URL, read back
+/// from saved state or a recording, cannot be used as it is: its
+/// credentials must be given again.
+pub fn is_masked(text: &str) -> bool {
+    let parts = UrlParts::of(text);
+    parts.userinfo.is_some_and(|userinfo| userinfo.split(':').any(|part| part == MASK))
+        || parts.query.is_some_and(|query| query == MASK)
 }
 
 /// What stands in for credentials that are shown masked.
 const MASK: &str = "***";
 
-/// `text` with the credentials it may carry replaced by `mask`, or removed.
-fn shown(text: &str, mask: Option<&str>) -> String {
-    match reqwest::Url::parse(text) {
-        Ok(parsed) if parsed.has_host() => replaced(&parsed, mask).to_string(),
-        // `user:pw@proxy:3128` parses as a URL of scheme `user` with no
-        // host, and text that is no URL may still hold credentials.
-        _ => match (text.rsplit_once('@'), mask) {
-            (Some((_, host)), Some(mask)) => format!("{mask}@{host}"),
-            (Some((_, host)), None) => host.to_owned(),
-            (None, _) => text.to_owned(),
-        },
+/// A URL's text cut where credentials may sit, as written (no parsing, so
+/// what is shown is what was typed): `scheme://`, `userinfo@`, the host
+/// and path, `?query`.
+struct UrlParts<'a> {
+    /// `https://`, or empty for `user:pw@proxy:3128`.
+    scheme: &'a str,
+    /// What comes before the host's `@`.
+    userinfo: Option<&'a str>,
+    /// The host, port and path.
+    rest: &'a str,
+    /// What comes after the first `?` (a fragment included).
+    query: Option<&'a str>,
+}
+
+impl UrlParts<'_> {
+    fn of(text: &str) -> UrlParts<'_> {
+        let (scheme, after) = text.split_at(text.find("://").map_or(0, |i| i + 3));
+        let (authority, path) = after.split_at(after.find(['/', '?', '#']).unwrap_or(after.len()));
+        // The last `@` ends the user info: a password may hold one.
+        let (userinfo, host) = match authority.rsplit_once('@') {
+            Some((userinfo, host)) => (Some(userinfo), host),
+            None => (None, authority),
+        };
+        let (path, query) = match path.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (path, None),
+        };
+        // The host and path are contiguous in `text`.
+        let start = text.len() - after.len() + authority.len() - host.len();
+        UrlParts { scheme, userinfo, rest: &text[start..start + host.len() + path.len()], query }
     }
 }
 
-/// Whether `url` has user info or a query.
-fn has_credentials(url: &reqwest::Url) -> bool {
-    !url.username().is_empty() || url.password().is_some() || url.query().is_some()
+/// `user:password` with the password masked, and the user name too when
+/// it looks like a key.
+fn masked_userinfo(userinfo: &str) -> String {
+    let (user, password) = match userinfo.split_once(':') {
+        Some((user, password)) => (user, Some(password)),
+        None => (userinfo, None),
+    };
+    let user = if looks_like_key(user) { MASK } else { user };
+    match password {
+        Some(_) => format!("{user}:{MASK}"),
+        None => user.to_owned(),
+    }
 }
 
-/// `url` with its user info and query replaced by `mask`, or removed.
-fn replaced(url: &reqwest::Url, mask: Option<&str>) -> reqwest::Url {
-    let mut shown = url.clone();
-    if !shown.username().is_empty() || shown.password().is_some() {
-        // Setting these only fails for URLs that cannot have credentials,
-        // and those have none to hide.
-        let _ = shown.set_username(mask.unwrap_or(""));
-        let _ = shown.set_password(None);
+/// `text` with the user info of every URL in it (`scheme://user:pw@host`)
+/// masked as [`url`] masks it; the query is left to the token rules.
+fn userinfo_masked(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("://") {
+        return std::borrow::Cow::Borrowed(text);
     }
-    if shown.query().is_some() {
-        shown.set_query(mask);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (before, after) = rest.split_at(i + 3);
+        out.push_str(before);
+        let end = after
+            .find(|c: char| c.is_whitespace() || matches!(c, '/' | '?' | '#' | '"' | '\'' | '<' | '>' | '(' | ')'))
+            .unwrap_or(after.len());
+        let (authority, tail) = after.split_at(end);
+        match authority.rsplit_once('@') {
+            Some((userinfo, host)) => {
+                out.push_str(&masked_userinfo(userinfo));
+                out.push('@');
+                out.push_str(host);
+            }
+            None => out.push_str(authority),
+        }
+        rest = tail;
     }
-    shown
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
 }
 
 /// Prefixes of provider API keys and tokens.
@@ -118,10 +179,13 @@ enum Next {
 }
 
 /// `text` with every token that looks like a credential replaced by `***`:
-/// known key prefixes, the token after `Bearer` or assigned to a name such
-/// as `api_key`, the whole value of an `Authorization`, and long runs of
-/// mixed letters and digits that are not a provider's id.
+/// the password in a URL's user info, known key prefixes, the token after
+/// `Bearer` or assigned to a name such as `api_key`, the whole value of an
+/// `Authorization`, and long runs of mixed letters and digits that are not
+/// a provider's id.
 pub fn text(text: &str) -> String {
+    let text = userinfo_masked(text);
+    let text = text.as_ref();
     let mut out = String::with_capacity(text.len());
     let mut next = Next::Text;
     let mut rest = text;
@@ -232,21 +296,66 @@ mod tests {
     }
 
     #[test]
-    fn credentials_and_queries_are_masked() {
-        assert_eq!(super::url("http://user:s3cret@proxy:3128"), "http://***@proxy:3128/");
-        assert_eq!(super::url("https://api.example/v1/chat?key=abc"), "https://api.example/v1/chat?***");
-        assert_eq!(super::url("socks5://127.0.0.1:1080"), "socks5://127.0.0.1:1080");
-        assert_eq!(super::url("off"), "off");
-        assert_eq!(super::url("user:pw@proxy:3128"), "***@proxy:3128");
-        assert_eq!(super::url(""), "");
+    fn passwords_are_masked_and_user_names_kept() {
+        let cases = [
+            ("http://user:s3cret@proxy:3128", "http://user:***@proxy:3128"),
+            ("https://user:s3cretpass@host/llm", "https://user:***@host/llm"),
+            // A password may hold an `@`: the last one ends the user info.
+            ("http://user:p@ss@proxy:3128/", "http://user:***@proxy:3128/"),
+            ("socks5://bob:@127.0.0.1:1080", "socks5://bob:***@127.0.0.1:1080"),
+            ("user:pw@proxy:3128", "user:***@proxy:3128"),
+            // A user name alone is kept; a key given as the user is not.
+            ("https://alice@gw.example/v1", "https://alice@gw.example/v1"),
+            ("https://sk-proj-abcdefghijkl@gw.example/v1", "https://***@gw.example/v1"),
+            ("https://ghp_0123456789abcdef:x-oauth-basic@github.com", "https://***:***@github.com"),
+            ("https://0123456789abcdef0123456789abcdef@o1.ingest.example/2", "https://***@o1.ingest.example/2"),
+            ("https://api.example/v1/chat?key=abc", "https://api.example/v1/chat?***"),
+            ("https://otel:pa55@otel.example:4318/otlp?key=abc", "https://otel:***@otel.example:4318/otlp?***"),
+            // Nothing to mask: kept as written.
+            ("socks5://127.0.0.1:1080", "socks5://127.0.0.1:1080"),
+            ("https://api.openai.com/v1", "https://api.openai.com/v1"),
+            ("http://host/a@b", "http://host/a@b"),
+            ("off", "off"),
+            ("", ""),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(super::url(url), shown, "{url}");
+            // Masking what is masked changes nothing.
+            assert_eq!(super::url(shown), shown, "{shown}");
+        }
+        let parsed = reqwest::Url::parse("http://otel:pa55word@127.0.0.1:4318/v1/traces?key=k3y").unwrap();
+        assert_eq!(super::masked(&parsed), "http://otel:***@127.0.0.1:4318/v1/traces?***");
     }
 
     #[test]
-    fn credentials_and_queries_can_be_removed() {
-        let kept = super::without_credentials;
-        assert_eq!(kept("https://user:s3cret@otel.example:4318/otlp?key=abc"), "https://otel.example:4318/otlp");
-        assert_eq!(kept("http://127.0.0.1:6006"), "http://127.0.0.1:6006");
-        assert_eq!(kept("user:pw@otel.example:4318"), "otel.example:4318");
-        assert_eq!(kept("off"), "off");
+    fn a_masked_url_is_told_from_one_that_can_be_used() {
+        for masked in
+            ["http://user:***@proxy:3128", "https://***@gw.example", "https://h/v1?***", "user:***@proxy:3128"]
+        {
+            assert!(super::is_masked(masked), "{masked}");
+        }
+        for usable in [
+            "http://user:s3cret@proxy:3128",
+            "https://alice@gw.example/v1",
+            "https://h/v1?key=abc",
+            "https://api.openai.com/v1",
+            "http://host/a***b",
+            "off",
+            "",
+        ] {
+            assert!(!super::is_masked(usable), "{usable}");
+        }
+    }
+
+    #[test]
+    fn passwords_of_urls_in_text_are_masked() {
+        let said = "error sending request for url (http://user:s3cretpass@127.0.0.1:9/llm/v1/chat/completions)";
+        let shown = super::text(said);
+        assert_eq!(shown, "error sending request for url (http://user:***@127.0.0.1:9/llm/v1/chat/completions)");
+        assert_eq!(
+            super::text("proxy socks5://bob:hunter2@proxy:1080 refused"),
+            "proxy socks5://bob:***@proxy:1080 refused"
+        );
+        assert_eq!(super::text("see https://docs.example/a@b"), "see https://docs.example/a@b");
     }
 }

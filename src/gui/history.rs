@@ -24,6 +24,7 @@ use super::lanes::{Side, Timeline};
 use super::live::Choice;
 use super::replay::Replay;
 use super::save::{Overwrite, full_path};
+use super::saved_url;
 use super::tune_runs::TuneRuns;
 use crate::core::redact;
 use crate::diagnosis::RecordedRun;
@@ -127,9 +128,8 @@ pub struct HistoryView {
     /// Where traces are exported, `run-ID.trace.json` each.
     pub export_dir: String,
     /// The OTLP/HTTP receiver runs are sent to as OpenTelemetry traces.
-    /// Saved without the credentials it may carry (user info, a query):
-    /// eframe keeps settings in a plain file, so those last one session.
-    #[serde(serialize_with = "without_credentials")]
+    /// Saved with its password and query masked ([`saved_url`]).
+    #[serde(serialize_with = "saved_url::serialize")]
     pub otlp_endpoint: String,
     #[serde(skip)]
     runs: Vec<RunSummary>,
@@ -171,11 +171,6 @@ impl Default for HistoryView {
             pending: Pending::default(),
         }
     }
-}
-
-/// Serializes a URL with its credentials removed ([`redact::without_credentials`]).
-fn without_credentials<S: serde::Serializer>(url: &str, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&redact::without_credentials(url))
 }
 
 #[derive(Debug, Default)]
@@ -363,6 +358,10 @@ impl HistoryView {
     /// Sends runs `ids` to the OTLP endpoint; within the exporter's
     /// timeouts, so a receiver that never answers ends in an error shown.
     fn send_traces(&mut self, ids: Vec<RunId>, db: &Option<PathBuf>, ctx: &egui::Context) {
+        if let Some(why) = saved_url::masked("the OTLP endpoint", self.otlp_endpoint.trim()) {
+            self.status = Some(why);
+            return;
+        }
         let destination = otlp::Destination::new(self.otlp_endpoint.trim());
         self.status = Some(format!("sending traces to {}…", redact::url(&destination.endpoint)));
         self.pending.done = Some(background(db, ctx, move |db| {
@@ -863,7 +862,7 @@ fn run_again(record: &RunRecord, batch: bool) -> Result<RunAgain, String> {
         .filter(|(_, e)| matches!(e.source, Source::Environment | Source::Override | Source::Edit))
         .map(|(spec, e)| (spec.name.to_owned(), e.value.to_string()))
         // A masked value cannot be used again; the user's own setting applies.
-        .filter(|(_, text)| !text.contains("***"))
+        .filter(|(_, text)| !redact::is_masked(text))
         .collect();
     let meta = record.meta.as_ref();
     Ok(RunAgain {
@@ -1063,8 +1062,14 @@ mod tests {
             ..HistoryView::default()
         };
         let saved = serde_json::to_string(&view).unwrap();
-        assert!(saved.contains(r#""otlp_endpoint":"https://otel.example:4318/""#), "{saved}");
+        assert!(saved.contains(r#""otlp_endpoint":"https://otel:***@otel.example:4318/?***""#), "{saved}");
         assert!(!saved.contains("pa55word") && !saved.contains("t0ken"), "{saved}");
+        // Read back, the endpoint is not sent with the mask as its password.
+        let mut back: HistoryView = serde_json::from_str(&saved).unwrap();
+        back.send_traces(vec![1], &None, &egui::Context::default());
+        let status = back.status.clone().unwrap_or_default();
+        assert!(status.contains("credentials masked") && status.contains("type them again"), "{status}");
+        assert!(back.pending.done.is_none(), "nothing is sent");
         let plain = serde_json::to_string(&HistoryView::default()).unwrap();
         assert!(plain.contains(r#""otlp_endpoint":"http://127.0.0.1:6006""#), "{plain}");
     }

@@ -21,6 +21,7 @@ use super::playback::{Change, Command, Playback};
 use super::probe::ProbeView;
 use super::replay::Replay;
 use super::runner::{EVENT_CAPACITY, Runner, Update};
+use super::saved_url;
 use super::timeline::{Clock, TimelineView};
 use super::transport;
 use super::whatif::WhatIfView;
@@ -76,6 +77,8 @@ pub struct RunForm {
     pub observe_listen: String,
     /// The one upstream **Observe** forwards to; empty: the source above
     /// (its scenario's simulator, or every configured provider's route).
+    /// Saved with its password masked ([`saved_url`]).
+    #[serde(serialize_with = "saved_url::serialize")]
     pub observe_upstream: String,
     /// **Observe** guards: the core acts on the agent's streamed calls.
     pub observe_guard: bool,
@@ -147,6 +150,9 @@ impl RunForm {
             format!("Observe: listen address `{}` is not one; give an address like 127.0.0.1:8787", self.observe_listen)
         })?;
         let upstream = self.observe_upstream.trim();
+        if let Some(why) = saved_url::masked("Observe: the upstream", upstream) {
+            return Err(why);
+        }
         let source = match &self.choice {
             _ if !upstream.is_empty() => ObserveSource::Upstream(upstream.to_owned()),
             Choice::Scenario(name) => ObserveSource::Scenario(name.clone()),
@@ -674,7 +680,8 @@ impl Live {
                 .hint_text("the source above");
             labelled(ui, "Upstream", 240.0, |ui| ui.add(upstream)).on_hover_text(
                 "Where the agent's requests go, e.g. https://api.openai.com; empty: the source above (a \
-                 scenario's simulator, or every configured provider under /<name>)",
+                 scenario's simulator, or every configured provider under /<name>). A password in it is \
+                 shown and saved as ***: type it again after a relaunch",
             );
             ui.checkbox(&mut form.observe_guard, "Guard").on_hover_text(
                 "The core acts on the agent's streamed calls, under the tunables in force: before content, a \

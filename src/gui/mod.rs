@@ -28,6 +28,7 @@ pub mod probe;
 pub mod replay;
 pub mod runner;
 pub mod save;
+pub mod saved_url;
 pub mod timeline;
 pub mod transport;
 pub mod tunables;
@@ -500,5 +501,34 @@ mod tests {
         // A save from a version that knew fewer settings still loads.
         let old: Prefs = serde_json::from_str(r#"{"form": {"requests": 3}}"#).unwrap();
         assert_eq!((old.form.requests, old.form.concurrency, old.tab), (3, RunForm::default().concurrency, Tab::Live));
+    }
+
+    /// Review D10: the upstream (and a proxy typed as an edit) was saved as
+    /// typed, password and all. Saved masked, read back it is refused with
+    /// a word instead of sent with `***` as its password.
+    #[test]
+    fn credentials_typed_are_not_saved_and_masked_ones_are_not_used() {
+        use crate::observe::ObserveSource;
+        let mut prefs = Prefs::default();
+        prefs.form.observe_upstream = "http://user:s3cretpass@127.0.0.1:9/llm".to_owned();
+        let proxy = "STALLSCOPE_PROXY";
+        prefs.tunables.edits.insert(proxy.to_owned(), "http://bob:hunter2@proxy:3128".to_owned());
+        prefs.tunables.edits.insert("STALLSCOPE_TCP_KEEPCNT".to_owned(), "5".to_owned());
+        // In the session, what was typed is what is used.
+        let plan = prefs.form.observe_plan(None, Vec::new(), Vec::new(), None).unwrap();
+        assert_eq!(plan.source, ObserveSource::Upstream("http://user:s3cretpass@127.0.0.1:9/llm".to_owned()));
+        assert_eq!(prefs.tunables.assignments().len(), 2);
+        let saved = serde_json::to_string(&prefs).unwrap();
+        assert!(!saved.contains("s3cretpass") && !saved.contains("hunter2"), "{saved}");
+        assert!(saved.contains(r#""observe_upstream":"http://user:***@127.0.0.1:9/llm""#), "{saved}");
+        assert!(saved.contains(r#""STALLSCOPE_PROXY":"http://bob:***@proxy:3128""#), "{saved}");
+        let back: Prefs = serde_json::from_str(&saved).unwrap();
+        let refused = back.form.observe_plan(None, Vec::new(), Vec::new(), None).unwrap_err();
+        assert!(
+            refused.contains("http://user:***@127.0.0.1:9/llm") && refused.contains("type them again"),
+            "{refused}"
+        );
+        assert!(back.tunables.error(proxy).is_some_and(|why| why.contains("type them again")));
+        assert_eq!(back.tunables.assignments(), vec!["STALLSCOPE_TCP_KEEPCNT=5".to_owned()]);
     }
 }

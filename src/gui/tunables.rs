@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::form::labelled;
 use super::save::{Overwrite, full_path};
+use super::saved_url;
 use crate::config::Settings;
 use crate::tunables::{Effective, Group, Kind, Source, TUNABLES, TunableSpec, Tunables, Value, shown};
 
@@ -22,7 +23,9 @@ use crate::tunables::{Effective, Group, Kind, Source, TUNABLES, TunableSpec, Tun
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TunablesEditor {
-    /// Edited values by full name, as typed (valid or not).
+    /// Edited values by full name, as typed (valid or not); a URL-valued
+    /// one (a proxy) is saved with its password masked ([`saved_url`]).
+    #[serde(serialize_with = "saved_url::serialize_edits")]
     pub edits: BTreeMap<String, String>,
     /// Show only tunables whose name or help contain this.
     pub filter: String,
@@ -63,9 +66,13 @@ impl Default for TunablesEditor {
 const LINE: f32 = 22.0;
 
 impl TunablesEditor {
-    /// Why an edit is not accepted, in the registry's words.
+    /// Why an edit is not accepted, in the registry's words; a URL read
+    /// back with its password masked is not accepted either.
     pub fn error(&self, name: &str) -> Option<String> {
         let text = self.edits.get(name)?;
+        if let Some(why) = saved_url::masked(name, text) {
+            return Some(why);
+        }
         Tunables::defaults().set(name, text, Source::Edit).err().map(|e| e.to_string())
     }
 

@@ -1,9 +1,90 @@
 //! The label sets of the metric families: each a closed list of values or
 //! a name from the configuration, never a stream id, a message or a key.
+//! Provider and model names pass through [`LabelNames`], which keeps only
+//! the configured ones: a name a request chose (an observed agent's
+//! `model`) counts as `other`, so no caller can add series.
+
+use std::collections::BTreeSet;
 
 use prometheus_client::encoding::EncodeLabelSet;
 
-use crate::core::failover::Target;
+use crate::core::failover::{FallbackSetting, Target};
+use crate::providers::setup::ProviderConfig;
+
+/// The label value of a provider or model that is not configured.
+const OTHER: &str = "other";
+
+/// The provider and model names the metrics keep as label values; any
+/// other name is counted as `other`. None by default: every call then
+/// counts under `other`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelNames {
+    providers: BTreeSet<String>,
+    models: BTreeSet<String>,
+}
+
+impl LabelNames {
+    /// These providers and models.
+    pub fn new<P, M>(providers: P, models: M) -> LabelNames
+    where
+        P: IntoIterator,
+        P::Item: Into<String>,
+        M: IntoIterator,
+        M::Item: Into<String>,
+    {
+        LabelNames {
+            providers: providers.into_iter().map(Into::into).collect(),
+            models: models.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// The names a configuration gives: each `[[provider]]` row's provider
+    /// and model, and each target `fallback` (`STALLSCOPE_FALLBACK_MODELS`)
+    /// names.
+    pub fn configured(rows: &[ProviderConfig], fallback: &FallbackSetting) -> LabelNames {
+        let named = match fallback {
+            FallbackSetting::Explicit(targets) => targets.as_slice(),
+            FallbackSetting::SameProvider | FallbackSetting::Off => &[],
+        };
+        let rows = rows.iter().map(|row| Target::new(&row.name, &row.model));
+        rows.chain(named.iter().cloned()).fold(LabelNames::default(), |names, target| names.with_target(&target))
+    }
+
+    /// These names and `target`'s provider and model.
+    pub fn with_target(mut self, target: &Target) -> LabelNames {
+        self.providers.insert(target.provider.clone());
+        self.models.insert(target.model.clone());
+        self
+    }
+
+    /// These names and `providers`.
+    pub fn with_providers(mut self, providers: impl IntoIterator<Item = String>) -> LabelNames {
+        self.providers.extend(providers);
+        self
+    }
+
+    /// `provider` as a label value.
+    fn provider(&self, provider: &str) -> String {
+        kept(&self.providers, provider)
+    }
+
+    /// `model` as a label value.
+    fn model(&self, model: &str) -> String {
+        kept(&self.models, model)
+    }
+
+    /// `target` as `from`/`to` label values, `provider/model`.
+    pub(super) fn target(&self, target: &Target) -> String {
+        format!("{}/{}", self.provider(&target.provider), self.model(&target.model))
+    }
+}
+
+fn kept(names: &BTreeSet<String>, name: &str) -> String {
+    match names.contains(name) {
+        true => name.to_owned(),
+        false => OTHER.to_owned(),
+    }
+}
 
 /// Where a watch or run measures from.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -17,7 +98,7 @@ impl SiteLabels {
     }
 }
 
-/// A site and a target.
+/// A site and a target, its names kept as `names` says.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct Route {
     pub site: String,
@@ -26,8 +107,8 @@ pub(super) struct Route {
 }
 
 impl Route {
-    pub fn new(site: &str, target: &Target) -> Route {
-        Route { site: site.to_owned(), provider: target.provider.clone(), model: target.model.clone() }
+    pub fn new(site: &str, target: &Target, names: &LabelNames) -> Route {
+        Route { site: site.to_owned(), provider: names.provider(&target.provider), model: names.model(&target.model) }
     }
 }
 

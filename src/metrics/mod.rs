@@ -35,7 +35,11 @@
 //! attempt went to. Every label value comes from a closed list (outcomes,
 //! verdict kinds, categories, timers, how an attempt ended) or from the
 //! configuration (sites, providers, models), so the number of series is
-//! bounded: no stream ids, no error messages, no keys. A route that
+//! bounded: no stream ids, no error messages, no keys. The metrics hold
+//! that bound themselves: a provider or model name that is not among the
+//! [`LabelNames`] they were given (the configured rows and failover
+//! targets; for observe its routes) counts as `other`, whoever passes it,
+//! so an observed agent's invented `model` adds no series. A route that
 //! leaves the configuration leaves `stallscope_route_ready` with the next
 //! probe, so a removed route does not stay "not ready" for ever.
 
@@ -45,7 +49,7 @@ mod sink;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::prometheus_text;
@@ -60,6 +64,7 @@ use labels::{SleepLabels, TimerLabels};
 
 use crate::core::failover::Target;
 
+pub use labels::LabelNames;
 pub use server::{MetricsServer, ServeError};
 pub use sink::CallMetrics;
 
@@ -121,6 +126,8 @@ pub struct Metrics {
     route_ready: Family<Route, Gauge>,
     /// The routes each site's last probe set `route_ready` for.
     probed_routes: Mutex<HashMap<String, Vec<Route>>>,
+    /// The provider and model names kept as label values.
+    names: RwLock<Arc<LabelNames>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -151,7 +158,28 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Every family, registered and empty.
+    /// Every family, registered and empty, keeping `names` as label
+    /// values ([`Metrics::set_names`]).
+    pub fn with_names(names: LabelNames) -> Metrics {
+        let metrics = Metrics::new();
+        metrics.set_names(names);
+        metrics
+    }
+
+    /// The provider and model names kept as label values from now on, for
+    /// the sinks made after this call and the routes' readiness; every
+    /// other name counts as `other`. A watch sets them each round from
+    /// the configuration it reads, observe from its routes.
+    pub fn set_names(&self, names: LabelNames) {
+        *self.names.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(names);
+    }
+
+    fn names(&self) -> Arc<LabelNames> {
+        Arc::clone(&self.names.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Every family, registered and empty, with no names kept: every
+    /// provider and model counts as `other` until [`Metrics::set_names`].
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("stallscope");
         let metrics = Metrics {
@@ -174,6 +202,7 @@ impl Metrics {
             recording: Family::default(),
             route_ready: Family::default(),
             probed_routes: Mutex::default(),
+            names: RwLock::default(),
             registry: Registry::default(),
         };
         let m = &metrics;
@@ -260,9 +289,9 @@ impl Metrics {
         Metrics { registry, ..metrics }
     }
 
-    /// A sink for one run's events at `site`.
-    pub fn calls(self: &std::sync::Arc<Self>, site: &str) -> CallMetrics {
-        CallMetrics::new(std::sync::Arc::clone(self), site)
+    /// A sink for one run's events at `site`, keeping the names set now.
+    pub fn calls(self: &Arc<Self>, site: &str) -> CallMetrics {
+        CallMetrics::new(Arc::clone(self), site, self.names())
     }
 
     /// Counts events the recorder of a run at `site` dropped.
@@ -286,7 +315,8 @@ impl Metrics {
     /// the configuration has; routes of the site's last probe that are not
     /// among them are removed.
     pub fn routes_ready(&self, site: &str, routes: &[(Target, bool)]) {
-        let now: Vec<Route> = routes.iter().map(|(target, _)| Route::new(site, target)).collect();
+        let names = self.names();
+        let now: Vec<Route> = routes.iter().map(|(target, _)| Route::new(site, target, &names)).collect();
         let mut probed = self.probed_routes.lock().unwrap_or_else(PoisonError::into_inner);
         for gone in probed.get(site).into_iter().flatten().filter(|route| !now.contains(route)) {
             self.route_ready.remove(gone);

@@ -14,8 +14,8 @@ use crate::core::per_stream::PerStream;
 use crate::diagnosis::{Diagnosis, StreamFold};
 
 use super::Metrics;
-use super::labels::{AttemptLabels, CallLabels, CategoryLabels, HopLabels, OutcomeLabels, Route, SleepLabels};
-use super::labels::{SiteLabels, TimerLabels};
+use super::labels::{AttemptLabels, CallLabels, CategoryLabels, HopLabels, LabelNames, OutcomeLabels, Route};
+use super::labels::{SiteLabels, SleepLabels, TimerLabels};
 
 /// What is kept of a stream while it runs.
 struct StreamState {
@@ -32,6 +32,8 @@ struct StreamState {
 pub struct CallMetrics {
     metrics: Arc<Metrics>,
     site: String,
+    /// The provider and model names kept as label values.
+    names: Arc<LabelNames>,
     streams: PerStream<StreamState>,
 }
 
@@ -62,15 +64,19 @@ fn sleep_name(reason: &SleepReason) -> &'static str {
 }
 
 impl CallMetrics {
-    pub(super) fn new(metrics: Arc<Metrics>, site: &str) -> CallMetrics {
-        CallMetrics { metrics, site: site.to_owned(), streams: PerStream::default() }
+    pub(super) fn new(metrics: Arc<Metrics>, site: &str, names: Arc<LabelNames>) -> CallMetrics {
+        CallMetrics { metrics, site: site.to_owned(), names, streams: PerStream::default() }
+    }
+
+    fn route(&self, target: &Target) -> Route {
+        Route::new(&self.site, target, &self.names)
     }
 
     /// Counts a call that ended, with its verdict: under the route it was
     /// made for (the first target, which a failover hop left).
     pub fn on_finish(&self, report: &CallReport, verdict: &Diagnosis) {
         let first = report.hops.first().map_or(&report.target, |hop| &hop.from);
-        let route = Route::new(&self.site, first);
+        let route = self.route(first);
         let outcome = report.outcome.name();
         let m = &self.metrics;
         m.calls.get_or_create(&CallLabels { route: route.clone(), outcome, verdict: verdict.kind.name() }).inc();
@@ -80,7 +86,7 @@ impl CallMetrics {
     /// Counts an observed attempt to `target` on which our `timer` would
     /// have fired.
     pub fn would_fire(&self, target: &Target, timer: TimerKind) {
-        let labels = TimerLabels { route: Route::new(&self.site, target), timer: timer.name() };
+        let labels = TimerLabels { route: self.route(target), timer: timer.name() };
         self.metrics.would_fire.get_or_create(&labels).inc();
     }
 
@@ -113,8 +119,8 @@ impl CallMetrics {
             EventKind::FailedOver { from, to, reason } => {
                 let labels = HopLabels {
                     site: self.site.clone(),
-                    from: from.to_string(),
-                    to: to.to_string(),
+                    from: self.names.target(from),
+                    to: self.names.target(to),
                     reason: reason.name(),
                 };
                 m.failover_hops.get_or_create(&labels).inc();
@@ -151,7 +157,7 @@ impl EventSink for CallMetrics {
             }
             let state = match &event.kind {
                 EventKind::CallStarted { target, .. } | EventKind::AttemptStarted { target, .. } => {
-                    let route = Route::new(&self.site, target);
+                    let route = self.route(target);
                     let state = streams.entry(event.stream).or_insert_with(|| StreamState {
                         route: route.clone(),
                         awaiting_first_byte: None,

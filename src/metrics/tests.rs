@@ -13,6 +13,12 @@ use crate::core::failover::Target;
 use crate::core::lag_probe::LagSample;
 use crate::diagnosis::diagnose;
 
+/// Metrics that keep the names of the calls below: providers p and q,
+/// model m.
+fn configured() -> Arc<Metrics> {
+    Arc::new(Metrics::with_names(LabelNames::new(["p", "q"], ["m"])))
+}
+
 fn at(ms: u64, stream: u64, attempt: u32, kind: EventKind) -> Event {
     Event { at: Duration::from_millis(ms), stream, attempt, kind }
 }
@@ -123,7 +129,7 @@ fn assert_lines(text: &str, lines: &[&str]) {
 
 #[test]
 fn a_stalled_call_that_failed_over_is_counted_under_each_attempts_target() {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = configured();
     let text = exposition(&metrics, "office", 2);
     assert_lines(
         &text,
@@ -151,20 +157,20 @@ fn a_stalled_call_that_failed_over_is_counted_under_each_attempts_target() {
 
 #[test]
 fn no_stream_id_message_or_key_becomes_a_label() {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = configured();
     let text = exposition(&metrics, "office", 1);
     for leaked in ["987654", "sk-secret", "stream="] {
         assert!(!text.contains(leaked), "`{leaked}` in:\n{text}");
     }
     // Many more streams add no series: the text only grows with routes.
     let series = |text: &str| text.lines().filter(|l| !l.starts_with('#')).count();
-    let more = exposition(&Arc::new(Metrics::new()), "office", 50);
+    let more = exposition(&configured(), "office", 50);
     assert_eq!(series(&text), series(&more));
 }
 
 #[test]
 fn sites_are_kept_apart() {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = configured();
     exposition(&metrics, "office", 1);
     let text = exposition(&metrics, "home", 3);
     assert_lines(
@@ -178,7 +184,7 @@ fn sites_are_kept_apart() {
 
 #[test]
 fn rounds_drops_and_the_runtime_lag_are_counted_per_site() {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = configured();
     metrics.round_finished("office", RoundResult::Recorded, Duration::from_millis(1500), 1_700_000_000.5);
     metrics.round_finished("office", RoundResult::Unrecorded, Duration::from_millis(500), 1_700_000_060.0);
     metrics.round_finished("office", RoundResult::Failed, Duration::ZERO, 1_700_000_120.0);
@@ -206,7 +212,7 @@ fn rounds_drops_and_the_runtime_lag_are_counted_per_site() {
 
 #[test]
 fn route_readiness_follows_each_sites_last_probe_and_forgets_removed_routes() {
-    let metrics = Metrics::new();
+    let metrics = Metrics::with_names(LabelNames::new(["a", "b", "c"], ["m", "org/m"]));
     let (a, b, c) = (Target::new("a", "m"), Target::new("b", "org/m"), Target::new("c", "m"));
     metrics.routes_ready("office", &[(a.clone(), true), (b.clone(), false)]);
     metrics.routes_ready("home", &[(a.clone(), false)]);
@@ -227,7 +233,7 @@ fn route_readiness_follows_each_sites_last_probe_and_forgets_removed_routes() {
 
 #[tokio::test]
 async fn the_server_answers_metrics_and_nothing_else() {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = configured();
     metrics.recorder_dropped("office", 1);
     let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), Arc::clone(&metrics)).await.unwrap();
     let base = format!("http://{}", server.addr());
@@ -247,7 +253,7 @@ async fn the_server_answers_metrics_and_nothing_else() {
 /// not 5 s.
 #[test]
 fn stall_detection_counts_from_the_headers_as_the_idle_clock_does() {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = configured();
     let sink = metrics.calls("office");
     let p = Target::new("p", "m");
     let idle = EventKind::TimerFired { timer: TimerKind::Idle, after: Duration::from_secs(1), lag: None };
@@ -262,5 +268,87 @@ fn stall_detection_counts_from_the_headers_as_the_idle_clock_does() {
     assert_lines(
         &metrics.encode(),
         &[r#"stallscope_stall_detection_seconds_sum{site="office",provider="p",model="m",timer="idle"} 1.0"#],
+    );
+}
+
+/// Review D8: 200 model names an observed agent made up gave 7,200
+/// series. Names not given to the metrics count as `other`, so the series
+/// are as many as for one name, and configured names keep their own.
+#[test]
+fn names_not_configured_count_as_other_and_add_no_series() {
+    let series = |text: &str| text.lines().filter(|l| !l.starts_with('#')).count();
+    let invented = |models: usize| {
+        let metrics = Arc::new(Metrics::with_names(LabelNames::new(["route"], ["gpt-4o"])));
+        let sink = metrics.calls("observe@lab");
+        for stream in 0..models as u64 {
+            let (ours, theirs) = (Target::new("route", format!("made-up-{stream}")), Target::new("gw", "x"));
+            let events = [
+                at(0, stream, 0, EventKind::CallStarted { target: ours.clone(), context_tokens: None }),
+                at(0, stream, 1, EventKind::AttemptStarted { target: ours.clone(), credential: None }),
+                at(5, stream, 1, EventKind::ChunkReceived { bytes: 10 }),
+                at(9, stream, 1, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: None }),
+                at(9, stream, 0, EventKind::FailedOver { from: ours.clone(), to: theirs, reason: Category::Timeout }),
+            ];
+            for event in events {
+                sink.emit(event);
+            }
+            sink.would_fire(&ours, TimerKind::Idle);
+            let mut report = report(stream);
+            (report.target, report.hops) = (ours, Vec::new());
+            sink.on_finish(&report, &diagnose(&[]));
+        }
+        metrics.routes_ready("observe@lab", &[(Target::new("route", "made-up-0"), true)]);
+        metrics.encode()
+    };
+    let (one, many) = (invented(1), invented(200));
+    assert_eq!(series(&one), series(&many), "{many}");
+    assert!(!many.contains("made-up") && !many.contains(r#"provider="gw""#), "{many}");
+    assert_lines(
+        &many,
+        &[
+            r#"stallscope_attempts_total{site="observe@lab",provider="route",model="other",end="done"} 200"#,
+            r#"stallscope_would_fire_total{site="observe@lab",provider="route",model="other",timer="idle"} 200"#,
+            r#"stallscope_failover_hops_total{site="observe@lab",from="route/other",to="other/other",reason="timeout"} 200"#,
+            r#"stallscope_route_ready{site="observe@lab",provider="route",model="other"} 1"#,
+        ],
+    );
+    // A configured model keeps its name; with no names given, nothing does.
+    let metrics = Arc::new(Metrics::with_names(LabelNames::new(["route"], ["gpt-4o"])));
+    metrics.calls("observe@lab").would_fire(&Target::new("route", "gpt-4o"), TimerKind::Idle);
+    let unnamed = Arc::new(Metrics::new());
+    unnamed.calls("observe@lab").would_fire(&Target::new("route", "gpt-4o"), TimerKind::Idle);
+    assert_lines(
+        &format!("{}{}", metrics.encode(), unnamed.encode()),
+        &[
+            r#"stallscope_would_fire_total{site="observe@lab",provider="route",model="gpt-4o",timer="idle"} 1"#,
+            r#"stallscope_would_fire_total{site="observe@lab",provider="other",model="other",timer="idle"} 1"#,
+        ],
+    );
+}
+
+/// The names a configuration gives: its rows' and FALLBACK_MODELS's; a sink
+/// keeps the names set when it was made, and a later set applies to the
+/// sinks made after it.
+#[test]
+fn the_configuration_names_what_is_kept() {
+    use crate::providers::Dialect;
+    use crate::providers::setup::ProviderConfig;
+    let rows = [ProviderConfig::at_root("openai", Dialect::OpenAiChat, "http://h", "gpt-4o")];
+    let fallback = crate::core::failover::FallbackSetting::parse("claude/sonnet").unwrap();
+    let names = LabelNames::configured(&rows, &fallback);
+    assert_eq!(names, LabelNames::new(["openai", "claude"], ["gpt-4o", "sonnet"]));
+    let metrics = Arc::new(Metrics::new());
+    let before = metrics.calls("s");
+    metrics.set_names(names);
+    let after = metrics.calls("s");
+    for sink in [before, after] {
+        sink.would_fire(&Target::new("claude", "sonnet"), TimerKind::Idle);
+    }
+    assert_lines(
+        &metrics.encode(),
+        &[
+            r#"stallscope_would_fire_total{site="s",provider="other",model="other",timer="idle"} 1"#,
+            r#"stallscope_would_fire_total{site="s",provider="claude",model="sonnet",timer="idle"} 1"#,
+        ],
     );
 }

@@ -495,7 +495,10 @@ impl Observer {
             recorded: recorded_providers(&routes, failover_rows),
             scenario,
             watcher: None,
-            metrics: plan.service.metrics_addr.map(|_| Arc::new(Metrics::new())),
+            metrics: plan
+                .service
+                .metrics_addr
+                .map(|_| Arc::new(Metrics::with_names(routes.metric_names(&providers, &in_force)))),
         };
         Ok(Observer {
             listener,

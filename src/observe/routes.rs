@@ -5,7 +5,12 @@
 //! path. Nothing outside these upstreams is ever reached: observe is no
 //! open proxy.
 
+use crate::core::failover::FallbackSetting;
+use crate::core::redact;
+use crate::metrics::LabelNames;
 use crate::providers::Dialect;
+use crate::providers::setup::ProviderConfig;
+use crate::tunables::Tunables;
 
 /// One upstream an agent's requests may go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,14 +58,37 @@ impl Routes {
         Some(Routed { route, url: format!("{}{rest}", route.root), dialect: dialect_of(path) })
     }
 
-    /// Every route's name and root, for messages.
+    /// Every route's name and root, for messages (stderr, the app, the
+    /// 404 a client gets): each root with its password masked.
     pub fn describe(&self) -> String {
         match self {
-            Routes::One(route) => route.root.clone(),
-            Routes::Named(routes) => {
-                routes.iter().map(|r| format!("/{}/… → {}", r.name, r.root)).collect::<Vec<_>>().join(", ")
-            }
+            Routes::One(route) => redact::url(&route.root),
+            Routes::Named(routes) => routes
+                .iter()
+                .map(|r| format!("/{}/… → {}", r.name, redact::url(&r.root)))
+                .collect::<Vec<_>>()
+                .join(", "),
         }
+    }
+}
+
+impl Routes {
+    /// The names observe's metrics keep: each route's and the providers its
+    /// calls are recorded under ([`provider_name`]), and what the
+    /// configuration names (`rows`, and the `STALLSCOPE_FALLBACK_MODELS` of
+    /// the tunables `in_force`). The model an agent's request names is
+    /// kept only when it is one of those; any other counts as `other`.
+    pub fn metric_names(&self, rows: &[ProviderConfig], in_force: &Tunables) -> LabelNames {
+        // The setting was checked when the tunables were loaded.
+        let fallback = FallbackSetting::parse(in_force.get("STALLSCOPE_FALLBACK_MODELS").value.as_str())
+            .unwrap_or(FallbackSetting::Off);
+        let routes = match self {
+            Routes::One(route) => std::slice::from_ref(route),
+            Routes::Named(routes) => routes.as_slice(),
+        };
+        let recorded =
+            routes.iter().flat_map(|route| Dialect::ALL.map(|dialect| provider_name(&route.name, Some(dialect))));
+        LabelNames::configured(rows, &fallback).with_providers(recorded)
     }
 }
 
@@ -123,5 +151,33 @@ mod tests {
         assert_eq!(routes.route("/openai/v1/responses").unwrap().dialect, Some(Dialect::OpenAiResponses));
         assert_eq!(routes.route("/other/v1/messages"), None, "no open proxy");
         assert_eq!(routes.route("/v1/messages"), None);
+    }
+
+    #[test]
+    fn metrics_keep_the_routes_their_recorded_providers_and_the_configured_models() {
+        let routes = Routes::Named(vec![route("openai", "https://api.openai.com/v1")]);
+        let rows = [ProviderConfig::at_root("openai", Dialect::OpenAiChat, "https://api.openai.com", "gpt-4o")];
+        let mut in_force = Tunables::defaults();
+        in_force.apply_override("STALLSCOPE_FALLBACK_MODELS=backup/gpt-b").unwrap();
+        let providers = ["openai", "openai.responses", "openai.messages", "backup"];
+        assert_eq!(routes.metric_names(&rows, &in_force), LabelNames::new(providers, ["gpt-4o", "gpt-b"]));
+        let one = Routes::One(route("upstream", "http://gw"));
+        let providers = ["upstream", "upstream.responses", "upstream.messages"];
+        assert_eq!(one.metric_names(&[], &Tunables::defaults()), LabelNames::new(providers, [] as [&str; 0]));
+    }
+
+    /// Review D10: the upstream's password was on stderr and in the 404
+    /// any client gets.
+    #[test]
+    fn routes_are_described_with_their_passwords_masked() {
+        let one = Routes::One(route("upstream", "http://user:s3cretpass@gw.internal/llm"));
+        assert_eq!(one.describe(), "http://user:***@gw.internal/llm");
+        let named = Routes::Named(vec![
+            route("openai", "https://api.openai.com/v1"),
+            route("gw", "https://sk-abcdefghijklmnop@gw.internal"),
+        ]);
+        assert_eq!(named.describe(), "/openai/… → https://api.openai.com/v1, /gw/… → https://***@gw.internal");
+        // The routes themselves keep the credentials they send.
+        assert_eq!(one.route("/v1/models").unwrap().url, "http://user:s3cretpass@gw.internal/llm/v1/models");
     }
 }

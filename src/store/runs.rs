@@ -164,8 +164,9 @@ fn utc_date(unix_s: i64) -> (String, i64) {
 }
 
 /// Provider rows as they may be stored: key variable names (never their
-/// values), URLs without user info or query, header names with masked
-/// values (a header may carry a token).
+/// values), URLs with their passwords and queries masked
+/// ([`crate::core::redact::url`]), header names with masked values (a
+/// header may carry a token).
 pub fn redacted_providers(rows: &[ProviderConfig]) -> Value {
     Value::Array(
         rows.iter()
@@ -174,28 +175,17 @@ pub fn redacted_providers(rows: &[ProviderConfig]) -> Value {
                 json!({
                     "name": row.name,
                     "kind": row.kind.to_string(),
-                    "base_url": safe_url(&row.base_url),
+                    "base_url": crate::core::redact::url(&row.base_url),
                     "model": row.model,
                     "api_key_env": row.api_key_env,
                     "api_key_envs": row.api_key_envs,
-                    "proxy": row.proxy.as_deref().map(safe_url),
+                    "proxy": row.proxy.as_deref().map(crate::core::redact::url),
                     "headers": headers,
                     "ca_file": row.ca_file.as_ref().map(|p| p.display().to_string()),
                 })
             })
             .collect(),
     )
-}
-
-/// A URL without credentials. Text that does not parse as a URL but looks
-/// like it may hold some (`user:pass@host`, `?key=`) is masked whole.
-fn safe_url(text: &str) -> String {
-    match reqwest::Url::parse(text) {
-        Ok(url) if url.has_host() => crate::core::redact::masked(&url),
-        // `user:pw@proxy:3128` parses as scheme `user` with no host.
-        _ if text.contains('@') || text.contains('?') => "***".to_owned(),
-        _ => text.to_owned(),
-    }
 }
 
 /// Streams by outcome.
@@ -596,14 +586,6 @@ mod tests {
         assert_eq!(percentile(&v, 99.0), Some(99.0));
         assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
         assert_eq!(percentile(&[], 50.0), None);
-    }
-
-    #[test]
-    fn urls_that_do_not_parse_but_may_hold_credentials_are_masked() {
-        assert_eq!(safe_url("user:pw@proxy:3128"), "***");
-        assert_eq!(safe_url("http://u:pw@proxy:3128"), "http://***@proxy:3128/");
-        assert_eq!(safe_url("https://api.example.com/v1?key=abc"), "https://api.example.com/v1?***");
-        assert_eq!(safe_url("direct"), "direct");
     }
 
     #[test]

@@ -636,7 +636,10 @@ mod tests {
         t.apply_override("PROXY=http://user:s3cret@proxy:3128").unwrap();
         let rebuilt = Tunables::from_snapshot(&t.sourced_snapshot()).unwrap();
         let proxy = rebuilt.get("STALLSCOPE_PROXY");
-        assert_eq!((&proxy.value, &proxy.source), (&Value::Text("http://***@proxy:3128/".into()), &Source::Override));
+        assert_eq!(
+            (&proxy.value, &proxy.source),
+            (&Value::Text("http://user:***@proxy:3128".into()), &Source::Override)
+        );
     }
 
     #[test]

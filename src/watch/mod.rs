@@ -220,6 +220,10 @@ impl Watcher<'_> {
     async fn round(&mut self, slot: Slot, cancel: &CancellationToken) -> (RoundReport, Option<RoundError>) {
         let (plan, started) = (self.plan, Instant::now());
         let label = round_label(&plan.round, &plan.site);
+        // Settings that cannot be read fail the round; the names stay.
+        if let Ok(names) = plan.round.label_names(&plan.calls, self.env) {
+            self.metrics.set_names(names);
+        }
         let sink = Arc::new(self.metrics.calls(&plan.site));
         let recording = plan.db.clone().map(|db| RecordTo { db, label: Some(label.clone()), batch: None });
         let mut ran = plan.round.run(&plan.calls, recording, &sink, self.env, cancel).await;

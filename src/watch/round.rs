@@ -9,10 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio_util::sync::CancellationToken;
 
 use crate::core::event::EventSink;
-use crate::metrics::CallMetrics;
+use crate::core::failover::Target;
+use crate::metrics::{CallMetrics, LabelNames};
 use crate::probe::{self, ProbeError, ProbePlan, Probed, Readiness};
 use crate::providers::Dialect;
-use crate::session::{RecordTo, RunSource, SessionError, SessionOutcome, SessionPlan, run_session};
+use crate::run::{SIM_MODELS, SIM_PROVIDER, UNREACHABLE_PROVIDER};
+use crate::session::{RecordTo, RunSource, SessionError, SessionOutcome, SessionPlan, run_session, settings_for};
 
 /// The kinds of round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +99,26 @@ impl Round {
             Round::Calls { config, target } => RunSource::Config { path: config.clone(), target: target.clone() },
             Round::Probe { config, .. } => RunSource::Config { path: config.clone(), target: None },
         }
+    }
+
+    /// The provider and model names its calls are counted under, from the
+    /// settings it runs with: the configured rows and failover targets, the
+    /// primary target asked for, and for a scenario the simulator's rows.
+    pub(super) fn label_names(&self, calls: &CallPlan, env: &[(String, String)]) -> Result<LabelNames, SessionError> {
+        let settings = settings_for(&self.source(), &calls.overrides, &[], env)?;
+        let names = LabelNames::configured(&settings.providers, &settings.policy.failover.fallback);
+        Ok(match self {
+            Round::Scenario { .. } => SIM_MODELS
+                .into_iter()
+                .fold(names, |names, model| names.with_target(&Target::new(SIM_PROVIDER, model)))
+                .with_providers([UNREACHABLE_PROVIDER.to_owned()]),
+            Round::Calls { target: Some(text), .. } => match Target::parse(text) {
+                Ok(target) => names.with_target(&target),
+                // The round says why it cannot run.
+                Err(_) => names,
+            },
+            Round::Calls { target: None, .. } | Round::Probe { .. } => names,
+        })
     }
 
     /// Runs the round's calls, counting them into `metrics` and recording
