@@ -774,6 +774,9 @@ fn guard_recovery(tunables: &Tunables) -> String {
 /// The route of `--upstream URL`.
 fn upstream_route(url: &str) -> Result<Route, ObserveError> {
     let bad = |why: &str| ObserveError::Upstream { url: crate::core::redact::url(url), why: why.to_owned() };
+    if crate::core::redact::is_masked(url) {
+        return Err(bad("its credentials are masked (***), as stallscope shows them: give the real ones"));
+    }
     let parsed = reqwest::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
     if !matches!(parsed.scheme(), "http" | "https") || !parsed.has_host() {
         return Err(bad("not an http(s) URL with a host"));
