@@ -716,7 +716,7 @@ async fn core_stream(executor: Executor, target: Target, sink: Arc<CountingSink>
     let call = Call {
         stream: 1,
         target,
-        input: CallInput { prompt: "Say hello.".to_owned(), context_tokens: Some(3) },
+        input: CallInput { prompt: "Say hello.".to_owned(), context_tokens: Some(3), ..CallInput::default() },
         not_before: None,
     };
     let chunks = sink.chunks.load(Ordering::Relaxed);

@@ -352,7 +352,11 @@ pub async fn probe_run(
             calls.push(Call {
                 stream: stream_of(n, kind),
                 target: routes[route].clone(),
-                input: CallInput { prompt: prompt.to_owned(), context_tokens: Some(estimated_tokens(prompt)) },
+                input: CallInput {
+                    prompt: prompt.to_owned(),
+                    context_tokens: Some(estimated_tokens(prompt)),
+                    ..CallInput::default()
+                },
                 not_before: None,
             });
         }

@@ -40,7 +40,7 @@ impl RunPlan {
         (0..self.requests).map(move |index| Call {
             stream: index as u64,
             target: self.target.clone(),
-            input: CallInput { prompt: self.prompt.clone(), context_tokens },
+            input: CallInput { prompt: self.prompt.clone(), context_tokens, ..CallInput::default() },
             not_before: None,
         })
     }

@@ -66,7 +66,7 @@ async fn call(rows: &[ProviderConfig], target: Target, prompt: &str, sets: &[&st
     let call = Call {
         stream: 1,
         target,
-        input: CallInput { prompt: prompt.into(), context_tokens: Some(2) },
+        input: CallInput { prompt: prompt.into(), context_tokens: Some(2), ..CallInput::default() },
         not_before: None,
     };
     (executor.run(&call, &CancellationToken::new()).await, sink)

@@ -131,7 +131,7 @@ async fn calls(row: ProviderConfig, streams: u64, sets: &[&str]) -> Run {
         let call = Call {
             stream,
             target: target.clone(),
-            input: CallInput { prompt: "hi".into(), context_tokens: Some(2) },
+            input: CallInput { prompt: "hi".into(), context_tokens: Some(2), ..CallInput::default() },
             not_before: None,
         };
         let (executor, cancel) = (&executor, &cancel);

@@ -39,7 +39,7 @@ async fn play(name: &str, dialect: Dialect, sets: &[&str]) -> Played {
     let call = Call {
         stream: 7,
         target: rig.target.clone(),
-        input: CallInput { prompt: "Say hello.".into(), context_tokens: Some(3) },
+        input: CallInput { prompt: "Say hello.".into(), context_tokens: Some(3), ..CallInput::default() },
         not_before: None,
     };
     let report = executor.run(&call, &CancellationToken::new()).await;

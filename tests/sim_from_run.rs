@@ -49,7 +49,7 @@ async fn replay_live(
         let call = Call {
             stream: stream.id,
             target: stream.target.clone(),
-            input: CallInput { prompt: "Say hello.".into(), context_tokens: Some(3) },
+            input: CallInput { prompt: "Say hello.".into(), context_tokens: Some(3), ..CallInput::default() },
             not_before: None,
         };
         let executor = executor.clone();

@@ -49,7 +49,7 @@ use super::lag_probe::LagMeter;
 use super::policy::{AttemptTimers, BodySettings, RateFloor, RateStart};
 use super::rate_window::RateWindow;
 use super::ratelimit::RateLimits;
-use super::upstream::{AttemptRequest, Body, Chunk, Decoded, Upstream, is_event_stream};
+use super::upstream::{AttemptRequest, Body, Chunk, Decoded, Expect, Upstream, is_event_stream};
 use super::wake_flag::WakeFlag;
 
 /// How much of an error body is kept for classification.
@@ -319,6 +319,9 @@ enum Wait {
 enum Reading {
     /// Decoding an event stream.
     Stream,
+    /// Taking in a whole answer ([`Expect::Answer`]): counted until it
+    /// ends.
+    Answer,
     /// Collecting an error or non-stream body for classification.
     ErrorBody(ErrorBody),
 }
@@ -448,7 +451,18 @@ async fn govern(
         scope.emit(EventKind::TimerArmed { timer: TimerKind::DataStall, after: clock.budget, floor: None });
         rearm_if_earlier(&clocks, sleep.as_mut());
     }
-    let mut reading = if is_event_stream(response.status, content_type.as_deref()) {
+    let answer = request.input.expect == Expect::Answer && (200..300).contains(&response.status);
+    let mut reading = if answer {
+        // A whole answer has no progress events for the clock to see.
+        if clocks.data_stall.take().is_some() {
+            let reason = "a whole answer, not a stream".to_owned();
+            scope.emit(EventKind::TimerDisarmed { timer: TimerKind::DataStall, reason });
+        }
+        if let Some(capture) = capture {
+            capture.not_a_stream();
+        }
+        Reading::Answer
+    } else if is_event_stream(response.status, content_type.as_deref()) {
         scope.emit(EventKind::PhaseChanged { phase: AttemptPhase::AwaitingFirstContent });
         if let Some(floor) = timers.min_rate.filter(|f| f.after == RateStart::Headers) {
             arm_floor(&mut clocks, &floor, scope, sleep.as_mut(), now);
@@ -538,6 +552,7 @@ async fn govern(
                 Some(Err(failure)) => return Err(failure),
                 None => {
                     return match &mut reading {
+                        Reading::Answer => Ok(()),
                         Reading::ErrorBody(collected) => Err(collected.take_failure(scope, now)),
                         Reading::Stream => {
                             decoder.finish(&mut decoded);
@@ -578,6 +593,7 @@ async fn govern(
             // Matched in place: moving the reading out and back for every chunk
             // copies an error body's headers each time.
             match &mut reading {
+                Reading::Answer => {}
                 Reading::ErrorBody(collected) => {
                     if collected.push(&chunk) {
                         return Err(collected.take_failure(scope, now));
@@ -613,7 +629,7 @@ async fn govern(
 fn cancelled_while(reading: &mut Reading, scope: &AttemptScope<'_>) -> Failure {
     match reading {
         Reading::ErrorBody(collected) => collected.take_failure(scope, Instant::now()),
-        Reading::Stream => Failure::Cancelled,
+        Reading::Stream | Reading::Answer => Failure::Cancelled,
     }
 }
 

@@ -26,6 +26,22 @@ pub struct CallInput {
     pub prompt: String,
     /// Estimated context size in tokens (drives the TTFB and stale rules).
     pub context_tokens: Option<u64>,
+    /// What the response's body is read as.
+    pub expect: Expect,
+}
+
+/// What a call's response body is read as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Expect {
+    /// An event stream of the provider's dialect: a success is a 2xx event
+    /// stream that says it is done; any other 2xx body is a failure.
+    #[default]
+    Stream,
+    /// A whole answer of any kind (a models list, embeddings, a completion
+    /// without a stream, as an agent's request through observe may be): a
+    /// 2xx is a success once its body has all come. Its bytes are counted,
+    /// not decoded, and no progress clock runs on it.
+    Answer,
 }
 
 /// One attempt's request.

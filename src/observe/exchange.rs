@@ -20,7 +20,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
@@ -30,20 +29,16 @@ use super::agent::{AgentGone, AgentLink};
 use super::answers::{OwnAnswer, ResponseBody};
 use super::guard::{Answer, GUARD_HEADER, Guarded, GuardedRequest, GuardedUpstream};
 use super::limits::{Limits, Refusal};
-use super::relay::{CONNECT_TIMEOUT, Pending, end_to_end, relay};
+use super::relay::{Pending, end_to_end};
 use super::retries::{Continuing, Ended, Key};
-use super::segment::{Calls, Segment};
+use super::segment::Segment;
 use super::{State, routes};
 use crate::core::category::Category;
 use crate::core::classify::Classification;
-use crate::core::event::{AttemptEnd, Event, EventKind, Outcome, StreamId};
-use crate::core::evidence::{recorded_error_body, recorded_headers};
+use crate::core::event::{Event, EventKind, Outcome, StreamId};
 use crate::core::executor::{Call, CallReport, Executor};
 use crate::core::failover::Target;
-use crate::core::failure::Failure;
-use crate::core::governor::ERROR_BODY_LIMIT;
-use crate::core::transport::failure_from_reqwest;
-use crate::core::upstream::CallInput;
+use crate::core::upstream::{CallInput, Expect};
 use crate::diagnosis::proxy_rule;
 use crate::providers::Dialect;
 
@@ -115,7 +110,9 @@ async fn answer(state: Arc<State>, request: hyper::Request<Incoming>, overflow: 
         let answer = OwnAnswer::new(503, "stallscope observe is stopping").retry_after(1);
         return if close { answer.closing() } else { answer }.response(dialect);
     };
-    let mut executor = segment.executor.clone();
+    // The guard acts on streamed calls of a dialect; the rest is watched.
+    let guarded = dialect.filter(|_| streamed).zip(segment.calls.guarded.clone());
+    let mut executor = if guarded.is_some() { segment.executor.clone() } else { segment.watching.clone() };
     if let Some(ended) = &mut retried {
         let now = Instant::now();
         segment.going.resume(stream, std::mem::take(&mut ended.record));
@@ -129,8 +126,7 @@ async fn answer(state: Arc<State>, request: hyper::Request<Incoming>, overflow: 
     let link = AgentLink::new(agent_gone.clone());
     let call = Admitted { state, segment, executor, stream, target, key, retried, agent_gone, held: (in_flight, held) };
     let headers = end_to_end(&parts.headers, &["host", "content-length"]);
-    if let (Some(dialect), Calls::Guarded(guarded)) = (dialect.filter(|_| streamed), &call.segment.calls) {
-        let guarded = Arc::clone(guarded);
+    if let Some((dialect, guarded)) = guarded {
         let own = call.target.provider.clone();
         let request = GuardedRequest { client, method, url, headers, body, model: model.to_owned(), dialect, own };
         return call.guarded(guarded, request, link).await;
@@ -290,16 +286,14 @@ impl Admitted {
         let Admitted { state, segment, executor, stream, target, key, retried, agent_gone, held } = self;
         let (agent_tx, agent_rx) = oneshot::channel();
         let call = tokio::spawn(async move {
-            let report = match (dialect, &segment.calls) {
-                (Some(dialect), Calls::Observed(upstream)) => {
-                    let pending =
-                        Pending { request: forwarded, dialect, agent: agent_tx, agent_gone: agent_gone.clone() };
-                    upstream.expect(stream, pending);
-                    let call = Call { stream, target, input: CallInput::default(), not_before: None };
-                    executor.run(&call, &agent_gone.token).await
-                }
-                _ => pass_through(&executor, stream, target, forwarded, agent_tx, &agent_gone).await,
-            };
+            // A stream of a dialect is decoded as one; any other request is
+            // a whole answer, passed through as it comes.
+            let expect = if dialect.is_some() { Expect::Stream } else { Expect::Answer };
+            let pending = Pending { request: forwarded, dialect, agent: agent_tx, agent_gone: agent_gone.clone() };
+            segment.calls.watched.expect(stream, pending);
+            let input = CallInput { expect, ..CallInput::default() };
+            let call = Call { stream, target, input, not_before: None };
+            let report = executor.run(&call, &agent_gone.token).await;
             agent_gone.call_over();
             drop(held);
             state.finished(segment, report, key, retried, None).await
@@ -349,105 +343,4 @@ impl Admitted {
             Err(_) => OwnAnswer::new(502, "stallscope guard: the call ended without an answer").response(None),
         }
     }
-}
-
-/// A request that is not a stream of a dialect, forwarded and recorded as
-/// one attempt: its headers, its chunks as they came, how it ended. The
-/// call's token (the agent going, observe stopping) ends it in every
-/// phase, the wait for the upstream's head included.
-async fn pass_through(
-    executor: &Executor,
-    stream: StreamId,
-    target: Target,
-    request: reqwest::RequestBuilder,
-    agent: oneshot::Sender<super::relay::ToAgent>,
-    agent_gone: &AgentGone,
-) -> CallReport {
-    let started = Instant::now();
-    let emit = |attempt, kind| {
-        let at = Instant::now().saturating_duration_since(executor.epoch);
-        executor.sink.emit(Event { at, stream, attempt, kind });
-    };
-    emit(0, EventKind::CallStarted { target: target.clone(), context_tokens: None });
-    emit(1, EventKind::AttemptStarted { target: target.clone(), credential: None });
-    let mut report = CallReport::empty(stream, target.clone());
-    let sent = tokio::select! {
-        biased;
-        () = agent_gone.token.cancelled() => return ended(executor, &emit, report, started, Err(Failure::Cancelled)),
-        sent = request.send() => sent,
-    };
-    let response = match sent {
-        Ok(response) => response,
-        Err(error) => {
-            let failure = failure_from_reqwest(&error, CONNECT_TIMEOUT, None);
-            return ended(executor, &emit, report, started, Err(failure));
-        }
-    };
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let now = Instant::now();
-    report.ttfb = Some(now - started);
-    let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    emit(1, EventKind::HeadersReceived { status, content_type });
-    emit(1, EventKind::ResponseHeaders { headers: recorded_headers(&headers, executor.classifier.headers_read()) });
-    let mut copies = relay(response, agent);
-    let mut kept = Vec::new();
-    let end = loop {
-        let next = tokio::select! {
-            biased;
-            () = agent_gone.token.cancelled() => break Err(Failure::Cancelled),
-            next = copies.next() => next,
-        };
-        match next {
-            None => break Ok(()),
-            Some(Ok(chunk)) => {
-                let bytes = chunk.bytes;
-                emit(1, EventKind::ChunkReceived { bytes: bytes.len() });
-                report.bytes += bytes.len() as u64;
-                if status >= 400 && kept.len() < ERROR_BODY_LIMIT {
-                    kept.extend_from_slice(&bytes[..bytes.len().min(ERROR_BODY_LIMIT - kept.len())]);
-                }
-            }
-            Some(Err(failure)) => break Err(failure),
-        }
-    };
-    let end = match end {
-        Ok(()) if status >= 400 => {
-            let (body, truncated) = recorded_error_body(&kept);
-            emit(1, EventKind::ErrorBody { body, truncated });
-            let body = String::from_utf8_lossy(&kept).into_owned();
-            Err(Failure::Http { status, headers: Box::new(headers), body })
-        }
-        other => other,
-    };
-    ended(executor, &emit, report, started, end)
-}
-
-/// Records how a passed-through request ended and completes its report.
-fn ended(
-    executor: &Executor,
-    emit: &dyn Fn(u32, EventKind),
-    mut report: CallReport,
-    started: Instant,
-    end: Result<(), Failure>,
-) -> CallReport {
-    report.elapsed = started.elapsed();
-    report.attempts = 1;
-    report.outcome = match end {
-        Ok(()) => {
-            emit(1, EventKind::AttemptEnded { end: AttemptEnd::Done, stop_reason: None });
-            Outcome::Ok
-        }
-        Err(failure) => {
-            let end = AttemptEnd::of(&failure);
-            emit(1, EventKind::AttemptEnded { end, stop_reason: None });
-            let c = executor.classifier.classify(&failure, std::time::SystemTime::now());
-            emit(1, c.event());
-            let outcome = if c.category == Category::Cancelled { Outcome::Cancelled } else { Outcome::Failed };
-            report.error = Some(c);
-            outcome
-        }
-    };
-    emit(0, EventKind::Finished { outcome: report.outcome, attempts: 1, stop_reason: None });
-    report
 }

@@ -253,8 +253,12 @@ pub enum ObserveEvent<'a> {
 
 /// What every run of an observer opens with.
 struct Setup {
-    /// The settings observe runs under (every action off).
+    /// The settings observe runs under (every action off, unless it
+    /// guards).
     settings: Settings,
+    /// The policy of what is only watched: observe's own, every action off
+    /// (the same as the settings' unless it guards).
+    watch_policy: CorePolicy,
     /// Replays each ended attempt under the clocks in force (the
     /// tunables before observe switched every action off); none under the
     /// guard, whose clocks act.
@@ -433,6 +437,14 @@ impl Observer {
         }
         settings.policy =
             CorePolicy::from_tunables(&settings.tunables).map_err(ConfigError::from).map_err(SessionError::from)?;
+        // What is only watched (every call, or under the guard the requests
+        // that are not streams) runs under observe's own policy.
+        let mut watched = in_force.clone();
+        for setting in WATCH_ONLY {
+            watched.apply_override(setting).map_err(ConfigError::from).map_err(SessionError::from)?;
+        }
+        let watch_policy =
+            CorePolicy::from_tunables(&watched).map_err(ConfigError::from).map_err(SessionError::from)?;
         // The guard cuts no healthy stream for its own lateness: a clock due
         // while our runtime is late is held, and says so.
         settings.policy.timers.hold_when_late = plan.guard;
@@ -488,6 +500,7 @@ impl Observer {
             false => (Failover::default(), &[][..]),
         };
         let setup = Setup {
+            watch_policy: CorePolicy { transport: settings.policy.transport.clone(), ..watch_policy },
             settings,
             replays,
             guard: plan.guard,

@@ -90,8 +90,9 @@ pub(super) struct ToAgent {
 pub(super) struct Pending {
     /// The request, ready to send.
     pub request: reqwest::RequestBuilder,
-    /// The dialect its path names.
-    pub dialect: Dialect,
+    /// The dialect its stream is decoded as; `None`: a whole answer,
+    /// not decoded.
+    pub dialect: Option<Dialect>,
     /// Where the response goes once its headers are in.
     pub agent: oneshot::Sender<ToAgent>,
     /// What ends the call when the agent stops reading.
@@ -126,12 +127,14 @@ impl Upstream for ObservedUpstream {
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
             pending.agent_gone.attempt.store(request.attempt, Ordering::Relaxed);
             let body: Body = relay(response, pending.agent).boxed();
-            Ok(Response { decoder: Some(Box::new(pending.dialect.decoder())), ..Response::new(status, headers, body) })
+            let decoder = pending.dialect.map(|dialect| Box::new(dialect.decoder()) as Box<dyn Decoder>);
+            Ok(Response { decoder, ..Response::new(status, headers, body) })
         })
     }
 
     fn decoder(&self) -> Box<dyn Decoder> {
-        // Never used: every observed response brings its own dialect's.
+        // Never used: an observed stream brings its own dialect's, and a
+        // whole answer is not decoded.
         Box::new(Dialect::OpenAiChat.decoder())
     }
 }

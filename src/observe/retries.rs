@@ -199,6 +199,7 @@ mod tests {
         let layers = Layers { config: ConfigFile::None, ..Layers::default() };
         let settings = Settings::load(layers, Vec::<(String, String)>::new()).unwrap();
         let setup = Setup {
+            watch_policy: settings.policy.clone(),
             replays: None,
             guard: false,
             failover: Default::default(),

@@ -25,7 +25,7 @@ use crate::core::executor::{CallReport, Executor, Origin};
 use crate::core::failover::Target;
 use crate::core::fleet::Fleet;
 use crate::core::lag_probe::LagProbe;
-use crate::core::policy::RetrySettings;
+use crate::core::policy::{CorePolicy, RetrySettings};
 use crate::core::upstream::{Upstream, Upstreams};
 use crate::diagnosis::Diagnosis;
 use crate::metrics::CallMetrics;
@@ -36,22 +36,27 @@ use crate::session::{RecordTo, SessionOutcome, Tee, finish_recording, start_reco
 use crate::store::runs::{RunMeta, RunStart};
 use crate::store::{RunId, StoreError};
 
-/// How a run's streamed calls reach their upstream: watched (observe) or
-/// with the core in force (the guard).
-pub(super) enum Calls {
-    /// Each call's one attempt relays the agent's request as it came.
-    Observed(Arc<ObservedUpstream>),
-    /// Each attempt sends the agent's request again.
-    Guarded(Arc<GuardedUpstream>),
+/// How a run's calls reach their upstream.
+pub(super) struct Calls {
+    /// What is only watched (every call under observe; under the guard,
+    /// the agent's requests that are not streams): each call's one attempt
+    /// relays the agent's request as it came.
+    pub watched: Arc<ObservedUpstream>,
+    /// Under the guard, its streamed calls of a dialect: each attempt sends
+    /// the agent's request again.
+    pub guarded: Option<Arc<GuardedUpstream>>,
 }
 
 /// One run of an observer.
 pub(super) struct Segment {
     /// Its run's label.
     pub label: String,
-    /// The executor its calls go through.
+    /// The executor its streamed calls go through: the guard's, or the
+    /// same as `watching`.
     pub executor: Executor,
-    /// How its streamed calls reach their upstream.
+    /// The executor of what is only watched, under observe's policy.
+    pub watching: Executor,
+    /// How its calls reach their upstream.
     pub calls: Calls,
     /// Each call's record while it goes (the executor's sink feeds it).
     pub going: Arc<Going>,
@@ -133,36 +138,37 @@ impl Segment {
         sinks.extend(setup.watcher.clone());
         let out: Arc<dyn EventSink> = Arc::new(Tee(sinks));
         let going = Arc::new(Going::default());
-        let calls = match setup.guard {
-            true => Calls::Guarded(Arc::new(GuardedUpstream::new(
-                Arc::clone(&setup.failover.elsewhere),
-                &setup.settings.policy.transport,
-            ))),
-            false => Calls::Observed(Arc::default()),
+        let watched = Arc::new(ObservedUpstream::default());
+        let guarded = setup.guard.then(|| {
+            Arc::new(GuardedUpstream::new(Arc::clone(&setup.failover.elsewhere), &setup.settings.policy.transport))
+        });
+        let calls = Calls { watched: Arc::clone(&watched), guarded: guarded.clone() };
+        // Every provider a call may be recorded under goes to one upstream.
+        let to = |upstream: Arc<dyn Upstream>| {
+            let mut upstreams = Upstreams { targets: setup.failover.targets.clone(), ..Upstreams::default() };
+            let elsewhere = setup.failover.elsewhere.keys();
+            for name in setup.recorded.iter().map(|row| &row.name).chain(elsewhere) {
+                upstreams.providers.insert(name.clone(), Arc::clone(&upstream));
+            }
+            Arc::new(upstreams)
         };
-        let upstream: Arc<dyn Upstream> = match &calls {
-            Calls::Observed(upstream) => Arc::clone(upstream) as Arc<dyn Upstream>,
-            Calls::Guarded(upstream) => Arc::clone(upstream) as Arc<dyn Upstream>,
-        };
-        let mut upstreams = Upstreams { targets: setup.failover.targets.clone(), ..Upstreams::default() };
-        let elsewhere = setup.failover.elsewhere.keys();
-        for name in setup.recorded.iter().map(|row| &row.name).chain(elsewhere) {
-            upstreams.providers.insert(name.clone(), Arc::clone(&upstream));
-        }
-        let policy = settings.policy.clone();
-        let mut executor = Executor {
+        let probe = LagProbe::start(origin.epoch, Arc::clone(&out));
+        let executor_of = |policy: &CorePolicy, upstream: Arc<dyn Upstream>| Executor {
             fleet: Arc::new(Fleet::new(policy.fleet, setup.failover.pools.clone())),
-            policy: Arc::new(policy),
+            policy: Arc::new(policy.clone()),
             classifier: Arc::new(settings.classifier.clone()),
-            upstreams: Arc::new(upstreams),
+            upstreams: to(upstream),
             sink: Arc::new(Tee(vec![going.clone(), Arc::clone(&out)])),
             epoch: origin.epoch,
             wall_epoch: origin.wall_epoch,
             seed: origin.seed,
-            lag: None,
+            lag: Some(probe.meter()),
         };
-        let probe = LagProbe::start(origin.epoch, Arc::clone(&out));
-        executor.lag = Some(probe.meter());
+        let watching = executor_of(&setup.watch_policy, watched);
+        let executor = match guarded {
+            Some(guarded) => executor_of(&settings.policy, guarded),
+            None => watching.clone(),
+        };
         let (run_id, flusher) = match &recorder {
             Some((_, handle)) => (Some(handle.run_id()), Some(handle.flusher())),
             None => (None, None),
@@ -170,6 +176,7 @@ impl Segment {
         Ok(Segment {
             label,
             executor,
+            watching,
             calls,
             going,
             out,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::core::classify::Rule;
 use crate::core::event::{AttemptEnd, Event, EventClass, EventKind, RecordedBody, StreamId};
 use crate::core::failover::Target;
+use crate::core::upstream::{Expect, is_event_stream};
 use crate::diagnosis::{AttemptClocks, Diagnosis, RecordedRun, StreamCourse, StreamFold};
 use crate::providers::Dialect;
 use crate::store::runs::RunMeta;
@@ -95,6 +96,23 @@ pub struct RecordedStream {
     /// What each attempt's clocks saw, read from the same fold as its
     /// course and verdict.
     pub clocks: Vec<AttemptClocks>,
+}
+
+impl RecordedStream {
+    /// What the call read its response as: a whole answer when an attempt
+    /// took a 2xx that is not an event stream to its end (or was cancelled
+    /// reading it), which a call expecting a stream never does (it fails
+    /// such an answer as it comes); a stream otherwise, and where the two
+    /// cannot be told apart they end alike.
+    pub fn expect(&self) -> Expect {
+        let answered = self.attempts.iter().any(|a| {
+            let whole = a.response.as_ref().is_some_and(|r| {
+                (200..300).contains(&r.status) && !is_event_stream(r.status, r.content_type.as_deref())
+            });
+            whole && matches!(a.ended, Some((_, AttemptEnd::Done | AttemptEnd::Cancelled)))
+        });
+        if answered { Expect::Answer } else { Expect::Stream }
+    }
 }
 
 /// One attempt's network behaviour. Times are since the run's epoch.

@@ -440,7 +440,7 @@ async fn replay(
         .map(|s| Call {
             stream: s.id,
             target: s.target.clone(),
-            input: CallInput { prompt: String::new(), context_tokens: s.context_tokens },
+            input: CallInput { prompt: String::new(), context_tokens: s.context_tokens, expect: s.expect() },
             not_before: turn_from_start(s).then(|| epoch + s.started),
         })
         .collect();
