@@ -15,11 +15,12 @@
 //!   until an attempt's stream is taken in by the core, and sent once; each
 //!   chunk the core takes in ([`crate::core::upstream::Response::accepted`])
 //!   goes on, so the agent has exactly what the core decided from. A retried
-//!   attempt's events that open the message again before its first output
-//!   (`message_start`, the role chunk, `response.created` and
-//!   `.in_progress`) repeat what the agent has: they are not sent again.
-//!   The rest goes on: the content block or output item its output is
-//!   streamed into (the agent's SDK indexes deltas by it), keep-alives.
+//!   attempt opens the message again: each start event the agent has
+//!   already (`message_start`, a `content_block_start` index, the role
+//!   chunk, `response.created`, an output item or content part) is not
+//!   sent again, and a Responses retry's ids and numbers are made the
+//!   agent's (see [`opening`]), so the agent reads one well-formed stream
+//!   however far the opening had gone.
 //! - **After content** the core never retries; a stall caught by a clock
 //!   ends the agent's stream in its dialect's own terms, as
 //!   `GUARD_AFTER_CONTENT` says ([`crate::providers::ending`]).
@@ -30,6 +31,8 @@
 //!
 //! Events are relayed whole (re-framed from the parsed stream), so an
 //! ending always follows a complete event.
+
+mod opening;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -42,19 +45,18 @@ use futures_util::future::BoxFuture;
 use http::HeaderMap;
 use tokio::sync::{mpsc, oneshot};
 
+use self::opening::{Follow, Follows, Had};
 use super::ObserveError;
 use super::relay::{AgentGone, end_to_end};
 use crate::core::category::Category;
 use crate::core::credentials::{CredentialPool, Secret};
-use crate::core::event::{EventClass, Outcome, StreamId};
+use crate::core::event::{Outcome, StreamId};
 use crate::core::executor::CallReport;
 use crate::core::failover::Target;
 use crate::core::failure::{Failure, TransportKind};
 use crate::core::policy::CorePolicy;
 use crate::core::transport::{TransportSettings, build_client, failure_from_reqwest};
-use crate::core::upstream::{
-    AttemptRequest, Body, Chunk, Decoded, Decoder, Response, Upstream, content_type, is_event_stream,
-};
+use crate::core::upstream::{AttemptRequest, Body, Chunk, Decoder, Response, Upstream, content_type, is_event_stream};
 use crate::providers::Dialect;
 use crate::providers::ending::{AfterContent, EndingState, error_body};
 use crate::providers::http::with_key;
@@ -338,11 +340,11 @@ struct Answering {
     ending: EndingState,
     /// The attempt whose stream is relayed.
     attempt: u32,
-    /// The agent has had events from an earlier attempt: this attempt's
-    /// opening events before its first output repeat them.
-    repeats: bool,
-    /// Tells a repeating attempt's output from the rest.
-    sorter: Box<dyn Decoder>,
+    /// What the agent has of the stream's opening.
+    had: Had,
+    /// An attempt after the agent had events of an earlier one, while its
+    /// events must be made to follow them.
+    follow: Option<Follow>,
     /// Anything went to the agent's body.
     relayed: bool,
     /// What ends the call when the agent stops reading.
@@ -380,8 +382,8 @@ impl Answer {
             framer: SseParser::new(SseParser::DEFAULT_MAX_LINE),
             ending: EndingState::new(dialect, model),
             attempt: 0,
-            repeats: false,
-            sorter: Box::new(dialect.decoder()),
+            had: Had::default(),
+            follow: None,
             relayed: false,
             gone,
             answered: None,
@@ -409,10 +411,9 @@ impl Answer {
     fn opens(&self, attempt: u32) {
         let mut a = self.lock();
         a.attempt = attempt;
-        a.repeats = a.relayed;
+        a.follow = a.relayed.then(|| Follow::new(a.dialect, a.ending.next_sequence()));
         a.answered = None;
         a.framer = SseParser::new(SseParser::DEFAULT_MAX_LINE);
-        a.sorter = Box::new(a.dialect.decoder());
     }
 
     /// The core took in `chunk` of attempt `attempt`'s stream, whose head
@@ -456,6 +457,12 @@ impl Answer {
     pub fn ended(&self, report: &CallReport, stopping: bool) -> Delivered {
         let mut a = self.lock();
         let message = || report.error.as_ref().map_or_else(|| "the stream ended".to_owned(), |c| c.message.clone());
+        // An agent that went before its head is gone: nothing reaches it.
+        let agent_gone = a.body.as_ref().is_none_or(mpsc::Sender::is_closed);
+        if report.outcome == Outcome::Cancelled && agent_gone && a.head.take().is_some() {
+            a.body = None;
+            return Delivered::Cut;
+        }
         if let Some(sender) = a.head.take() {
             let provider_answered = report.outcome == Outcome::Failed && a.answered.is_some();
             let (status, headers, body) = match (&report.outcome, a.answered.take()) {
@@ -542,11 +549,11 @@ impl Delivered {
 }
 
 impl Answering {
-    /// What of `chunk` the agent gets: its whole events, re-framed, but a
-    /// repeating attempt's opening events before its first output.
+    /// What of `chunk` the agent gets: its whole events, re-framed, but
+    /// for what a retried attempt repeats of what the agent has.
     fn relay(&mut self, chunk: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(chunk.len() + 16);
-        let Answering { framer, ending, sorter, repeats, dialect, .. } = self;
+        let Answering { framer, ending, had, follow, dialect, .. } = self;
         // Bytes that are not a stream the core has refused already; what
         // came whole before them still goes.
         let _ = framer.feed(chunk, &mut |item| match item {
@@ -554,32 +561,27 @@ impl Answering {
             SseItem::Event { event, data, .. } => {
                 let start = out.len();
                 framed(event, data, &mut out);
-                if *repeats {
-                    let mut decoded = Vec::new();
-                    sorter.feed(&out[start..], &mut decoded);
-                    if decoded.iter().any(|d| matches!(d, Decoded::Event { class, .. } if class.is_output())) {
-                        *repeats = false;
-                    } else if opens_message(*dialect, event, &decoded) {
+                let renamed = match follow.as_mut().map(|f| f.follow((event, data), &out[start..], had)) {
+                    None | Some(Follows::AsIs) => None,
+                    Some(Follows::Dropped) => {
                         out.truncate(start);
                         return;
                     }
-                }
+                    Some(Follows::As(renamed)) => {
+                        out.truncate(start);
+                        framed(event, &renamed, &mut out);
+                        Some(renamed)
+                    }
+                };
+                let data = renamed.as_deref().unwrap_or(data);
+                had.note(*dialect, event, data);
                 ending.observe(event, data);
             }
         });
+        if follow.as_ref().is_some_and(Follow::over) {
+            *follow = None;
+        }
         out
-    }
-}
-
-/// Whether an event (`name`, decoded as `decoded`) opens the message:
-/// Anthropic's `message_start`, the Responses lifecycle's first events, a
-/// chat chunk with no text, reasoning or tool call in it (the role chunk;
-/// chat has no blocks).
-fn opens_message(dialect: Dialect, name: &str, decoded: &[Decoded]) -> bool {
-    match dialect {
-        Dialect::AnthropicMessages => name == "message_start",
-        Dialect::OpenAiResponses => matches!(name, "response.created" | "response.in_progress" | "response.queued"),
-        Dialect::OpenAiChat => decoded.iter().all(|d| matches!(d, Decoded::Event { class: EventClass::Lifecycle, .. })),
     }
 }
 
@@ -622,11 +624,8 @@ mod tests {
         text
     }
 
-    /// An attempt retried after the agent had the message's opening: its
-    /// own opening is not sent again, but the block its text goes in is
-    /// (the agent's SDK indexes the deltas by it), and so are its pings.
-    #[test]
-    fn a_retried_attempt_sends_its_block_but_not_the_opening_again() {
+    /// An answer of `dialect`'s, and the agent's side of it.
+    fn answer(dialect: Dialect) -> (Arc<Answer>, AgentSide) {
         let gone = AgentGone {
             token: tokio_util::sync::CancellationToken::new(),
             sink: Arc::new(crate::core::event::NullSink),
@@ -634,19 +633,62 @@ mod tests {
             stream: 0,
             attempt: Arc::default(),
         };
-        let (answer, mut agent) = Answer::new(Dialect::AnthropicMessages, "claude-x", gone);
+        Answer::new(dialect, "claude-x", gone)
+    }
+
+    const MESSAGE_START: &str =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n";
+    const BLOCK_START: &str = "event: content_block_start\n\
+        data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+    const PING: &str = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
+    const DELTA: &str = "event: content_block_delta\n\
+        data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
+
+    /// An attempt retried after the agent had the message's opening: its
+    /// own opening is not sent again, but the block its text goes in is
+    /// (the agent's SDK indexes the deltas by it), and so are its pings.
+    #[test]
+    fn a_retried_attempt_sends_a_block_the_agent_lacks_but_not_the_opening_again() {
+        let (answer, mut agent) = answer(Dialect::AnthropicMessages);
         let head = AgentHead::of(200, &HeaderMap::new());
-        let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n";
         answer.opens(1);
-        answer.accepted(1, &head, &Bytes::from(start));
-        assert_eq!(sent(&mut agent), start);
+        answer.accepted(1, &head, &Bytes::from(MESSAGE_START));
+        assert_eq!(sent(&mut agent), MESSAGE_START);
         answer.opens(2);
-        let block = "event: content_block_start\n\
-                     data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
-                     event: ping\ndata: {\"type\":\"ping\"}\n\n";
-        let delta = "event: content_block_delta\n\
-                     data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
-        answer.accepted(2, &head, &Bytes::from(format!("{}{block}{delta}", start.replace("msg_1", "msg_2"))));
-        assert_eq!(sent(&mut agent), format!("{block}{delta}"));
+        answer.accepted(
+            2,
+            &head,
+            &Bytes::from(format!("{}{BLOCK_START}{PING}{DELTA}", MESSAGE_START.replace("msg_1", "msg_2"))),
+        );
+        assert_eq!(sent(&mut agent), format!("{BLOCK_START}{PING}{DELTA}"));
+    }
+
+    /// A stall after the block opened, before its first text: the retry's
+    /// block start, which the agent has, is not sent again.
+    #[test]
+    fn a_retried_attempt_does_not_start_a_block_the_agent_has() {
+        let (answer, mut agent) = answer(Dialect::AnthropicMessages);
+        let head = AgentHead::of(200, &HeaderMap::new());
+        answer.opens(1);
+        answer.accepted(1, &head, &Bytes::from(format!("{MESSAGE_START}{BLOCK_START}{PING}")));
+        assert_eq!(sent(&mut agent), format!("{MESSAGE_START}{BLOCK_START}{PING}"));
+        answer.opens(2);
+        answer.accepted(2, &head, &Bytes::from(format!("{MESSAGE_START}{BLOCK_START}{PING}{DELTA}{BLOCK_START}")));
+        // After its first text the retry is no longer looked at.
+        assert_eq!(sent(&mut agent), format!("{PING}{DELTA}{BLOCK_START}"));
+    }
+
+    /// An agent that went before any head went got nothing: its call is
+    /// cut, not answered with the guard's own error.
+    #[test]
+    fn an_agent_gone_before_the_head_got_nothing() {
+        let (answer, agent) = answer(Dialect::OpenAiChat);
+        drop(agent);
+        let mut report = CallReport::empty(0, Target::new("upstream", "gpt-x"));
+        report.outcome = Outcome::Cancelled;
+        assert_eq!(answer.ended(&report, false), Delivered::Cut);
+        // Observe stopping while the agent waits answers it.
+        let (answer, _agent) = self::answer(Dialect::OpenAiChat);
+        assert_eq!(answer.ended(&report, true), Delivered::OwnAnswer(503));
     }
 }

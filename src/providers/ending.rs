@@ -186,6 +186,15 @@ impl EndingState {
         }
     }
 
+    /// The `sequence_number` the next Responses event takes (0 in the
+    /// other dialects, which number nothing).
+    pub fn next_sequence(&self) -> u64 {
+        match &self.seen {
+            Seen::Responses(responses) => responses.sequence,
+            Seen::Chat(_) | Seen::Anthropic(_) => 0,
+        }
+    }
+
     /// The events that end the stream as `how` says; `message` is the
     /// error's (unused by a finish).
     pub fn end(&self, how: AfterContent, message: &str) -> Vec<Bytes> {
