@@ -8,7 +8,8 @@
 //! says so in `x-stallscope-guard: on`; the guarded run replays as it ran.
 //! A stall between a block's start and its first text gives the agent, in
 //! each dialect, each start event once (checked on its raw bytes), a
-//! Responses retry's new ids the agent's first ones.
+//! Responses retry's new ids the agent's first ones; a failover takes
+//! none of the agent's credentials to the other provider.
 
 mod observer;
 mod programs;
@@ -232,9 +233,14 @@ async fn a_guarded_run_replays_as_it_ran() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The headers [`backup`] was sent, each request's.
+static BACKUP_SAW: Mutex<Vec<Vec<(String, String)>>> = Mutex::new(Vec::new());
+
 /// A backup provider that answers only its own key, for the model the
-/// failover hop names.
+/// failover hop names; it keeps the headers it was sent.
 fn backup(request: &hyper::Request<hyper::body::Incoming>) -> Answer {
+    let headers = request.headers().iter().map(|(n, v)| (n.to_string(), v.to_str().unwrap_or("").to_owned()));
+    BACKUP_SAW.lock().unwrap().push(headers.collect());
     let authorized = request.headers().get("authorization").is_some_and(|v| v == "Bearer backup-key-7731");
     let agent_key = request.headers().values().any(|v| v.as_bytes().windows(9).any(|w| w == b"agent-key"));
     if !authorized || agent_key {
@@ -263,12 +269,23 @@ fn backup(request: &hyper::Request<hyper::body::Incoming>) -> Answer {
     }
 }
 
+/// The agent's credentials of every kind, sent with its call: none may
+/// reach another provider.
+const AGENT_CREDENTIALS: [(&str, &str); 5] = [
+    ("authorization", "Bearer agent-key-9"),
+    ("x-api-key", "agent-key-9"),
+    ("cookie", "session=agent-cookie-4"),
+    ("helicone-auth", "Bearer sk-helicone-agent-5"),
+    ("openai-organization", "org-agent-6"),
+];
+
 /// A provider the agent's own one cannot reach: the call fails over, as
 /// FALLBACK_MODELS says, to a configured provider, which gets the agent's
-/// body with its model and its own key (from its variable), never the
-/// agent's; the agent reads the backup's answer.
+/// body with its model and its own key (from its variable), and of the
+/// agent's headers only what a request needs: none of its keys, cookies,
+/// gateway keys or organisation; the agent reads the backup's answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failover_goes_to_a_configured_provider_with_its_own_key() {
+async fn failover_goes_to_a_configured_provider_with_its_own_key_and_none_of_the_agent_s_credentials() {
     let backup = serve(backup).await;
     let dir = temp_dir(&format!("guard-failover-{}", free_port()));
     let config = dir.join("config.toml");
@@ -302,15 +319,23 @@ async fn failover_goes_to_a_configured_provider_with_its_own_key() {
         observer.run(&token, None, move |call| seen.lock().unwrap().push(call.report.clone())).await.unwrap()
     });
     let client = reqwest::Client::new();
-    let response = client
-        .post(format!("{base}/v1/chat/completions"))
-        .header("authorization", "Bearer agent-key-9")
-        .body(STREAMED)
-        .send()
-        .await
-        .unwrap();
+    let mut request =
+        client.post(format!("{base}/v1/chat/completions")).header("content-type", "application/json").body(STREAMED);
+    for (name, value) in AGENT_CREDENTIALS {
+        request = request.header(name, value);
+    }
+    let response = request.send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(content(&response.text().await.unwrap()), "from the backup");
+    let saw = BACKUP_SAW.lock().unwrap().clone();
+    assert_eq!(saw.len(), 1, "{saw:?}");
+    for (name, value) in AGENT_CREDENTIALS {
+        assert!(!saw[0].iter().any(|(_, v)| v.contains(value)), "{name} reached the backup: {saw:?}");
+    }
+    let names: Vec<&str> = saw[0].iter().map(|(n, _)| n.as_str()).collect();
+    assert!(!names.contains(&"cookie") && !names.contains(&"x-api-key"), "{names:?}");
+    assert!(saw[0].contains(&("authorization".to_owned(), "Bearer backup-key-7731".to_owned())), "{saw:?}");
+    assert!(saw[0].contains(&("content-type".to_owned(), "application/json".to_owned())), "{saw:?}");
     for _ in 0..100 {
         if !calls.lock().unwrap().is_empty() {
             break;

@@ -6,7 +6,11 @@
 //! [`GuardedUpstream`] is the core's [`Upstream`] for guarded calls: each
 //! attempt sends the agent's request again (its own key, its body, with
 //! the model a failover hop names), asking for an uncompressed answer, for
-//! the guard reads what it relays. [`Answer`] is what the agent gets:
+//! the guard reads what it relays. A hop to another configured provider
+//! takes only what a request needs of the agent's headers (an allow-list,
+//! [`CARRIED`]) and that provider's own key and headers: nothing of the
+//! agent's credentials, cookies or gateways' keys goes to a provider it did
+//! not call. [`Answer`] is what the agent gets:
 //!
 //! - **Before content** (no text, reasoning or tool-call delta has gone:
 //!   under the guard reasoning commits a stream as output does, for the
@@ -91,9 +95,21 @@ pub(super) struct GuardedRequest {
     pub own: String,
 }
 
-/// The headers that carry an agent's key: they go to its own provider
+/// The agent's headers a hop to another provider takes (with its
+/// dialect's own, [`carried`]): what the request needs, and nothing that
+/// could carry a credential. The rest (keys, cookies, a gateway's auth,
+/// the agent's organisation or project) goes to the agent's own provider
 /// only.
-const KEY_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
+const CARRIED: [&str; 3] = ["content-type", "accept", "user-agent"];
+
+/// The headers of `dialect` a hop to another provider of it takes: its
+/// version and beta headers.
+fn carried(dialect: Dialect) -> &'static [&'static str] {
+    match dialect {
+        Dialect::AnthropicMessages => &["anthropic-version", "anthropic-beta"],
+        Dialect::OpenAiChat | Dialect::OpenAiResponses => &["openai-beta"],
+    }
+}
 
 impl GuardedRequest {
     /// The request of an attempt to `target`: the agent's, with the
@@ -107,14 +123,14 @@ impl GuardedRequest {
         elsewhere: &HashMap<String, Elsewhere>,
         key: Option<&str>,
     ) -> Result<reqwest::RequestBuilder, Failure> {
-        let mut headers = self.headers.clone();
-        // The guard reads what it relays: no compressed answer.
-        headers.remove(http::header::ACCEPT_ENCODING);
         let body = match target.model == self.model {
             true => self.body.clone(),
             false => with_model(&self.body, &target.model).unwrap_or_else(|| self.body.clone()),
         };
         if target.provider == self.own {
+            let mut headers = self.headers.clone();
+            // The guard reads what it relays: no compressed answer.
+            headers.remove(http::header::ACCEPT_ENCODING);
             return Ok(self.client.request(self.method.clone(), &self.url).headers(headers).body(body));
         }
         let cannot = |why: String| Failure::Transport { kind: TransportKind::Other, message: why };
@@ -127,12 +143,17 @@ impl GuardedRequest {
                 target.provider, there.dialect, self.dialect
             )));
         }
-        for name in KEY_HEADERS.iter().chain(&["anthropic-version"]) {
-            headers.remove(*name);
+        let mut headers = HeaderMap::with_capacity(CARRIED.len() + there.headers.len());
+        for name in CARRIED.iter().chain(carried(self.dialect)) {
+            for value in self.headers.get_all(*name) {
+                headers.append(*name, value.clone());
+            }
         }
+        // The row's own headers over the agent's; the agent's version over
+        // the default one `with_key` names (its body is written for it).
         headers.extend(there.headers.clone());
         let request = there.client.request(self.method.clone(), there.dialect.url(&there.base_url));
-        Ok(with_key(request.headers(headers).body(body), there.dialect, key))
+        Ok(with_key(request, there.dialect, key).headers(headers).body(body))
     }
 }
 
@@ -690,5 +711,99 @@ mod tests {
         // Observe stopping while the agent waits answers it.
         let (answer, _agent) = self::answer(Dialect::OpenAiChat);
         assert_eq!(answer.ended(&report, true), Delivered::OwnAnswer(503));
+    }
+
+    /// The agent's request with every kind of header an agent sends.
+    fn request(dialect: Dialect) -> GuardedRequest {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream"),
+            ("user-agent", "agent/1.0"),
+            ("accept-encoding", "gzip"),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "tools-2024"),
+            ("openai-beta", "assistants=v2"),
+            ("authorization", "Bearer sk-agent"),
+            ("x-api-key", "sk-agent"),
+            ("api-key", "sk-agent"),
+            ("cookie", "session=agent"),
+            ("helicone-auth", "Bearer sk-helicone"),
+            ("x-portkey-api-key", "pk-agent"),
+            ("cf-aig-authorization", "Bearer cf-agent"),
+            ("x-goog-api-key", "goog-agent"),
+            ("openai-organization", "org-agent"),
+            ("openai-project", "proj-agent"),
+            ("x-custom-trace", "agent-trace"),
+        ] {
+            headers.insert(http::HeaderName::from_static(name), http::HeaderValue::from_static(value));
+        }
+        GuardedRequest {
+            client: reqwest::Client::new(),
+            method: reqwest::Method::POST,
+            url: "http://127.0.0.1:9/v1/chat/completions".to_owned(),
+            headers,
+            body: Bytes::from_static(br#"{"model":"gpt-x","stream":true}"#),
+            model: "gpt-x".to_owned(),
+            dialect,
+            own: "upstream".to_owned(),
+        }
+    }
+
+    /// The headers of `request`'s attempt to `target`, sorted.
+    fn sent_headers(request: &GuardedRequest, target: &Target, elsewhere: &HashMap<String, Elsewhere>) -> Vec<String> {
+        let built = request.to(target, elsewhere, Some("sk-backup")).unwrap().build().unwrap();
+        let mut headers: Vec<String> =
+            built.headers().iter().map(|(n, v)| format!("{n}: {}", v.to_str().unwrap())).collect();
+        headers.sort();
+        headers
+    }
+
+    /// A hop to another provider takes the agent's allow-listed headers,
+    /// the row's own and its configured key, nothing else; the agent's own
+    /// provider gets the agent's headers (but for the encoding it asks).
+    #[test]
+    fn a_hop_elsewhere_takes_only_the_allow_listed_headers_and_the_configured_key() {
+        for (dialect, expected) in [
+            (
+                Dialect::OpenAiChat,
+                &[
+                    "accept: text/event-stream",
+                    "authorization: Bearer sk-backup",
+                    "content-type: application/json",
+                    "openai-beta: assistants=v2",
+                    "user-agent: agent/1.0",
+                    "x-row: row-value",
+                ][..],
+            ),
+            (
+                Dialect::AnthropicMessages,
+                &[
+                    "accept: text/event-stream",
+                    "anthropic-beta: tools-2024",
+                    "anthropic-version: 2023-06-01",
+                    "content-type: application/json",
+                    "user-agent: agent/1.0",
+                    "x-api-key: sk-backup",
+                    "x-row: row-value",
+                ],
+            ),
+        ] {
+            let mut row = HeaderMap::new();
+            row.insert("x-row", http::HeaderValue::from_static("row-value"));
+            let there = Elsewhere {
+                dialect,
+                base_url: "http://127.0.0.1:9/v1".to_owned(),
+                headers: row,
+                client: reqwest::Client::new(),
+            };
+            let elsewhere = HashMap::from([("backup".to_owned(), there)]);
+            let request = request(dialect);
+            assert_eq!(sent_headers(&request, &Target::new("backup", "gpt-b"), &elsewhere), expected, "{dialect}");
+            let own = sent_headers(&request, &Target::new("upstream", "gpt-x"), &elsewhere);
+            assert_eq!(own.len(), request.headers.len() - 1, "{dialect}: {own:?}");
+            assert!(own.contains(&"helicone-auth: Bearer sk-helicone".to_owned()), "{dialect}: {own:?}");
+            assert!(!own.iter().any(|h| h.starts_with("accept-encoding")), "{dialect}: {own:?}");
+        }
     }
 }
