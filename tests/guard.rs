@@ -9,7 +9,8 @@
 //! A stall between a block's start and its first text gives the agent, in
 //! each dialect, each start event once (checked on its raw bytes), a
 //! Responses retry's new ids the agent's first ones; a failover takes
-//! none of the agent's credentials to the other provider.
+//! none of the agent's credentials to the other provider; an upstream
+//! that gzips unasked reaches the agent decoded.
 
 mod observer;
 mod programs;
@@ -559,5 +560,108 @@ async fn a_responses_retry_under_new_ids_reaches_the_agent_under_its_first_ones(
     assert_eq!(numbers, [0, 1, 2, 3, 4, 5, 6], "numbered on only where it had to be");
     let calls = observer.ended(1).await;
     assert_eq!((calls[0].report.outcome, calls[0].report.attempts), (Outcome::Ok, 2), "{}", calls[0].verdict.summary);
+    observer.stop().await;
+}
+
+/// `events` compressed as a server that gzips a stream writes them: each
+/// flushed as it goes, then the gzip trailer.
+fn gzipped(events: &[&str]) -> Vec<Bytes> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut chunks = Vec::new();
+    for event in events {
+        encoder.write_all(event.as_bytes()).unwrap();
+        encoder.flush().unwrap();
+        chunks.push(Bytes::from(std::mem::take(encoder.get_mut())));
+    }
+    chunks.push(Bytes::from(encoder.finish().unwrap()));
+    chunks
+}
+
+/// A chat upstream that gzips its stream though the request asked for no
+/// compression (a hop that compresses whatever it carries).
+fn gzips_a_stream(_: &hyper::Request<hyper::body::Incoming>) -> Answer {
+    let delta = |text: &str| {
+        format!(
+            "data: {{\"id\":\"c-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-x\",\
+             \"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":null}}]}}\n\n"
+        )
+    };
+    let events = [delta("Hello"), delta(", wor"), delta("ld"), "data: [DONE]\n\n".to_owned()];
+    let chunks = gzipped(&events.iter().map(String::as_str).collect::<Vec<_>>());
+    Answer {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".to_owned()), ("content-encoding", "gzip".to_owned())],
+        chunks: chunks.into_iter().map(|chunk| (Duration::from_millis(10), chunk)).collect(),
+    }
+}
+
+/// A 429 whose wait is above the cap, its JSON body gzipped.
+fn gzips_a_refusal(_: &hyper::Request<hyper::body::Incoming>) -> Answer {
+    let body = gzipped(&[r#"{"error":{"message":"slow down","type":"rate_limit"}}"#]).concat();
+    Answer {
+        status: 429,
+        headers: vec![
+            ("content-type", "application/json".to_owned()),
+            ("content-encoding", "gzip".to_owned()),
+            ("retry-after", "3600".to_owned()),
+        ],
+        chunks: vec![(Duration::ZERO, Bytes::from(body))],
+    }
+}
+
+/// A chat stream in an encoding nobody here decodes.
+fn zstd_stream(_: &hyper::Request<hyper::body::Incoming>) -> Answer {
+    Answer {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".to_owned()), ("content-encoding", "zstd".to_owned())],
+        chunks: vec![(Duration::ZERO, Bytes::from_static(b"\x28\xb5\x2f\xfd\x00\x58"))],
+    }
+}
+
+/// An upstream that compresses unasked: the core reads the text and the
+/// agent gets it decoded, with no `content-encoding` (what the core
+/// classified and what the agent read agree), a stream or a refusal; a
+/// stream in an encoding that cannot be decoded fails, named, before
+/// anything reached the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_gzips_unasked_reaches_the_agent_decoded() {
+    let upstream = serve(gzips_a_stream).await;
+    let observer = Running::start_with(ObserveSource::Upstream(format!("http://{upstream}")), None, &[GUARD]).await;
+    let client = reqwest::Client::new();
+    let response = client.post(format!("{}/v1/chat/completions", observer.base)).body(STREAMED).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("content-encoding").is_none(), "{:?}", response.headers());
+    let text = response.text().await.unwrap();
+    assert_eq!(content(&text), "Hello, world", "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let calls = observer.ended(1).await;
+    assert_eq!((calls[0].report.outcome, calls[0].report.attempts), (Outcome::Ok, 1), "{}", calls[0].verdict.summary);
+    assert_eq!(calls[0].report.content, "Hello, world");
+    observer.stop().await;
+
+    let upstream = serve(gzips_a_refusal).await;
+    let observer = Running::start_with(ObserveSource::Upstream(format!("http://{upstream}")), None, &[GUARD]).await;
+    let response = client.post(format!("{}/v1/chat/completions", observer.base)).body(STREAMED).send().await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert!(response.headers().get("content-encoding").is_none(), "{:?}", response.headers());
+    assert_eq!(response.text().await.unwrap(), r#"{"error":{"message":"slow down","type":"rate_limit"}}"#);
+    let calls = observer.ended(1).await;
+    assert_eq!(calls[0].verdict.kind, VerdictKind::RateLimited, "{}", calls[0].verdict.summary);
+    assert_eq!(calls[0].delivered, Some(Delivered::ProviderAnswer(429)));
+    observer.stop().await;
+
+    // An encoding that cannot be decoded is a failure that names it.
+    let upstream = serve(zstd_stream).await;
+    let sets = [GUARD, "PROVIDER_STREAM_BACKOFF_S=0.01", "PROVIDER_STREAM_BACKOFF_MAX_S=0.05"];
+    let observer = Running::start_with(ObserveSource::Upstream(format!("http://{upstream}")), None, &sets).await;
+    let response = client.post(format!("{}/v1/chat/completions", observer.base)).body(STREAMED).send().await.unwrap();
+    let status = response.status();
+    let said = response.text().await.unwrap();
+    assert_eq!(status, 502, "{said}");
+    assert!(said.contains("content-encoding zstd"), "{said}");
+    let calls = observer.ended(1).await;
+    assert_eq!(calls[0].report.outcome, Outcome::Failed, "{}", calls[0].verdict.summary);
+    assert_eq!(calls[0].delivered, Some(Delivered::OwnAnswer(502)));
     observer.stop().await;
 }

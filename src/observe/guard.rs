@@ -10,7 +10,10 @@
 //! takes only what a request needs of the agent's headers (an allow-list,
 //! [`CARRIED`]) and that provider's own key and headers: nothing of the
 //! agent's credentials, cookies or gateways' keys goes to a provider it did
-//! not call. [`Answer`] is what the agent gets:
+//! not call. A body that comes compressed all the same (gzip, deflate,
+//! br) is decoded as it is read ([`CopyDecoder`]): the core and the agent
+//! both have the text, the agent with no `content-encoding`.
+//! [`Answer`] is what the agent gets:
 //!
 //! - **Before content** (no text, reasoning or tool-call delta has gone:
 //!   under the guard reasoning commits a stream as output does, for the
@@ -51,6 +54,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::opening::{Follow, Follows, Had};
 use super::ObserveError;
+use super::encoding::CopyDecoder;
 use super::relay::{AgentGone, end_to_end};
 use crate::core::category::Category;
 use crate::core::credentials::{CredentialPool, Secret};
@@ -297,10 +301,9 @@ impl Upstream for GuardedUpstream {
             let timeouts = self.timeouts;
             let response = sent.map_err(|e| timeouts.failure(&e))?;
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
-            let upstream = response.bytes_stream();
+            let upstream = decoded(response, timeouts);
             if is_event_stream(status, content_type(&headers)) {
-                let body: Body =
-                    upstream.map(move |next| next.map(Chunk::from).map_err(|e| timeouts.failure(&e))).boxed();
+                let body: Body = upstream;
                 let head = AgentHead::of(status, &headers);
                 let attempt = request.attempt;
                 let mut response = Response::new(status, headers, body);
@@ -312,10 +315,10 @@ impl Upstream for GuardedUpstream {
             answer.answered(status, &headers);
             let kept = Arc::clone(&answer);
             let body: Body = upstream
-                .map(move |next| {
-                    let bytes = next.map_err(|e| timeouts.failure(&e))?;
-                    kept.answered_body(&bytes);
-                    Ok(Chunk::from(bytes))
+                .inspect(move |next| {
+                    if let Ok(chunk) = next {
+                        kept.answered_body(&chunk.bytes);
+                    }
                 })
                 .boxed();
             let decoder: Box<dyn Decoder> = Box::new(guarded.request.dialect.decoder());
@@ -327,6 +330,28 @@ impl Upstream for GuardedUpstream {
         // Never used: the executor asks each guarded call's own dialect's.
         Box::new(Dialect::OpenAiChat.decoder())
     }
+}
+
+/// `response`'s body as the core and the agent read it: its chunks as they
+/// come, decoded as its `content-encoding` says when it has one (the
+/// guard asked for none, but a hop may compress all the same); an
+/// encoding that cannot be decoded ends a stream with a failure naming
+/// it, and stands in for another body's text.
+fn decoded(response: reqwest::Response, timeouts: Timeouts) -> Body {
+    let mut copy = CopyDecoder::of(response.status().as_u16(), response.headers());
+    let upstream = response.bytes_stream();
+    if !copy.decodes() {
+        return upstream.map(move |next| next.map(Chunk::from).map_err(|e| timeouts.failure(&e))).boxed();
+    }
+    upstream
+        .flat_map(move |next| {
+            let copies: Vec<Result<Chunk, Failure>> = match next {
+                Ok(wire) => copy.decode(&wire).collect(),
+                Err(error) => vec![Err(timeouts.failure(&error))],
+            };
+            futures_util::stream::iter(copies)
+        })
+        .boxed()
 }
 
 /// The head an attempt's stream goes to the agent with.
@@ -441,7 +466,9 @@ impl Answer {
     /// is `head`.
     fn accepted(&self, attempt: u32, head: &AgentHead, chunk: &Bytes) {
         let mut a = self.lock();
-        if a.attempt != attempt {
+        // An empty chunk (a compressed body's decoder waiting for more, or
+        // one it refused) has nothing for the agent: its head waits on.
+        if a.attempt != attempt || chunk.is_empty() {
             return;
         }
         if let Some(sender) = a.head.take() {
