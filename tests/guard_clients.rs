@@ -7,7 +7,10 @@
 //! so a start event sent twice or a block the agent never opened breaks
 //! them. Before content a silent stall, a keep-alive-only stall and a 429
 //! with `retry-after-ms` are invisible but for time: each SDK returns the
-//! healthy scenario's text, its start event once, and raises nothing.
+//! healthy scenario's text, its start event once, and raises nothing;
+//! so does a stall between a block's start and its first text
+//! (`stall-after-block-start`), after which the anthropic SDK's final
+//! message holds one text block.
 //! After content (`stall-after-content`) each SDK yields the partial text,
 //! then raises its own API error (`GUARD_AFTER_CONTENT=error`) or ends at
 //! the output limit (`=finish`). The key each SDK sends is nowhere in the
@@ -96,6 +99,7 @@ def messages(base, got):
         message = stream.get_final_message()
         got["end"] = message.stop_reason
         got["final_text"] = "".join(b.text for b in message.content if b.type == "text")
+        got["blocks"] = [b.type for b in message.content]
 
 for name, base in cases:
     got = {"client": name, "text": "", "starts": 0, "end": None, "raised": None}
@@ -349,16 +353,19 @@ fn common_wrong(
 }
 
 /// Before content the guard's retries are invisible but for time: a
-/// silent stall (the idle clock), a keep-alive-only stall (the data-stall
-/// clock) and a 429 with `retry-after-ms` (twice 0.7 s) each give every
-/// SDK the text it reads from `healthy`, its start event once, the
-/// provider's own finish, and no exception, in about the budget and one
-/// backoff (the 429: its two waits).
+/// silent stall (the idle clock), one after the text block or output item
+/// opened, a keep-alive-only stall (the data-stall clock) and a 429 with
+/// `retry-after-ms` (twice 0.7 s) each give every SDK the text it reads
+/// from `healthy`, its start event once, the provider's own finish, and no
+/// exception (the Responses helpers accumulate the response as they read
+/// it), in about the budget and one backoff (the 429: its two waits); the
+/// anthropic SDK's final message has one text block.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn before_content_each_sdk_reads_the_healthy_answer() {
     let stories = [
         Story::Builtin("healthy"),
         Story::Builtin("silent-stall"),
+        Story::Builtin("stall-after-block-start"),
         Story::KeepaliveOnly,
         Story::Builtin("rate-limited-ms"),
     ];
@@ -367,7 +374,7 @@ async fn before_content_each_sdk_reads_the_healthy_answer() {
         let healthy = cases.iter().find(|c| c.story == stories[0] && c.client == case.client).unwrap();
         let (attempts, timer, waited) = match case.story {
             Story::Builtin("healthy") => (1, None, Duration::ZERO),
-            Story::Builtin("silent-stall") => (2, Some(TimerKind::Idle), BUDGET),
+            Story::Builtin("silent-stall" | "stall-after-block-start") => (2, Some(TimerKind::Idle), BUDGET),
             Story::KeepaliveOnly => (2, Some(TimerKind::DataStall), BUDGET),
             _ => (3, None, Duration::from_millis(1400)),
         };
@@ -383,6 +390,10 @@ async fn before_content_each_sdk_reads_the_healthy_answer() {
         }
         if case.got.get("final_text").is_some_and(|t| t != healthy.text()) {
             wrong.push(format!("final text {}", case.got["final_text"]));
+        }
+        let texts = |blocks: &Value| blocks.as_array().map(|b| b.iter().filter(|b| *b == "text").count());
+        if case.got.get("blocks").is_some_and(|blocks| texts(blocks) != Some(1)) {
+            wrong.push(format!("final message's blocks {}", case.got["blocks"]));
         }
         wrong
     });

@@ -106,6 +106,23 @@ async fn a_silent_stall_is_caught_by_the_idle_timer() {
     }
 }
 
+/// A stall between a block's start and its first text is before content:
+/// caught by the idle timer and retried, and the retry's whole answer is
+/// the call's, in every dialect.
+#[tokio::test]
+async fn a_stall_after_a_block_start_is_retried_before_content() {
+    for p in play_all("stall-after-block-start", &[]).await {
+        let r = &p.report;
+        assert_eq!(
+            (r.outcome, r.attempts, r.content.as_str()),
+            (Outcome::Ok, 2, tokens(20).as_str()),
+            "{:?}",
+            p.dialect
+        );
+        assert_eq!(categories(&p), [(Category::Timeout, Some(TimerKind::Idle))], "{:?}", p.dialect);
+    }
+}
+
 /// Runs `plan` unrecorded: its report, and how many retries the fleet
 /// budget refused.
 async fn session(plan: &SessionPlan) -> (RunReport, usize) {

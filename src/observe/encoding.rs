@@ -1,6 +1,8 @@
 //! The copy of a response's body that the recording reads, decoded as its
-//! `content-encoding` says. The agent gets the bytes as they came
-//! (compressed, when they were); the core gets the text they stand for.
+//! `content-encoding` says. Observing, the agent gets the bytes as they
+//! came (compressed, when they were); the core gets the text they stand
+//! for. The guard, which relays what the core reads, hands the agent the
+//! decoded text too.
 //! gzip (`x-gzip`), deflate and br are decoded as each chunk is read, one copy
 //! chunk per chunk (empty while the decoder waits for more: the chunk still
 //! came), so the recording keeps the upstream's timing.
@@ -79,6 +81,12 @@ impl CopyDecoder {
         };
         let events = is_event_stream(status, content_type(headers));
         CopyDecoder { copying, encoding, events }
+    }
+
+    /// Whether the copy is decoded: false for a body of no encoding, whose
+    /// copy is the bytes as they came.
+    pub fn decodes(&self) -> bool {
+        !matches!(self.copying, Copying::AsIs)
     }
 
     /// The copy of one chunk read: its decoded bytes (possibly none yet),

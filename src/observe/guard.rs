@@ -6,7 +6,14 @@
 //! [`GuardedUpstream`] is the core's [`Upstream`] for guarded calls: each
 //! attempt sends the agent's request again (its own key, its body, with
 //! the model a failover hop names), asking for an uncompressed answer, for
-//! the guard reads what it relays. [`Answer`] is what the agent gets:
+//! the guard reads what it relays. A hop to another configured provider
+//! takes only what a request needs of the agent's headers (an allow-list,
+//! [`CARRIED`]) and that provider's own key and headers: nothing of the
+//! agent's credentials, cookies or gateways' keys goes to a provider it did
+//! not call. A body that comes compressed all the same (gzip, deflate,
+//! br) is decoded as it is read ([`CopyDecoder`]): the core and the agent
+//! both have the text, the agent with no `content-encoding`.
+//! [`Answer`] is what the agent gets:
 //!
 //! - **Before content** (no text, reasoning or tool-call delta has gone:
 //!   under the guard reasoning commits a stream as output does, for the
@@ -15,11 +22,12 @@
 //!   until an attempt's stream is taken in by the core, and sent once; each
 //!   chunk the core takes in ([`crate::core::upstream::Response::accepted`])
 //!   goes on, so the agent has exactly what the core decided from. A retried
-//!   attempt's events that open the message again before its first output
-//!   (`message_start`, the role chunk, `response.created` and
-//!   `.in_progress`) repeat what the agent has: they are not sent again.
-//!   The rest goes on: the content block or output item its output is
-//!   streamed into (the agent's SDK indexes deltas by it), keep-alives.
+//!   attempt opens the message again: each start event the agent has
+//!   already (`message_start`, a `content_block_start` index, the role
+//!   chunk, `response.created`, an output item or content part) is not
+//!   sent again, and a Responses retry's ids and numbers are made the
+//!   agent's (see [`opening`]), so the agent reads one well-formed stream
+//!   however far the opening had gone.
 //! - **After content** the core never retries; a stall caught by a clock
 //!   ends the agent's stream in its dialect's own terms, as
 //!   `GUARD_AFTER_CONTENT` says ([`crate::providers::ending`]).
@@ -30,6 +38,8 @@
 //!
 //! Events are relayed whole (re-framed from the parsed stream), so an
 //! ending always follows a complete event.
+
+mod opening;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -42,22 +52,23 @@ use futures_util::future::BoxFuture;
 use http::HeaderMap;
 use tokio::sync::{mpsc, oneshot};
 
+use self::opening::{Follow, Follows, Had};
 use super::ObserveError;
 use super::agent::AgentGone;
+use super::answers::error_body;
+use super::encoding::CopyDecoder;
 use super::relay::end_to_end;
 use crate::core::category::Category;
 use crate::core::credentials::{CredentialPool, Secret};
-use crate::core::event::{EventClass, Outcome, StreamId};
+use crate::core::event::{Outcome, StreamId};
 use crate::core::executor::CallReport;
 use crate::core::failover::Target;
 use crate::core::failure::{Failure, TransportKind};
 use crate::core::policy::CorePolicy;
 use crate::core::transport::{TransportSettings, build_client, failure_from_reqwest};
-use crate::core::upstream::{
-    AttemptRequest, Body, Chunk, Decoded, Decoder, Response, Upstream, content_type, is_event_stream,
-};
+use crate::core::upstream::{AttemptRequest, Body, Chunk, Decoder, Response, Upstream, content_type, is_event_stream};
 use crate::providers::Dialect;
-use crate::providers::ending::{AfterContent, EndingState, error_body};
+use crate::providers::ending::{AfterContent, EndingState};
 use crate::providers::http::with_key;
 use crate::providers::setup::{ProviderConfig, extra_headers};
 use crate::providers::sse::{SseItem, SseParser};
@@ -90,9 +101,21 @@ pub(super) struct GuardedRequest {
     pub own: String,
 }
 
-/// The headers that carry an agent's key: they go to its own provider
+/// The agent's headers a hop to another provider takes (with its
+/// dialect's own, [`carried`]): what the request needs, and nothing that
+/// could carry a credential. The rest (keys, cookies, a gateway's auth,
+/// the agent's organisation or project) goes to the agent's own provider
 /// only.
-const KEY_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
+const CARRIED: [&str; 3] = ["content-type", "accept", "user-agent"];
+
+/// The headers of `dialect` a hop to another provider of it takes: its
+/// version and beta headers.
+fn carried(dialect: Dialect) -> &'static [&'static str] {
+    match dialect {
+        Dialect::AnthropicMessages => &["anthropic-version", "anthropic-beta"],
+        Dialect::OpenAiChat | Dialect::OpenAiResponses => &["openai-beta"],
+    }
+}
 
 impl GuardedRequest {
     /// The request of an attempt to `target`: the agent's, with the
@@ -106,14 +129,14 @@ impl GuardedRequest {
         elsewhere: &HashMap<String, Elsewhere>,
         key: Option<&str>,
     ) -> Result<reqwest::RequestBuilder, Failure> {
-        let mut headers = self.headers.clone();
-        // The guard reads what it relays: no compressed answer.
-        headers.remove(http::header::ACCEPT_ENCODING);
         let body = match target.model == self.model {
             true => self.body.clone(),
             false => with_model(&self.body, &target.model).unwrap_or_else(|| self.body.clone()),
         };
         if target.provider == self.own {
+            let mut headers = self.headers.clone();
+            // The guard reads what it relays: no compressed answer.
+            headers.remove(http::header::ACCEPT_ENCODING);
             return Ok(self.client.request(self.method.clone(), &self.url).headers(headers).body(body));
         }
         let cannot = |why: String| Failure::Transport { kind: TransportKind::Other, message: why };
@@ -126,12 +149,17 @@ impl GuardedRequest {
                 target.provider, there.dialect, self.dialect
             )));
         }
-        for name in KEY_HEADERS.iter().chain(&["anthropic-version"]) {
-            headers.remove(*name);
+        let mut headers = HeaderMap::with_capacity(CARRIED.len() + there.headers.len());
+        for name in CARRIED.iter().chain(carried(self.dialect)) {
+            for value in self.headers.get_all(*name) {
+                headers.append(*name, value.clone());
+            }
         }
+        // The row's own headers over the agent's; the agent's version over
+        // the default one `with_key` names (its body is written for it).
         headers.extend(there.headers.clone());
         let request = there.client.request(self.method.clone(), there.dialect.url(&there.base_url));
-        Ok(with_key(request.headers(headers).body(body), there.dialect, key))
+        Ok(with_key(request, there.dialect, key).headers(headers).body(body))
     }
 }
 
@@ -275,10 +303,9 @@ impl Upstream for GuardedUpstream {
             let timeouts = self.timeouts;
             let response = sent.map_err(|e| timeouts.failure(&e))?;
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
-            let upstream = response.bytes_stream();
+            let upstream = decoded(response, timeouts);
             if is_event_stream(status, content_type(&headers)) {
-                let body: Body =
-                    upstream.map(move |next| next.map(Chunk::from).map_err(|e| timeouts.failure(&e))).boxed();
+                let body: Body = upstream;
                 let head = AgentHead::of(status, &headers);
                 let attempt = request.attempt;
                 let mut response = Response::new(status, headers, body);
@@ -290,10 +317,10 @@ impl Upstream for GuardedUpstream {
             answer.answered(status, &headers);
             let kept = Arc::clone(&answer);
             let body: Body = upstream
-                .map(move |next| {
-                    let bytes = next.map_err(|e| timeouts.failure(&e))?;
-                    kept.answered_body(&bytes);
-                    Ok(Chunk::from(bytes))
+                .inspect(move |next| {
+                    if let Ok(chunk) = next {
+                        kept.answered_body(&chunk.bytes);
+                    }
                 })
                 .boxed();
             let decoder: Box<dyn Decoder> = Box::new(guarded.request.dialect.decoder());
@@ -305,6 +332,28 @@ impl Upstream for GuardedUpstream {
         // Never used: the executor asks each guarded call's own dialect's.
         Box::new(Dialect::OpenAiChat.decoder())
     }
+}
+
+/// `response`'s body as the core and the agent read it: its chunks as they
+/// come, decoded as its `content-encoding` says when it has one (the
+/// guard asked for none, but a hop may compress all the same); an
+/// encoding that cannot be decoded ends a stream with a failure naming
+/// it, and stands in for another body's text.
+fn decoded(response: reqwest::Response, timeouts: Timeouts) -> Body {
+    let mut copy = CopyDecoder::of(response.status().as_u16(), response.headers());
+    let upstream = response.bytes_stream();
+    if !copy.decodes() {
+        return upstream.map(move |next| next.map(Chunk::from).map_err(|e| timeouts.failure(&e))).boxed();
+    }
+    upstream
+        .flat_map(move |next| {
+            let copies: Vec<Result<Chunk, Failure>> = match next {
+                Ok(wire) => copy.decode(&wire).collect(),
+                Err(error) => vec![Err(timeouts.failure(&error))],
+            };
+            futures_util::stream::iter(copies)
+        })
+        .boxed()
 }
 
 /// The head an attempt's stream goes to the agent with.
@@ -339,11 +388,11 @@ struct Answering {
     ending: EndingState,
     /// The attempt whose stream is relayed.
     attempt: u32,
-    /// The agent has had events from an earlier attempt: this attempt's
-    /// opening events before its first output repeat them.
-    repeats: bool,
-    /// Tells a repeating attempt's output from the rest.
-    sorter: Box<dyn Decoder>,
+    /// What the agent has of the stream's opening.
+    had: Had,
+    /// An attempt after the agent had events of an earlier one, while its
+    /// events must be made to follow them.
+    follow: Option<Follow>,
     /// Anything went to the agent's body.
     relayed: bool,
     /// What ends the call when the agent stops reading.
@@ -381,8 +430,8 @@ impl Answer {
             framer: SseParser::new(SseParser::DEFAULT_MAX_LINE),
             ending: EndingState::new(dialect, model),
             attempt: 0,
-            repeats: false,
-            sorter: Box::new(dialect.decoder()),
+            had: Had::default(),
+            follow: None,
             relayed: false,
             gone,
             answered: None,
@@ -398,17 +447,18 @@ impl Answer {
     fn opens(&self, attempt: u32) {
         let mut a = self.lock();
         a.attempt = attempt;
-        a.repeats = a.relayed;
+        a.follow = a.relayed.then(|| Follow::new(a.dialect, a.ending.next_sequence()));
         a.answered = None;
         a.framer = SseParser::new(SseParser::DEFAULT_MAX_LINE);
-        a.sorter = Box::new(a.dialect.decoder());
     }
 
     /// The core took in `chunk` of attempt `attempt`'s stream, whose head
     /// is `head`.
     fn accepted(&self, attempt: u32, head: &AgentHead, chunk: &Bytes) {
         let mut a = self.lock();
-        if a.attempt != attempt {
+        // An empty chunk (a compressed body's decoder waiting for more, or
+        // one it refused) has nothing for the agent: its head waits on.
+        if a.attempt != attempt || chunk.is_empty() {
             return;
         }
         if let Some(sender) = a.head.take() {
@@ -445,6 +495,12 @@ impl Answer {
     pub fn ended(&self, report: &CallReport, stopping: bool) -> Delivered {
         let mut a = self.lock();
         let message = || report.error.as_ref().map_or_else(|| "the stream ended".to_owned(), |c| c.message.clone());
+        // An agent that went before its head is gone: nothing reaches it.
+        let agent_gone = a.body.as_ref().is_none_or(mpsc::Sender::is_closed);
+        if report.outcome == Outcome::Cancelled && agent_gone && a.head.take().is_some() {
+            a.body = None;
+            return Delivered::Cut;
+        }
         if let Some(sender) = a.head.take() {
             let provider_answered = report.outcome == Outcome::Failed && a.answered.is_some();
             let (status, headers, body) = match (&report.outcome, a.answered.take()) {
@@ -461,7 +517,7 @@ impl Answer {
                     let said = format!("stallscope guard: {}", message());
                     let mut headers = HeaderMap::new();
                     headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-                    (status, headers, error_body(a.dialect, &said).into_bytes())
+                    (status, headers, error_body(a.dialect, status, &said).into_bytes())
                 }
             };
             let mut head = AgentHead::of(status, &headers);
@@ -474,8 +530,6 @@ impl Answer {
             }
             return match (report.outcome, provider_answered) {
                 (Outcome::Ok, _) => Delivered::Whole,
-                // The agent went before any head: it got nothing.
-                (Outcome::Cancelled, _) if !stopping => Delivered::Cut,
                 (_, true) => Delivered::ProviderAnswer(status),
                 (_, false) => Delivered::OwnAnswer(status),
             };
@@ -533,11 +587,11 @@ impl Delivered {
 }
 
 impl Answering {
-    /// What of `chunk` the agent gets: its whole events, re-framed, but a
-    /// repeating attempt's opening events before its first output.
+    /// What of `chunk` the agent gets: its whole events, re-framed, but
+    /// for what a retried attempt repeats of what the agent has.
     fn relay(&mut self, chunk: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(chunk.len() + 16);
-        let Answering { framer, ending, sorter, repeats, dialect, .. } = self;
+        let Answering { framer, ending, had, follow, dialect, .. } = self;
         // Bytes that are not a stream the core has refused already; what
         // came whole before them still goes.
         let _ = framer.feed(chunk, &mut |item| match item {
@@ -545,32 +599,27 @@ impl Answering {
             SseItem::Event { event, data, .. } => {
                 let start = out.len();
                 framed(event, data, &mut out);
-                if *repeats {
-                    let mut decoded = Vec::new();
-                    sorter.feed(&out[start..], &mut decoded);
-                    if decoded.iter().any(|d| matches!(d, Decoded::Event { class, .. } if class.is_output())) {
-                        *repeats = false;
-                    } else if opens_message(*dialect, event, &decoded) {
+                let renamed = match follow.as_mut().map(|f| f.follow((event, data), &out[start..], had)) {
+                    None | Some(Follows::AsIs) => None,
+                    Some(Follows::Dropped) => {
                         out.truncate(start);
                         return;
                     }
-                }
+                    Some(Follows::As(renamed)) => {
+                        out.truncate(start);
+                        framed(event, &renamed, &mut out);
+                        Some(renamed)
+                    }
+                };
+                let data = renamed.as_deref().unwrap_or(data);
+                had.note(*dialect, event, data);
                 ending.observe(event, data);
             }
         });
+        if follow.as_ref().is_some_and(Follow::over) {
+            *follow = None;
+        }
         out
-    }
-}
-
-/// Whether an event (`name`, decoded as `decoded`) opens the message:
-/// Anthropic's `message_start`, the Responses lifecycle's first events, a
-/// chat chunk with no text, reasoning or tool call in it (the role chunk;
-/// chat has no blocks).
-fn opens_message(dialect: Dialect, name: &str, decoded: &[Decoded]) -> bool {
-    match dialect {
-        Dialect::AnthropicMessages => name == "message_start",
-        Dialect::OpenAiResponses => matches!(name, "response.created" | "response.in_progress" | "response.queued"),
-        Dialect::OpenAiChat => decoded.iter().all(|d| matches!(d, Decoded::Event { class: EventClass::Lifecycle, .. })),
     }
 }
 
@@ -613,30 +662,164 @@ mod tests {
         text
     }
 
-    /// An attempt retried after the agent had the message's opening: its
-    /// own opening is not sent again, but the block its text goes in is
-    /// (the agent's SDK indexes the deltas by it), and so are its pings.
-    #[test]
-    fn a_retried_attempt_sends_its_block_but_not_the_opening_again() {
+    /// An answer of `dialect`'s, and the agent's side of it.
+    fn answer(dialect: Dialect) -> (Arc<Answer>, AgentSide) {
         let gone = AgentGone::new(
             tokio_util::sync::CancellationToken::new(),
             Arc::new(crate::core::event::NullSink),
             tokio::time::Instant::now(),
             0,
         );
-        let (answer, mut agent) = Answer::new(Dialect::AnthropicMessages, "claude-x", gone);
+        Answer::new(dialect, "claude-x", gone)
+    }
+
+    const MESSAGE_START: &str =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n";
+    const BLOCK_START: &str = "event: content_block_start\n\
+        data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+    const PING: &str = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
+    const DELTA: &str = "event: content_block_delta\n\
+        data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
+
+    /// An attempt retried after the agent had the message's opening: its
+    /// own opening is not sent again, but the block its text goes in is
+    /// (the agent's SDK indexes the deltas by it), and so are its pings.
+    #[test]
+    fn a_retried_attempt_sends_a_block_the_agent_lacks_but_not_the_opening_again() {
+        let (answer, mut agent) = answer(Dialect::AnthropicMessages);
         let head = AgentHead::of(200, &HeaderMap::new());
-        let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n";
         answer.opens(1);
-        answer.accepted(1, &head, &Bytes::from(start));
-        assert_eq!(sent(&mut agent), start);
+        answer.accepted(1, &head, &Bytes::from(MESSAGE_START));
+        assert_eq!(sent(&mut agent), MESSAGE_START);
         answer.opens(2);
-        let block = "event: content_block_start\n\
-                     data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
-                     event: ping\ndata: {\"type\":\"ping\"}\n\n";
-        let delta = "event: content_block_delta\n\
-                     data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
-        answer.accepted(2, &head, &Bytes::from(format!("{}{block}{delta}", start.replace("msg_1", "msg_2"))));
-        assert_eq!(sent(&mut agent), format!("{block}{delta}"));
+        answer.accepted(
+            2,
+            &head,
+            &Bytes::from(format!("{}{BLOCK_START}{PING}{DELTA}", MESSAGE_START.replace("msg_1", "msg_2"))),
+        );
+        assert_eq!(sent(&mut agent), format!("{BLOCK_START}{PING}{DELTA}"));
+    }
+
+    /// A stall after the block opened, before its first text: the retry's
+    /// block start, which the agent has, is not sent again.
+    #[test]
+    fn a_retried_attempt_does_not_start_a_block_the_agent_has() {
+        let (answer, mut agent) = answer(Dialect::AnthropicMessages);
+        let head = AgentHead::of(200, &HeaderMap::new());
+        answer.opens(1);
+        answer.accepted(1, &head, &Bytes::from(format!("{MESSAGE_START}{BLOCK_START}{PING}")));
+        assert_eq!(sent(&mut agent), format!("{MESSAGE_START}{BLOCK_START}{PING}"));
+        answer.opens(2);
+        answer.accepted(2, &head, &Bytes::from(format!("{MESSAGE_START}{BLOCK_START}{PING}{DELTA}{BLOCK_START}")));
+        // After its first text the retry is no longer looked at.
+        assert_eq!(sent(&mut agent), format!("{PING}{DELTA}{BLOCK_START}"));
+    }
+
+    /// An agent that went before any head went got nothing: its call is
+    /// cut, not answered with the guard's own error.
+    #[test]
+    fn an_agent_gone_before_the_head_got_nothing() {
+        let (answer, agent) = answer(Dialect::OpenAiChat);
+        drop(agent);
+        let mut report = CallReport::empty(0, Target::new("upstream", "gpt-x"));
+        report.outcome = Outcome::Cancelled;
+        assert_eq!(answer.ended(&report, false), Delivered::Cut);
+        // Observe stopping while the agent waits answers it.
+        let (answer, _agent) = self::answer(Dialect::OpenAiChat);
+        assert_eq!(answer.ended(&report, true), Delivered::OwnAnswer(503));
+    }
+
+    /// The agent's request with every kind of header an agent sends.
+    fn request(dialect: Dialect) -> GuardedRequest {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream"),
+            ("user-agent", "agent/1.0"),
+            ("accept-encoding", "gzip"),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "tools-2024"),
+            ("openai-beta", "assistants=v2"),
+            ("authorization", "Bearer sk-agent"),
+            ("x-api-key", "sk-agent"),
+            ("api-key", "sk-agent"),
+            ("cookie", "session=agent"),
+            ("helicone-auth", "Bearer sk-helicone"),
+            ("x-portkey-api-key", "pk-agent"),
+            ("cf-aig-authorization", "Bearer cf-agent"),
+            ("x-goog-api-key", "goog-agent"),
+            ("openai-organization", "org-agent"),
+            ("openai-project", "proj-agent"),
+            ("x-custom-trace", "agent-trace"),
+        ] {
+            headers.insert(http::HeaderName::from_static(name), http::HeaderValue::from_static(value));
+        }
+        GuardedRequest {
+            client: reqwest::Client::new(),
+            method: reqwest::Method::POST,
+            url: "http://127.0.0.1:9/v1/chat/completions".to_owned(),
+            headers,
+            body: Bytes::from_static(br#"{"model":"gpt-x","stream":true}"#),
+            model: "gpt-x".to_owned(),
+            dialect,
+            own: "upstream".to_owned(),
+        }
+    }
+
+    /// The headers of `request`'s attempt to `target`, sorted.
+    fn sent_headers(request: &GuardedRequest, target: &Target, elsewhere: &HashMap<String, Elsewhere>) -> Vec<String> {
+        let built = request.to(target, elsewhere, Some("sk-backup")).unwrap().build().unwrap();
+        let mut headers: Vec<String> =
+            built.headers().iter().map(|(n, v)| format!("{n}: {}", v.to_str().unwrap())).collect();
+        headers.sort();
+        headers
+    }
+
+    /// A hop to another provider takes the agent's allow-listed headers,
+    /// the row's own and its configured key, nothing else; the agent's own
+    /// provider gets the agent's headers (but for the encoding it asks).
+    #[test]
+    fn a_hop_elsewhere_takes_only_the_allow_listed_headers_and_the_configured_key() {
+        for (dialect, expected) in [
+            (
+                Dialect::OpenAiChat,
+                &[
+                    "accept: text/event-stream",
+                    "authorization: Bearer sk-backup",
+                    "content-type: application/json",
+                    "openai-beta: assistants=v2",
+                    "user-agent: agent/1.0",
+                    "x-row: row-value",
+                ][..],
+            ),
+            (
+                Dialect::AnthropicMessages,
+                &[
+                    "accept: text/event-stream",
+                    "anthropic-beta: tools-2024",
+                    "anthropic-version: 2023-06-01",
+                    "content-type: application/json",
+                    "user-agent: agent/1.0",
+                    "x-api-key: sk-backup",
+                    "x-row: row-value",
+                ],
+            ),
+        ] {
+            let mut row = HeaderMap::new();
+            row.insert("x-row", http::HeaderValue::from_static("row-value"));
+            let there = Elsewhere {
+                dialect,
+                base_url: "http://127.0.0.1:9/v1".to_owned(),
+                headers: row,
+                client: reqwest::Client::new(),
+            };
+            let elsewhere = HashMap::from([("backup".to_owned(), there)]);
+            let request = request(dialect);
+            assert_eq!(sent_headers(&request, &Target::new("backup", "gpt-b"), &elsewhere), expected, "{dialect}");
+            let own = sent_headers(&request, &Target::new("upstream", "gpt-x"), &elsewhere);
+            assert_eq!(own.len(), request.headers.len() - 1, "{dialect}: {own:?}");
+            assert!(own.contains(&"helicone-auth: Bearer sk-helicone".to_owned()), "{dialect}: {own:?}");
+            assert!(!own.iter().any(|h| h.starts_with("accept-encoding")), "{dialect}: {own:?}");
+        }
     }
 }

@@ -186,6 +186,15 @@ impl EndingState {
         }
     }
 
+    /// The `sequence_number` the next Responses event takes (0 in the
+    /// other dialects, which number nothing).
+    pub fn next_sequence(&self) -> u64 {
+        match &self.seen {
+            Seen::Responses(responses) => responses.sequence,
+            Seen::Chat(_) | Seen::Anthropic(_) => 0,
+        }
+    }
+
     /// The events that end the stream as `how` says; `message` is the
     /// error's (unused by a finish).
     pub fn end(&self, how: AfterContent, message: &str) -> Vec<Bytes> {
@@ -494,18 +503,6 @@ pub(crate) fn event(name: Option<&str>, data: &[&[u8]]) -> Bytes {
     }
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
-}
-
-/// The body of an error answer of `dialect` saying `message`, as its SDKs
-/// read one: OpenAI's `{"error": {…"type":"server_error"…}}`, Anthropic's
-/// `api_error`.
-pub fn error_body(dialect: Dialect, message: &str) -> String {
-    match dialect {
-        Dialect::OpenAiChat | Dialect::OpenAiResponses => {
-            chat_error(&openai_error_object(message, "server_error", None, None))
-        }
-        Dialect::AnthropicMessages => anthropic_error("api_error", message),
-    }
 }
 
 /// OpenAI's error object (a chat error's, a Responses error event's).

@@ -28,6 +28,7 @@ library!(
     "proxy-buffered",
     "reset-after-first-token",
     "stall-after-content",
+    "stall-after-block-start",
     "rate-limited-ms",
     "rate-limited-seconds",
     "rate-limited-date",

@@ -126,6 +126,7 @@ impl Planner<'_> {
     fn step(&mut self, step: &Step) -> Option<Ending> {
         match step {
             Step::Preamble => self.render(Renderer::open),
+            Step::OpenBlock => self.render(Renderer::open_text),
             Step::Content { text, count, every } => {
                 for _ in 0..*count {
                     self.sleep(*every);

@@ -68,6 +68,12 @@
 //!   chunk, `response.created`/`response.in_progress`, `message_start`).
 //!   Otherwise they go out just before the first event, so a stream that
 //!   starts with a stall sends headers and not one body byte.
+//! - `open_block = true`: the opening events, then the text block or output
+//!   item the answer's text goes in, opened now as it is just before the
+//!   first delta (Anthropic `content_block_start` and its `ping`, Responses
+//!   `response.output_item.added` and `response.content_part.added`; chat
+//!   has no blocks: its role chunk), so a stall can come between a block's
+//!   start and its first text.
 //! - `content = "TEXT"`, `count` (1), `every_ms` (0): `count` content deltas,
 //!   each one `every_ms` after the previous step.
 //! - `reasoning = "TEXT"`, `count`, `every_ms`: the same with reasoning deltas.
@@ -209,6 +215,8 @@ pub enum StreamError {
 pub enum Step {
     /// Write the dialect's opening events now.
     Preamble,
+    /// Write the opening events and open the text block or output item.
+    OpenBlock,
     /// Content deltas at a rate.
     Content {
         /// The text of each delta.
@@ -631,6 +639,7 @@ impl RawAttempt {
 #[serde(deny_unknown_fields)]
 struct RawStep {
     preamble: Option<bool>,
+    open_block: Option<bool>,
     content: Option<String>,
     reasoning: Option<String>,
     count: Option<u32>,
@@ -654,8 +663,9 @@ struct RawStep {
 }
 
 /// The keys that say what a step is, each with the keys that may go with it.
-const STEP_KINDS: [(&str, &[&str]); 15] = [
+const STEP_KINDS: [(&str, &[&str]); 16] = [
     ("preamble", &[]),
+    ("open_block", &[]),
     ("content", &["count", "every_ms"]),
     ("reasoning", &["count", "every_ms"]),
     ("pings_every_ms", &["for_ms"]),
@@ -677,6 +687,7 @@ impl RawStep {
     fn keys(&self) -> Vec<&'static str> {
         let present = [
             ("preamble", self.preamble.is_some()),
+            ("open_block", self.open_block.is_some()),
             ("content", self.content.is_some()),
             ("reasoning", self.reasoning.is_some()),
             ("pings_every_ms", self.pings_every_ms.is_some()),
@@ -731,6 +742,7 @@ impl RawStep {
         }
         let step = match kind {
             "preamble" => flag(self.preamble).map(|()| Step::Preamble)?,
+            "open_block" => flag(self.open_block).map(|()| Step::OpenBlock)?,
             "content" => Step::Content { text: self.content.clone().unwrap_or_default(), count, every },
             "reasoning" => Step::Reasoning { text: self.reasoning.clone().unwrap_or_default(), count, every },
             "pings_every_ms" => {

@@ -143,6 +143,13 @@ impl Renderer {
         }
     }
 
+    /// The opening events, then the text block or output item open, as
+    /// just before the first content delta (chat has none: its opening).
+    pub fn open_text(&mut self, out: &mut Vec<Bytes>) {
+        self.open(out);
+        self.enter(Kind::Text, out);
+    }
+
     /// Opens a block of `kind` unless one is open, closing another kind first.
     fn enter(&mut self, kind: Kind, out: &mut Vec<Bytes>) {
         if self.block.as_ref().is_some_and(|b| b.kind == kind) {
