@@ -153,7 +153,11 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         0 => String::new(),
         n => format!("; {n} events the recorder fell behind on were not kept"),
     };
-    writeln!(out, "{}{recorded}{dropped}", report.summary_line())?;
+    let unreplayed = match outcome.unreplayed_calls {
+        0 => String::new(),
+        n => format!("; {n} calls the would-fire replay fell behind on were not replayed"),
+    };
+    writeln!(out, "{}{recorded}{dropped}{unreplayed}", report.summary_line())?;
     Ok(())
 }
 
@@ -173,6 +177,12 @@ fn event_line(event: &ObserveEvent<'_>) -> Option<String> {
                 line.push_str(&format!(
                     ", {} events the recorder fell behind on not kept",
                     ended.outcome.dropped_events
+                ));
+            }
+            if ended.outcome.unreplayed_calls > 0 {
+                line.push_str(&format!(
+                    ", {} calls the would-fire replay fell behind on not replayed",
+                    ended.outcome.unreplayed_calls
                 ));
             }
             if !ended.deleted.is_empty() {
