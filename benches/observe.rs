@@ -26,6 +26,15 @@
 //! Run with `cargo bench --bench observe` (about two minutes). Without
 //! `--bench` (as under `cargo test --benches`) the same code runs on tiny
 //! sizes as a smoke test.
+//!
+//! The soak, instead: `STALLSCOPE_SOAK=1000000 cargo bench --bench
+//! observe` sends that many calls (a five-chunk stream each, written at
+//! once) through observe, then through the guard, 200 in flight, and
+//! reads the proxy's resident memory (VmRSS) after the 10,000th call and
+//! every 100,000th; at the end, whether its recorder or its would-fire
+//! replay dropped anything and whether its database holds every call.
+//! The goal (issue 32): memory after the last call within 16 MiB of
+//! memory after the 10,000th. It never runs without `--bench`.
 
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
@@ -94,7 +103,8 @@ async fn server() -> SocketAddr {
                         if i > chunks {
                             return None;
                         }
-                        if i > 0 {
+                        // A pace of zero writes the whole stream at once.
+                        if i > 0 && !every.is_zero() {
                             tokio::time::sleep(every).await;
                         }
                         let text = if i == chunks {
@@ -284,7 +294,13 @@ fn stop(mut observe: Proxy, lines: std::thread::JoinHandle<Option<String>>) -> S
 /// The events observe's last line says the recorder could not keep
 /// ("…; N events the recorder fell behind on were not kept", absent when 0).
 fn not_kept(last_line: &str) -> u64 {
-    let count = last_line.split("; ").find_map(|p| p.strip_suffix(" events the recorder fell behind on were not kept"));
+    said(last_line, " events the recorder fell behind on were not kept")
+}
+
+/// The count before `what` in one of the `; `-separated clauses of
+/// observe's last line (0 when none says it).
+fn said(last_line: &str, what: &str) -> u64 {
+    let count = last_line.split("; ").find_map(|p| p.strip_suffix(what));
     count.and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
@@ -331,8 +347,102 @@ async fn measure(client: &reqwest::Client, base: &str, load: Load, proxy_pid: Op
     }
 }
 
+/// Resident memory of process `pid` in KiB, from /proc (VmRSS).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap_or_default();
+    line.trim().trim_end_matches("kB").trim().parse().unwrap_or(0)
+}
+
+/// How many calls the soak has in flight.
+const SOAK_IN_FLIGHT: usize = 200;
+
+/// Sends `calls` short streams through `base`, [`SOAK_IN_FLIGHT`] at
+/// once; the proxy's memory (KiB) after the 10,000th call and every
+/// 100,000th, and after the last.
+async fn soak_calls(client: &reqwest::Client, base: &str, calls: u64, pid: u32) -> Vec<(u64, u64)> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let load = Load { streams: 1, chunks: 5, every: Duration::ZERO };
+    let (started, done) = (AtomicU64::new(0), AtomicU64::new(0));
+    let readings = Mutex::new(Vec::new());
+    let url = format!("{base}/v1/chat/completions");
+    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let worker = || async {
+        while started.fetch_add(1, Ordering::Relaxed) < calls {
+            let response = client.post(&url).header(Load::HEADER, load.header()).body(body).send().await.unwrap();
+            assert!(response.status().is_success(), "{}", response.status());
+            response.bytes().await.unwrap();
+            let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+            if n == 10_000 || n % 100_000 == 0 || n == calls {
+                readings.lock().unwrap().push((n, rss_kib(pid)));
+            }
+        }
+    };
+    futures_util::future::join_all((0..SOAK_IN_FLIGHT).map(|_| worker())).await;
+    let mut readings = readings.into_inner().unwrap();
+    readings.sort_unstable();
+    readings.dedup_by_key(|r| r.0);
+    readings
+}
+
+/// The soak: `calls` calls through observe, then the guard, each in a
+/// process of its own; its figures printed, and every call checked to be
+/// recorded with nothing dropped.
+fn soak(calls: u64) {
+    raise_open_files();
+    let dir = std::env::temp_dir().join(format!("stallscope-bench-soak-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let upstream = server().await;
+        let client = reqwest::Client::builder().pool_max_idle_per_host(2 * SOAK_IN_FLIGHT).build().unwrap();
+        for mode in [Mode::Observe, Mode::Guard] {
+            let name = mode.name();
+            let (proxy, lines) = observe(upstream, &dir, mode);
+            let pid = proxy.child.id();
+            let (rss_at_start, clock) = (rss_kib(pid), Instant::now());
+            let readings = soak_calls(&client, &proxy.base, calls, pid).await;
+            let took = clock.elapsed();
+            let last_line = stop(proxy, lines);
+            let recorded = recorded_streams(&dir.join(format!("{name}.db")));
+            let (dropped, unreplayed) = (
+                not_kept(&last_line),
+                said(&last_line, " calls the would-fire replay fell behind on were not replayed"),
+            );
+            println!(
+                "{name}: {calls} calls, {SOAK_IN_FLIGHT} in flight, in {:.0} s ({:.0} calls/s); RSS {:.1} MiB at start",
+                took.as_secs_f64(),
+                calls as f64 / took.as_secs_f64(),
+                rss_at_start as f64 / 1024.0
+            );
+            for (n, kib) in &readings {
+                println!("  after {n:>9} calls  RSS {:7.1} MiB", *kib as f64 / 1024.0);
+            }
+            let at = |n: u64| readings.iter().find(|r| r.0 == n).map(|r| r.1 as i64);
+            if let (Some(early), Some(last)) = (at(10_000), readings.last()) {
+                let grew = (last.1 as i64 - early) as f64 / 1024.0;
+                let verdict = if grew <= 16.0 { "within" } else { "NOT within" };
+                println!("  RSS after the last call {grew:+.1} MiB from after the 10,000th: {verdict} the 16 MiB goal");
+            }
+            println!("  last line: {last_line}");
+            println!(
+                "  recorded {recorded} of {calls} calls; events the recorder could not keep: {dropped}; calls not \
+                 replayed: {unreplayed}"
+            );
+            assert_eq!(recorded as u64, calls, "every call {name} passed on is recorded");
+            assert_eq!((dropped, unreplayed), (0, 0), "{name} dropped nothing");
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
+    if let (true, Ok(calls)) = (full, std::env::var("STALLSCOPE_SOAK")) {
+        let calls = calls.parse().expect("STALLSCOPE_SOAK is a number of calls, e.g. 1000000");
+        return soak(calls);
+    }
     let load = |streams, chunks, every_ms| Load { streams, chunks, every: Duration::from_millis(every_ms) };
     // At 1,000 streams, a chunk every 100 ms leaves this machine's two
     // cores room (what a proxy adds to a chunk's latency); one every 20 ms

@@ -136,6 +136,9 @@ pub struct SessionOutcome {
     pub report: RunReport,
     /// Events the recorder could not keep (it fell behind).
     pub dropped_events: u64,
+    /// Observed calls our clocks were not replayed on, so got no
+    /// would-fire mark: the replay queue was full (observe only).
+    pub unreplayed_calls: u64,
     /// The timers that fired and how many the runtime's own lag makes
     /// untrustworthy.
     pub lag: LagSummary,
@@ -265,7 +268,7 @@ pub async fn run_call_list_recorded(
         Some((_, handle)) => finish_recording(handle, &mut report).await?,
         None => 0,
     };
-    Ok(SessionOutcome { report, dropped_events, lag })
+    Ok(SessionOutcome { report, dropped_events, unreplayed_calls: 0, lag })
 }
 
 /// Stores `report` as the run `handle` records, with the run's id, once

@@ -758,7 +758,7 @@ fn a_bad_scenario_file_names_the_line_and_what_is_allowed() {
     let cases = [
         (
             "[[attempts]]\nsteps = [\n  { content = \"a\" },\n  { stal_ms = 5 },\n]\n",
-            "line 4, column 5: unknown field `stal_ms`, expected one of `preamble`, `content`",
+            "line 4, column 5: unknown field `stal_ms`, expected one of `preamble`, `open_block`, `content`",
         ),
         ("[[attempts]]\nheaders_delay_ms = \"soon\"\n", "line 2, column 20: `headers_delay_ms`: invalid type: string"),
         (

@@ -29,6 +29,12 @@ const KEY: &str = "sk-observe-RECOGNISABLE-5521";
 /// A streamed chat request.
 const STREAMED: &str = r#"{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 
+/// The calls a run's report counts (an observer's report lists none).
+fn calls_in(report: &stallscope::report::RunReport) -> usize {
+    let sum = &report.summary;
+    sum.ok + sum.partial + sum.failed + sum.cancelled
+}
+
 /// Posts `body` to `url` as an agent with its key, and reads the answer
 /// chunk by chunk: status, the chunks' sizes as read, the text.
 async fn agent_call(client: &reqwest::Client, url: &str, body: &str) -> (u16, Vec<usize>, String) {
@@ -72,7 +78,7 @@ async fn a_streamed_call_reads_as_it_does_directly_and_is_recorded() {
     assert_eq!(calls[0].report.target.to_string(), "sim/gpt-x");
     let base = observer.base.clone();
     let report = observer.stop().await;
-    assert_eq!((report.streams.len(), report.stopped), (1, true));
+    assert_eq!((calls_in(&report), report.stopped), (1, true));
     let store = Store::open(&db).unwrap();
     let run = store.list_runs().unwrap().into_iter().next().unwrap();
     assert_eq!(run.label.as_deref(), Some(format!("observe@{}", base.trim_start_matches("http://")).as_str()));
@@ -189,7 +195,7 @@ async fn routes_go_to_their_provider_and_nowhere_else() {
         "{}",
         refused.verdict.summary
     );
-    assert_eq!(observer.stop().await.streams.len(), 2, "the unrouted request is no call");
+    assert_eq!(calls_in(&observer.stop().await), 2, "the unrouted request is no call");
     sim.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -254,7 +260,8 @@ async fn the_agent_s_own_retry_is_the_call_s_next_attempt() {
     let calls = observer.ended(3).await;
     assert_ne!(calls[2].report.stream, calls[0].report.stream, "another body is another call");
     let report = observer.stop().await;
-    assert_eq!(report.streams.len(), 2);
+    assert_eq!(calls_in(&report), 2, "the retried call counts once");
+    assert_eq!((report.summary.ok, report.summary.cancelled), (2, 0), "the retried call as it ended last");
 
     let store = Store::open(&db).unwrap();
     let run = store.list_runs().unwrap()[0].id;
@@ -335,7 +342,7 @@ async fn a_long_running_observer_rotates_its_runs_and_serves_its_metrics() {
     assert_eq!(status, 200);
     observer.ended(2).await;
     let last = observer.stop().await;
-    assert_eq!(last.streams.len(), 1, "the second run has the second call");
+    assert_eq!(calls_in(&last), 1, "the second run has the second call");
     let store = Store::open(&db).unwrap();
     let runs: Vec<_> =
         store.list_runs().unwrap().into_iter().filter(|r| r.label.as_deref() == Some("observe@lab")).collect();

@@ -13,13 +13,14 @@ use stallscope::core::category::{Category, TimerKind};
 use stallscope::core::event::{
     AttemptEnd, AttemptPhase, Event, EventClass, EventKind, EventSink, Outcome, RecordedBody, SleepReason,
 };
-use stallscope::core::executor::Used;
+use stallscope::core::executor::{CallReport, Used};
 use stallscope::core::failover::Target;
 use stallscope::core::failure::TransportKind;
+use stallscope::diagnosis::diagnose;
 use stallscope::providers::Dialect;
 use stallscope::providers::setup::ProviderConfig;
 use stallscope::recorder::{Recorder, RecorderOptions};
-use stallscope::report::{ErrorReport, HopReport, LowBucketReport, RunReport, StreamReport, Summary};
+use stallscope::report::{ErrorReport, HopReport, LowBucketReport, RunReport, StreamReport, Summary, Tally};
 use stallscope::store::{RunMeta, RunStart, RunStatus, SCHEMA_VERSION, Store, StoreError};
 use stallscope::tunables::Tunables;
 
@@ -336,6 +337,7 @@ fn report() -> RunReport {
             stream_report(2, "ok", 55794.528960999996),
         ],
         diagnosis: None,
+        counted: None,
     }
 }
 
@@ -380,6 +382,44 @@ fn runs_are_listed_shown_compared_and_deleted() {
     assert!(matches!(store.finish_run(first, &report(), 0), Err(StoreError::NoSuchRun { .. })));
     let chunk = at(1, 0, 1, EventKind::ChunkReceived { bytes: 1 });
     assert!(matches!(store.append_events(first, &[chunk]), Err(StoreError::NoSuchRun { .. })));
+}
+
+/// A report that counted its calls (an observer's) lists no stream: the
+/// run's row takes its percentiles and retries, and reading it back lists
+/// each stream from the recording, for `runs show`.
+#[test]
+fn a_counted_report_reads_back_with_its_streams_from_the_recording() {
+    let dir = TempDir::new("counted");
+    let mut store = Store::open(dir.join("runs.db")).unwrap();
+    let run = store.begin_run(&start("observe@here")).unwrap();
+    let target = Target::new("upstream", "m");
+    let (mut tally, verdict, mut events) = (Tally::default(), diagnose(&[]), Vec::new());
+    for (stream, outcome, ms) in [(0, Outcome::Ok, 120), (1, Outcome::Failed, 30), (2, Outcome::Ok, 480)] {
+        let started = stream * 1_000_000_000;
+        events.push(at(started, stream, 0, EventKind::CallStarted { target: target.clone(), context_tokens: None }));
+        let finished = EventKind::Finished { outcome, attempts: 1, stop_reason: None };
+        events.push(at(started + ms * 1_000_000, stream, 1, finished));
+        let mut call = CallReport::empty(stream, target.clone());
+        (call.outcome, call.elapsed) = (outcome, Duration::from_millis(ms));
+        tally.add(&call, &verdict);
+    }
+    store.append_events(run, &events).unwrap();
+    let report = tally.report(None, serde_json::Map::new(), Duration::from_secs(3));
+    assert!(report.streams.is_empty());
+    store.finish_run(run, &report, 0).unwrap();
+
+    let summary = store.list_runs().unwrap().remove(0);
+    assert_eq!((summary.outcomes.ok, summary.outcomes.failed), (2, 1));
+    let counted = report.counted.clone().unwrap();
+    assert_eq!((summary.p50_ms, summary.p99_ms), (counted.p50_ms, counted.p99_ms));
+    assert!(summary.p50_ms.is_some_and(|p| (p / 120.0 - 1.0).abs() <= 0.01), "{:?}", summary.p50_ms);
+    let read = store.run_report(run).unwrap().unwrap();
+    let streams: Vec<_> =
+        read.streams.iter().map(|s| (s.index, s.outcome, s.provider.as_str(), s.elapsed_ms)).collect();
+    assert_eq!(streams, [(0, "ok", "upstream", 120.0), (1, "failed", "upstream", 30.0), (2, "ok", "upstream", 480.0)]);
+    assert_eq!(read.counted, report.counted);
+    let shown = store.diagnosed_report(run).unwrap().unwrap();
+    assert_eq!(shown.diagnosis.map(|d| d.streams), Some(3), "every stream's verdict, from its events");
 }
 
 #[test]

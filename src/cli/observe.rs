@@ -155,8 +155,12 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         0 => String::new(),
         n => format!("; {n} events the recorder fell behind on were not kept"),
     };
+    let unreplayed = match outcome.unreplayed_calls {
+        0 => String::new(),
+        n => format!("; {n} calls the would-fire replay fell behind on were not replayed"),
+    };
     let refused = refusals.words().map(|said| format!("; the proxy's limits acted: {said}")).unwrap_or_default();
-    writeln!(out, "{}{recorded}{dropped}{refused}", report.summary_line())?;
+    writeln!(out, "{}{recorded}{dropped}{unreplayed}{refused}", report.summary_line())?;
     Ok(())
 }
 
@@ -176,6 +180,12 @@ fn event_line(event: &ObserveEvent<'_>) -> Option<String> {
                 line.push_str(&format!(
                     ", {} events the recorder fell behind on not kept",
                     ended.outcome.dropped_events
+                ));
+            }
+            if ended.outcome.unreplayed_calls > 0 {
+                line.push_str(&format!(
+                    ", {} calls the would-fire replay fell behind on not replayed",
+                    ended.outcome.unreplayed_calls
                 ));
             }
             if !ended.deleted.is_empty() {

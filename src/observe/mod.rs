@@ -338,9 +338,10 @@ impl State {
         retried: Option<Ended>,
         delivered: Option<Delivered>,
     ) -> Option<String> {
-        let (stream, now, continued) = (report.stream, Instant::now(), retried.is_some());
+        let (stream, now) = (report.stream, Instant::now());
         let report = match retried {
             Some(ended) => {
+                segment.forget(&ended.report, &ended.verdict);
                 let gap = now.saturating_duration_since(ended.at).saturating_sub(report.elapsed);
                 ended.continued(report, gap)
             }
@@ -364,7 +365,7 @@ impl State {
         let call = ObservedCall { report, verdict, would_fire, delivered };
         (self.on_event)(ObserveEvent::Call(&call));
         let ObservedCall { report, verdict, .. } = call;
-        segment.keep(&report, &verdict, continued);
+        segment.keep(&report, &verdict);
         // A call that failed or was cut may be retried by the agent.
         if report.outcome != Outcome::Ok && !self.cancel.is_cancelled() && segment.admitting() {
             self.recent.keep(Ended { key, stream, at: now, record, report, verdict, segment: Arc::clone(&segment) });

@@ -4,7 +4,10 @@
 //!
 //! A segment owns what is per run: the executor its calls go through (its
 //! epoch, its sink), the recorder, the metrics sink (each keyed by stream,
-//! and stream ids are per run), the lag probe and the calls' reports. A
+//! and stream ids are per run), the lag probe and the count of its calls
+//! (a [`Tally`]: what a call leaves behind once it has ended is counts,
+//! never its report, so a run of a million calls holds what a run of ten
+//! does; each stream is in the recording). A
 //! call belongs to the segment it started in, and so do the agent's
 //! retries of it while that segment still takes calls; once retired, a
 //! segment takes none, and an agent's retry of one of its calls is a new
@@ -31,7 +34,7 @@ use crate::diagnosis::Diagnosis;
 use crate::metrics::CallMetrics;
 use crate::recorder::{Flusher, RecorderHandle};
 use crate::replay::recording::RecordedProvider;
-use crate::report::RunReport;
+use crate::report::Tally;
 use crate::session::{RecordTo, SessionOutcome, Tee, finish_recording, start_recorder};
 use crate::store::runs::{RunMeta, RunStart};
 use crate::store::{RunId, StoreError};
@@ -81,7 +84,7 @@ pub(super) struct Segment {
     next: AtomicU64,
     admission: Mutex<Admission>,
     call_ended: Notify,
-    reports: Mutex<Vec<(CallReport, Diagnosis)>>,
+    tally: Mutex<Tally>,
 }
 
 /// Whether a segment takes calls, and how many it has going.
@@ -192,7 +195,7 @@ impl Segment {
             next: AtomicU64::new(0),
             admission: Mutex::default(),
             call_ended: Notify::new(),
-            reports: Mutex::default(),
+            tally: Mutex::default(),
         })
     }
 
@@ -232,14 +235,15 @@ impl Segment {
         self.admission.lock().unwrap_or_else(PoisonError::into_inner).retired = true;
     }
 
-    /// Keeps the report and verdict of a call that ended (replacing the
-    /// call's earlier ones when an agent's retry continued it).
-    pub fn keep(&self, report: &CallReport, verdict: &Diagnosis, continued: bool) {
-        let mut calls = self.reports.lock().unwrap_or_else(PoisonError::into_inner);
-        if continued {
-            calls.retain(|(r, _)| r.stream != report.stream);
-        }
-        calls.push((report.clone(), verdict.clone()));
+    /// Counts a call that ended, with its verdict, in the run's report.
+    pub fn keep(&self, report: &CallReport, verdict: &Diagnosis) {
+        self.tally.lock().unwrap_or_else(PoisonError::into_inner).add(report, verdict);
+    }
+
+    /// Takes back what [`Segment::keep`] counted of a call an agent's
+    /// retry now continues: the call counts once, as it ends last.
+    pub fn forget(&self, report: &CallReport, verdict: &Diagnosis) {
+        self.tally.lock().unwrap_or_else(PoisonError::into_inner).remove(report, verdict);
     }
 
     /// Waits until every call admitted has ended.
@@ -265,18 +269,11 @@ impl Segment {
     ) -> Closed {
         self.settled().await;
         let lag = self.probe.lock().unwrap_or_else(PoisonError::into_inner).take().map(LagProbe::stop);
-        let calls = std::mem::take(&mut *self.reports.lock().unwrap_or_else(PoisonError::into_inner));
-        let (reports, diagnoses): (Vec<CallReport>, Vec<(StreamId, Diagnosis)>) = calls
-            .into_iter()
-            .map(|(report, verdict)| {
-                let stream = report.stream;
-                (report, (stream, verdict))
-            })
-            .unzip();
-        let mut report = RunReport::new(scenario, tunables, &reports, self.started.elapsed());
+        let tally = std::mem::take(&mut *self.tally.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut report = tally.report(scenario, tunables, self.started.elapsed());
         report.seed = Some(self.seed);
         report.stopped = stopped;
-        report.attach_diagnoses(diagnoses);
+        let unreplayed_calls = self.clocks.as_ref().map_or(0, Clocks::unreplayed);
         let handle = self.recorder.lock().unwrap_or_else(PoisonError::into_inner).take();
         let (mut dropped_events, mut error) = (0, None);
         if let Some(handle) = handle {
@@ -285,14 +282,16 @@ impl Segment {
                 Err(e) => error = Some(e),
             }
         }
-        Closed { outcome: SessionOutcome { report, dropped_events, lag: lag.unwrap_or_default() }, error }
+        let lag = lag.unwrap_or_default();
+        Closed { outcome: SessionOutcome { report, dropped_events, unreplayed_calls, lag }, error }
     }
 }
 
 /// A closed segment: its run's outcome, and why its record could not be
 /// kept, when it could not.
 pub(super) struct Closed {
-    /// The run's report and what the recorder dropped.
+    /// The run's report, and what the recorder and the would-fire replay
+    /// dropped.
     pub outcome: SessionOutcome,
     /// The database could not be written.
     pub error: Option<StoreError>,

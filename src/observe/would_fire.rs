@@ -9,8 +9,15 @@
 //! lanes, the log and the verdict read it as they read the rest. A timer
 //! that would fire only after the agent had given up is not claimed: what
 //! came after is not known.
+//!
+//! The replays wait in a bounded queue ([`QUEUED`]): a call that ends
+//! while it is full is not replayed, gets no mark, and is counted
+//! ([`Clocks::unreplayed`], said when its run closes), as the recorder
+//! counts the events it could not keep.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -37,6 +44,12 @@ pub(super) const CLOCKS: [&str; 7] = [
     "STALLSCOPE_CALL_DEADLINE_S",
     "STALLSCOPE_TTFB_DISABLE_ABOVE_TOKENS",
 ];
+
+/// Replays waiting for the replay thread, at most. Each call waits for
+/// its own replay as it ends, so the queue holds at most the calls ending
+/// at once: this many, beyond the one being replayed, before one goes
+/// unreplayed.
+pub(super) const QUEUED: usize = 1024;
 
 /// A timer of ours that would have fired on an observed attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +87,8 @@ pub(super) struct Clocks {
     /// tunables.
     run: RecordedRun,
     replays: Replays,
+    /// Calls not replayed: the queue was full.
+    unreplayed: AtomicU64,
 }
 
 impl Clocks {
@@ -88,7 +103,13 @@ impl Clocks {
     ) -> Clocks {
         let run = RecordedRun::new(&recorded.sourced_snapshot(), &BTreeMap::new());
         let base = Recording { run: 0, tunables: recorded, meta, rules, providers, streams: Vec::new() };
-        Clocks { base, run, replays }
+        Clocks { base, run, replays, unreplayed: AtomicU64::new(0) }
+    }
+
+    /// How many calls were not replayed (so got no mark) because the
+    /// replay queue was full.
+    pub fn unreplayed(&self) -> u64 {
+        self.unreplayed.load(Ordering::Relaxed)
     }
 
     /// The first of our timers that would have fired on the latest
@@ -103,7 +124,15 @@ impl Clocks {
         recorded.attempts = vec![RecordedAttempt { ordinal: 1, ..latest }];
         let (reply, fired) = oneshot::channel();
         let replay = Recording { streams: vec![recorded], ..self.base.clone() };
-        self.replays.jobs.send((replay, reply)).ok()?;
+        match self.replays.jobs.try_send((replay, reply)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                self.unreplayed.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            // The replay thread could not start: no mark, as documented there.
+            Err(TrySendError::Disconnected(_)) => return None,
+        }
         let (at, timer, budget) = fired.await.ok()??;
         let kind = EventKind::TimerWouldFire { timer, after: budget };
         let would = WouldFire {
@@ -129,7 +158,7 @@ type Job = (Recording, oneshot::Sender<Option<Fired>>);
 /// thread ends with the last handle.
 #[derive(Clone)]
 pub(super) struct Replays {
-    jobs: std::sync::mpsc::Sender<Job>,
+    jobs: SyncSender<Job>,
 }
 
 impl Replays {
@@ -139,7 +168,7 @@ impl Replays {
         let overrides = CLOCKS.iter().map(|name| format!("{name}={}", in_force.get(name).value)).collect();
         let whatif = WhatIf { overrides, ..WhatIf::default() };
         let recorded = recorded.clone();
-        let (jobs, taken) = std::sync::mpsc::channel::<Job>();
+        let (jobs, taken) = std::sync::mpsc::sync_channel::<Job>(QUEUED);
         // A thread that cannot start leaves the jobs unanswered: no mark.
         let _ = std::thread::Builder::new().name("stallscope-replays".into()).spawn(move || {
             // Settings that do not load make no mark: every job is answered
@@ -191,5 +220,56 @@ impl EventSink for FirstFired {
         if let EventKind::TimerFired { timer, after, .. } = event.kind {
             self.0.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert((event.at, timer, after));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+    use crate::core::failover::Target;
+
+    /// One call's record with one attempt begun.
+    fn record() -> StreamRecord {
+        let target = Target::new("upstream", "m");
+        let mut record = StreamRecord::default();
+        for (at, kind) in [
+            (0, EventKind::CallStarted { target: target.clone(), context_tokens: None }),
+            (1, EventKind::AttemptStarted { target, credential: None }),
+        ] {
+            record.push(&Event { at: Duration::from_millis(at), stream: 0, attempt: 1, kind });
+        }
+        record
+    }
+
+    #[test]
+    fn a_call_that_finds_the_queue_full_is_not_replayed_and_is_counted() {
+        // A queue of two with no replay thread behind it: nothing is taken
+        // until the test takes it.
+        let (jobs, taken) = std::sync::mpsc::sync_channel::<Job>(2);
+        let meta = RunMeta {
+            requests: 0,
+            concurrency: 0,
+            seed: 1,
+            epoch_unix_ns: 0,
+            rules: serde_json::Value::Null,
+            pools: Default::default(),
+        };
+        let clocks = Clocks::new(Replays { jobs }, Tunables::defaults(), meta, Vec::new(), Vec::new());
+        let record = record();
+        // Each queues its replay and is left waiting for the answer.
+        for _ in 0..2 {
+            assert!(clocks.first(0, &record).now_or_never().is_none(), "queued, waiting");
+        }
+        assert_eq!(clocks.unreplayed(), 0);
+        assert_eq!(clocks.first(0, &record).now_or_never(), Some(None), "full: no mark, at once");
+        assert_eq!(clocks.unreplayed(), 1);
+        // The replay thread takes one: the next call finds room.
+        drop(taken.try_recv().unwrap());
+        assert!(clocks.first(0, &record).now_or_never().is_none(), "queued again");
+        assert_eq!(clocks.first(0, &record).now_or_never(), Some(None));
+        assert_eq!(clocks.unreplayed(), 2);
+        assert_eq!(taken.try_iter().count(), 2, "the queue held two, never more");
     }
 }

@@ -539,10 +539,17 @@ impl Store {
     }
 
     /// The report of a completed run, as `run --json` printed it, with
-    /// `run_id` filled; `None` for an unknown or unfinished run.
+    /// `run_id` filled; `None` for an unknown or unfinished run. A report
+    /// that counted its calls (an observer's) gets its streams from the
+    /// recording: each one's outcome, target, attempts and wall-clock.
     pub fn run_report(&self, id: RunId) -> Result<Option<RunReport>, StoreError> {
         let Some(text) = self.run_report_json(id)? else { return Ok(None) };
-        report::decode(&text).map(Some).map_err(|what| StoreError::Format { path: self.path.clone(), run: id, what })
+        let mut report =
+            report::decode(&text).map_err(|what| StoreError::Format { path: self.path.clone(), run: id, what })?;
+        if report.counted.is_some() && report.streams.is_empty() {
+            report.streams = runs::recorded_streams(&self.conn, id).map_err(|e| self.err(e))?;
+        }
+        Ok(Some(report))
     }
 
     /// The streams whose outcome differs between runs `a` and `b`, in

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::core::event::Outcome;
 use crate::core::executor::Used;
-use crate::report::{ErrorReport, HopReport, LowBucketReport, RunReport, StreamReport, Summary};
+use crate::report::{Counted, ErrorReport, HopReport, LowBucketReport, RunReport, StreamReport, Summary};
 
 /// An `f64` read exactly from a quoted fractional number (or from a plain
 /// number or `null`, which serde_json writes for NaN).
@@ -62,6 +62,17 @@ struct ReportMirror {
     #[serde(default)]
     stopped: bool,
     streams: Vec<StreamMirror>,
+    #[serde(default)]
+    counted: Option<CountedMirror>,
+}
+
+#[derive(Deserialize)]
+struct CountedMirror {
+    p50_ms: Option<Exact>,
+    p99_ms: Option<Exact>,
+    retries: u64,
+    verdicts: BTreeMap<crate::diagnosis::verdict::VerdictKind, usize>,
+    untrusted: usize,
 }
 
 #[derive(Deserialize)]
@@ -197,7 +208,7 @@ fn parse<T: DeserializeOwned>(text: &str) -> Result<T, String> {
     serde_json::from_str(text).map_err(|e| format!("stored report: {e}"))
 }
 
-fn outcome(name: &str) -> Result<&'static str, String> {
+pub(super) fn outcome(name: &str) -> Result<&'static str, String> {
     [Outcome::Ok, Outcome::Partial, Outcome::Failed, Outcome::Cancelled]
         .into_iter()
         .map(Outcome::name)
@@ -274,6 +285,13 @@ pub(crate) fn decode(text: &str) -> Result<RunReport, String> {
         stopped: mirror.stopped,
         streams,
         diagnosis: None,
+        counted: mirror.counted.map(|c| Counted {
+            p50_ms: c.p50_ms.map(|x| x.0),
+            p99_ms: c.p99_ms.map(|x| x.0),
+            retries: c.retries,
+            verdicts: c.verdicts,
+            untrusted: c.untrusted,
+        }),
     })
 }
 

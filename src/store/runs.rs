@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::core::event::Outcome;
 use crate::providers::setup::ProviderConfig;
-use crate::report::RunReport;
+use crate::report::{RunReport, StreamReport};
 use crate::tunables::Tunables;
 
 /// A run's id in the store (`RunReport::run_id`).
@@ -335,6 +335,11 @@ pub(crate) fn finish(tx: &Transaction<'_>, run: RunId, report: &RunReport, dropp
     elapsed.sort_by(f64::total_cmp);
     let retries_of = |s: &crate::report::StreamReport| s.retry_counts.values().map(|u| u64::from(u.used)).sum::<u64>();
     let retries: u64 = report.streams.iter().map(retries_of).sum();
+    // A run that counted its calls lists none: its counts stand in.
+    let (p50, p99, retries) = match &report.counted {
+        Some(counted) => (counted.p50_ms, counted.p99_ms, counted.retries),
+        None => (percentile(&elapsed, 50.0), percentile(&elapsed, 99.0), retries),
+    };
     let sum = &report.summary;
     let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
     let changed = tx.execute(
@@ -350,8 +355,8 @@ pub(crate) fn finish(tx: &Transaction<'_>, run: RunId, report: &RunReport, dropp
             sum.partial as i64,
             sum.failed as i64,
             sum.cancelled as i64,
-            percentile(&elapsed, 50.0),
-            percentile(&elapsed, 99.0),
+            p50,
+            p99,
             i64::try_from(retries).unwrap_or(i64::MAX),
             sum.elapsed_ms,
             report.stopped,
@@ -474,6 +479,42 @@ fn from_streams(conn: &Connection, summary: &mut RunSummary) -> rusqlite::Result
     summary.p50_ms = percentile(&elapsed, 50.0);
     summary.p99_ms = percentile(&elapsed, 99.0);
     Ok(())
+}
+
+/// The streams of a run as its recording keeps them, in stream order:
+/// each one's outcome, target, attempts and wall-clock, from the events
+/// that opened and closed it (for a report that counted its calls rather
+/// than listing them). A stream whose end was not recorded has no row.
+pub(crate) fn recorded_streams(conn: &Connection, id: RunId) -> rusqlite::Result<Vec<StreamReport>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT stream, provider, model, outcome, attempts, ended_ns - started_ns FROM streams \
+         WHERE run_id = ?1 AND outcome IS NOT NULL ORDER BY stream",
+    )?;
+    let rows = stmt.query_map(params![id], |row| {
+        Ok((
+            row.get::<_, i64>(0)?,
+            row.get::<_, Option<String>>(1)?,
+            row.get::<_, Option<String>>(2)?,
+            row.get::<_, String>(3)?,
+            row.get::<_, Option<i64>>(4)?,
+            row.get::<_, Option<i64>>(5)?,
+        ))
+    })?;
+    let mut streams = Vec::new();
+    for row in rows {
+        let (stream, provider, model, outcome, attempts, ns) = row?;
+        let Ok(outcome) = super::report::outcome(&outcome) else { continue };
+        streams.push(StreamReport {
+            index: stream.max(0) as u64,
+            outcome,
+            provider: provider.unwrap_or_default(),
+            model: model.unwrap_or_default(),
+            attempts: attempts.and_then(|a| u32::try_from(a).ok()).unwrap_or(0),
+            elapsed_ms: ns.map_or(0.0, |ns| ns as f64 / 1e6),
+            ..StreamReport::default()
+        });
+    }
+    Ok(streams)
 }
 
 /// One run with its tunables, providers, meta and drops per stream.

@@ -32,7 +32,7 @@ pub struct Running {
 pub struct Seen {
     /// Where its metrics are served.
     pub metrics: Option<std::net::SocketAddr>,
-    /// The runs it rotated out: each one's id and streams.
+    /// The runs it rotated out: each one's id and calls.
     pub rotated: Vec<(Option<i64>, usize)>,
     /// Each batch of traces: spans sent, or why not.
     pub traces: Vec<Result<usize, String>>,
@@ -73,7 +73,9 @@ impl Running {
                 ObserveEvent::Serving(addr) => said.lock().unwrap().metrics = Some(addr),
                 ObserveEvent::Rotated(ended) => {
                     let report = &ended.outcome.report;
-                    said.lock().unwrap().rotated.push((report.run_id, report.streams.len()));
+                    let sum = &report.summary;
+                    let calls = sum.ok + sum.partial + sum.failed + sum.cancelled;
+                    said.lock().unwrap().rotated.push((report.run_id, calls));
                 }
                 ObserveEvent::Traces(sent) => {
                     said.lock().unwrap().traces.push(sent.as_ref().map(|s| s.spans).map_err(Clone::clone))
