@@ -19,7 +19,7 @@ use bytes::Bytes;
 use observer::{GUARD, Running};
 use programs::{Answer, free_port, serve, temp_dir};
 use stallscope::core::event::Outcome;
-use stallscope::observe::ObserveSource;
+use stallscope::observe::{ObserveSource, Service};
 use stallscope::store::Store;
 
 /// A streamed chat request.
@@ -222,7 +222,8 @@ async fn half_heads_are_closed_and_slow_or_large_bodies_are_refused_and_recorded
 async fn past_the_caps_an_agent_is_told_to_come_back_and_an_upgrade_is_refused() {
     let upstream = format!("http://{}", serve(silent_after_head).await);
     let sets = ["PROXY_MAX_CONNECTIONS=2", "PROXY_MAX_IN_FLIGHT=1"];
-    let observer = Running::start_with(ObserveSource::Upstream(upstream), None, &sets).await;
+    let service = Service { metrics_addr: Some("127.0.0.1:0".parse().unwrap()), ..Service::default() };
+    let observer = Running::start_service(ObserveSource::Upstream(upstream), None, &sets, service).await;
     let base = observer.base.clone();
     // One stream in flight (its upstream silent after the head).
     let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
@@ -268,6 +269,17 @@ async fn past_the_caps_an_agent_is_told_to_come_back_and_an_upgrade_is_refused()
     assert!(said.starts_with("HTTP/1.1 501"), "{said}");
     let calls = observer.ended(2).await;
     assert!(calls.iter().any(|c| c.report.error.as_ref().is_some_and(|e| e.message.contains("PROXY_MAX_IN_FLIGHT"))));
+    // Each refusal is counted by its reason, a closed list.
+    let metrics = observer.seen().metrics.expect("metrics served");
+    let text = reqwest::get(format!("http://{metrics}/metrics")).await.unwrap().text().await.unwrap();
+    for reason in ["in_flight", "connections", "upgrade"] {
+        let counted = text.lines().any(|l| {
+            l.starts_with("stallscope_proxy_refused_total{")
+                && l.contains(&format!("reason=\"{reason}\""))
+                && l.ends_with(" 1")
+        });
+        assert!(counted, "{reason}: {text}");
+    }
     observer.stop().await;
 }
 

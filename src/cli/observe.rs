@@ -4,6 +4,8 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -92,6 +94,9 @@ pub struct Args {
     record: RecordArgs,
 }
 
+/// Call lines that may wait for a slow stdout.
+const LINES: usize = 4096;
+
 pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
     let source = match (&args.upstream, &args.scenario) {
         (Some(url), _) => ObserveSource::Upstream(url.clone()),
@@ -126,10 +131,16 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         eprintln!("stallscope: {doing} on http://{} → {}", observer.addr(), observer.routes());
         // One line a call as it ends, written here: `out` is this thread's;
         // what goes to stderr is written where it happens.
-        let (lines, mut line) = tokio::sync::mpsc::unbounded_channel();
+        // At most LINES wait for a slow stdout; past them a line is
+        // counted, not kept.
+        let (lines, mut line) = tokio::sync::mpsc::channel(LINES);
+        let unprinted = Arc::new(AtomicU64::new(0));
+        let missed = Arc::clone(&unprinted);
         let run = observer.run_watched(&cancel, None, move |event| {
-            if let Some(text) = event_line(&event) {
-                let _ = lines.send(text);
+            if let Some(text) = event_line(&event)
+                && lines.try_send(text).is_err()
+            {
+                missed.fetch_add(1, Ordering::Relaxed);
             }
         });
         tokio::pin!(run);
@@ -139,7 +150,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
                     while let Ok(text) = line.try_recv() {
                         writeln!(out, "{text}")?;
                     }
-                    break anyhow::Ok((outcome?, refusals));
+                    break anyhow::Ok((outcome?, refusals, unprinted.load(Ordering::Relaxed)));
                 }
                 Some(text) = line.recv() => {
                     writeln!(out, "{text}")?;
@@ -148,7 +159,7 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
             }
         }
     })??;
-    let (outcome, refusals) = outcome;
+    let (outcome, refusals, unprinted) = outcome;
     let report = &outcome.report;
     let recorded = report.run_id.map(|id| format!("; recorded as run {id}")).unwrap_or_default();
     let dropped = match outcome.dropped_events {
@@ -160,7 +171,11 @@ pub(super) fn run(cli: &Cli, args: &Args, out: &mut dyn Write) -> Result<()> {
         n => format!("; {n} calls the would-fire replay fell behind on were not replayed"),
     };
     let refused = refusals.words().map(|said| format!("; the proxy's limits acted: {said}")).unwrap_or_default();
-    writeln!(out, "{}{recorded}{dropped}{unreplayed}{refused}", report.summary_line())?;
+    let unprinted = match unprinted {
+        0 => String::new(),
+        n => format!("; {n} lines stdout fell behind on were not printed"),
+    };
+    writeln!(out, "{}{recorded}{dropped}{unreplayed}{refused}{unprinted}", report.summary_line())?;
     Ok(())
 }
 

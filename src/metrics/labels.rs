@@ -169,3 +169,11 @@ pub(super) struct RoundLabels {
     pub site: String,
     pub result: &'static str,
 }
+
+/// Why observe's proxy turned an agent away: a closed list
+/// (`observe::Refusal::name`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct RefusedLabels {
+    pub site: String,
+    pub reason: &'static str,
+}

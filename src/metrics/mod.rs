@@ -60,7 +60,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 use labels::{AttemptLabels, CallLabels, CategoryLabels, HopLabels, OutcomeLabels, RoundLabels, Route, SiteLabels};
-use labels::{SleepLabels, TimerLabels};
+use labels::{RefusedLabels, SleepLabels, TimerLabels};
 
 use crate::core::failover::Target;
 
@@ -117,6 +117,8 @@ pub struct Metrics {
     stall_detection: Histograms<TimerLabels>,
     backoff_sleep: Histograms<SleepLabels>,
     recorder_dropped: Family<SiteLabels, Counter>,
+    unreplayed_calls: Family<SiteLabels, Counter>,
+    proxy_refused: Family<RefusedLabels, Counter>,
     runtime_lag: Histograms<SiteLabels>,
     rounds: Family<RoundLabels, Counter>,
     rounds_skipped: Family<SiteLabels, Counter>,
@@ -194,6 +196,8 @@ impl Metrics {
             stall_detection: Family::new_with_constructor(wait_buckets),
             backoff_sleep: Family::new_with_constructor(wait_buckets),
             recorder_dropped: Family::default(),
+            unreplayed_calls: Family::default(),
+            proxy_refused: Family::default(),
             runtime_lag: Family::new_with_constructor(lag_buckets),
             rounds: Family::default(),
             rounds_skipped: Family::default(),
@@ -253,6 +257,16 @@ impl Metrics {
             "Events the recorder could not keep (it fell behind)",
             m.recorder_dropped.clone(),
         );
+        registry.register(
+            "observe_unreplayed_calls",
+            "Observed calls our clocks' would-fire replay fell behind on and did not replay",
+            m.unreplayed_calls.clone(),
+        );
+        registry.register(
+            "proxy_refused",
+            "Agents' connections and requests observe's proxy answered or closed itself, by reason: a PROXY_* limit, an upgrade, observe stopping, an accept error waited out",
+            m.proxy_refused.clone(),
+        );
         registry.register_with_unit(
             "runtime_lag",
             "Our own runtime's scheduling lag while calls ran, the largest per 100 ms",
@@ -297,6 +311,17 @@ impl Metrics {
     /// Counts events the recorder of a run at `site` dropped.
     pub fn recorder_dropped(&self, site: &str, events: u64) {
         self.recorder_dropped.get_or_create(&SiteLabels::new(site)).inc_by(events);
+    }
+
+    /// Counts observed calls at `site` whose would-fire replay was dropped.
+    pub fn unreplayed_calls(&self, site: &str, calls: u64) {
+        self.unreplayed_calls.get_or_create(&SiteLabels::new(site)).inc_by(calls);
+    }
+
+    /// Counts one agent's connection or request observe's proxy at `site`
+    /// turned away, for `reason` (one of a closed list).
+    pub fn proxy_refused(&self, site: &str, reason: &'static str) {
+        self.proxy_refused.get_or_create(&RefusedLabels { site: site.to_owned(), reason }).inc();
     }
 
     /// Counts one watch round at `site`: how it ended, how long it took,

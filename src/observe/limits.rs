@@ -12,12 +12,13 @@
 //! | connections open | `PROXY_MAX_CONNECTIONS` | 503 with Retry-After, then closed |
 //! | requests in flight | `PROXY_MAX_IN_FLIGHT` | 503 with Retry-After, recorded |
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::metrics::Metrics;
 use crate::tunables::Tunables;
 
 /// The proxy's limits, and what each has turned away.
@@ -127,19 +128,31 @@ impl Refusal {
     }
 }
 
-/// How many of each [`Refusal`] there have been.
-#[derive(Debug, Default)]
-pub struct Refusals([AtomicU64; Refusal::ALL.len()]);
+/// How many of each [`Refusal`] there have been, counted in the metrics
+/// too when they are served.
+#[derive(Default)]
+pub struct Refusals {
+    counts: [AtomicU64; Refusal::ALL.len()],
+    metrics: OnceLock<(Arc<Metrics>, String)>,
+}
 
 impl Refusals {
     /// One more `why`.
     pub fn count(&self, why: Refusal) {
-        self.0[why as usize].fetch_add(1, Ordering::Relaxed);
+        self.counts[why as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some((metrics, site)) = self.metrics.get() {
+            metrics.proxy_refused(site, why.name());
+        }
     }
 
     /// How many `why` so far.
     pub fn of(&self, why: Refusal) -> u64 {
-        self.0[why as usize].load(Ordering::Relaxed)
+        self.counts[why as usize].load(Ordering::Relaxed)
+    }
+
+    /// From now on each is counted in `metrics` too, for `site`.
+    pub(super) fn report_to(&self, metrics: Arc<Metrics>, site: String) {
+        let _ = self.metrics.set((metrics, site));
     }
 
     /// The counts that are not zero, in words: "3 request bodies too large

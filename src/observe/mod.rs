@@ -368,7 +368,10 @@ impl State {
         segment.keep(&report, &verdict);
         // A call that failed or was cut may be retried by the agent.
         if report.outcome != Outcome::Ok && !self.cancel.is_cancelled() && segment.admitting() {
-            self.recent.keep(Ended { key, stream, at: now, record, report, verdict, segment: Arc::clone(&segment) });
+            let kept = Ended { key, stream, at: now, record, report, verdict, segment: Arc::clone(&segment) };
+            if let Some(oldest) = self.recent.keep(kept) {
+                self.over(&oldest.segment, &oldest.report, &oldest.verdict);
+            }
         } else {
             self.over(&segment, &report, &verdict);
         }
@@ -583,6 +586,9 @@ impl Observer {
     ) -> Result<SessionOutcome, ObserveError> {
         self.setup.watcher = watcher;
         let site = self.site();
+        if let Some(metrics) = &self.setup.metrics {
+            self.limits.refused.report_to(Arc::clone(metrics), site.clone());
+        }
         let label = self.recording.as_ref().and_then(|r| r.label.clone()).unwrap_or_else(|| site.clone());
         // What can fail goes first: a run opened and then left would read
         // as interrupted.
@@ -721,6 +727,7 @@ impl Closer {
         let closed = segment.close(stopped, self.scenario.clone(), self.tunables.clone()).await;
         if let Some(metrics) = &self.metrics {
             metrics.recorder_dropped(&self.site, closed.outcome.dropped_events);
+            metrics.unreplayed_calls(&self.site, closed.outcome.unreplayed_calls);
         }
         if let Some(traces) = &self.state.traces {
             let cancel = match stopped {

@@ -108,7 +108,12 @@ impl Ended {
     }
 }
 
-/// The failed calls of the latest window.
+/// The most failed calls kept for the agent's retry: past it the oldest
+/// is over at once (counted and sent), so a flood of failures holds no
+/// more than this many calls' folds.
+pub const RECENT_MAX: usize = 4096;
+
+/// The failed calls of the latest window, at most [`RECENT_MAX`].
 pub(super) struct Recent {
     window: Duration,
     ended: Mutex<Vec<Ended>>,
@@ -128,9 +133,12 @@ impl Recent {
         Some(ended.remove(found))
     }
 
-    /// Keeps a failed call for its retry.
-    pub fn keep(&self, ended: Ended) {
-        self.lock().push(ended);
+    /// Keeps a failed call for its retry; returns the oldest kept when
+    /// that passes [`RECENT_MAX`]: its retry will not be known as one.
+    pub fn keep(&self, ended: Ended) -> Option<Ended> {
+        let mut kept = self.lock();
+        kept.push(ended);
+        (kept.len() > RECENT_MAX).then(|| kept.remove(0))
     }
 
     /// Takes the calls whose window has passed by `now`: no retry of them
@@ -241,6 +249,11 @@ mod tests {
         recent.keep(ended(start));
         assert_eq!(recent.take_of(&unrecorded_run().await).len(), 0, "another run's");
         assert_eq!(recent.take_of(&segment).len(), 1);
+        // A flood of failures holds at most RECENT_MAX: the oldest is over.
+        let at = |i: u64| start + Duration::from_millis(i);
+        let over: Vec<Ended> = (0..=RECENT_MAX as u64).filter_map(|i| recent.keep(ended(at(i)))).collect();
+        assert_eq!(over.iter().map(|e| e.at).collect::<Vec<_>>(), [at(0)]);
+        assert_eq!(recent.drain().len(), RECENT_MAX);
     }
 
     #[test]
