@@ -31,8 +31,9 @@ use super::guard::{Answer, GUARD_HEADER, Guarded, GuardedRequest, GuardedUpstrea
 use super::limits::{Limits, Refusal};
 use super::relay::{Pending, end_to_end};
 use super::retries::{Continuing, Ended, Key};
+use super::routes;
 use super::segment::Segment;
-use super::{State, routes};
+use super::state::State;
 use crate::core::category::Category;
 use crate::core::classify::Classification;
 use crate::core::event::{Event, EventKind, Outcome, StreamId};

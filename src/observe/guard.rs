@@ -53,24 +53,21 @@ use http::HeaderMap;
 use tokio::sync::{mpsc, oneshot};
 
 use self::opening::{Follow, Follows, Had};
-use super::ObserveError;
 use super::agent::AgentGone;
 use super::answers::error_body;
 use super::encoding::CopyDecoder;
+use super::failover::Elsewhere;
 use super::relay::end_to_end;
 use crate::core::category::Category;
-use crate::core::credentials::{CredentialPool, Secret};
 use crate::core::event::{Outcome, StreamId};
 use crate::core::executor::CallReport;
 use crate::core::failover::Target;
 use crate::core::failure::{Failure, TransportKind};
-use crate::core::policy::CorePolicy;
-use crate::core::transport::{TransportSettings, build_client, failure_from_reqwest};
+use crate::core::transport::{TransportSettings, failure_from_reqwest};
 use crate::core::upstream::{AttemptRequest, Body, Chunk, Decoder, Response, Upstream, content_type, is_event_stream};
 use crate::providers::Dialect;
 use crate::providers::ending::{AfterContent, EndingState};
 use crate::providers::http::with_key;
-use crate::providers::setup::{ProviderConfig, extra_headers};
 use crate::providers::sse::{SseItem, SseParser};
 
 /// The header on every response the guard gives (observe's exchange puts
@@ -163,20 +160,6 @@ impl GuardedRequest {
     }
 }
 
-/// A configured provider a guarded call may fail over to, with its own
-/// key: the `[[provider]]` row's endpoint, headers and client.
-#[derive(Clone)]
-pub(super) struct Elsewhere {
-    /// Its dialect: only calls of the same go there.
-    pub dialect: Dialect,
-    /// Its SDK-style base URL.
-    pub base_url: String,
-    /// Its extra headers.
-    pub headers: HeaderMap,
-    /// The client of its transport settings.
-    pub client: reqwest::Client,
-}
-
 /// `body` (a JSON object) asking for `model` instead.
 fn with_model(body: &[u8], model: &str) -> Option<Bytes> {
     let mut asked: serde_json::Value = serde_json::from_slice(body).ok()?;
@@ -194,51 +177,6 @@ pub(super) struct Guarded {
     /// What ends the call when the agent goes: its attempt follows the
     /// call's.
     pub agent_gone: AgentGone,
-}
-
-/// Where a guarded call may fail over: the configured providers, their
-/// keys and targets (none without a config, or when only observing).
-#[derive(Default)]
-pub(super) struct Failover {
-    /// Each provider's endpoint and client.
-    pub elsewhere: Arc<HashMap<String, Elsewhere>>,
-    /// Each provider's keys.
-    pub pools: HashMap<String, Arc<CredentialPool>>,
-    /// Every configured target, in config order.
-    pub targets: Vec<Target>,
-}
-
-impl Failover {
-    /// From the `[[provider]]` rows: each provider's endpoint, client and
-    /// the keys of its variables that `env` has (a provider without its
-    /// key is one a failover hop is refused by).
-    pub fn of(
-        rows: &[ProviderConfig],
-        policy: &CorePolicy,
-        env: &[(String, String)],
-    ) -> Result<Failover, ObserveError> {
-        let mut failover = Failover::default();
-        let mut elsewhere = HashMap::new();
-        let var = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.trim().to_owned());
-        for row in rows {
-            failover.targets.push(Target::new(&row.name, &row.model));
-            if elsewhere.contains_key(&row.name) {
-                continue;
-            }
-            let keys = row.api_key_env.iter().chain(&row.api_key_envs).filter_map(|v| var(v)).filter(|k| !k.is_empty());
-            let pool = CredentialPool::new(keys.map(Secret::new).collect(), policy.credentials.rotation);
-            failover.pools.insert(row.name.clone(), Arc::new(pool));
-            let client_error = |message: String| ObserveError::Client { route: row.name.clone(), message };
-            let client = build_client(&row.transport(&policy.transport)).map_err(|e| client_error(e.to_string()))?;
-            let headers = extra_headers(row).map_err(|e| client_error(e.to_string()))?;
-            elsewhere.insert(
-                row.name.clone(),
-                Elsewhere { dialect: row.kind, base_url: row.base_url.clone(), headers, client },
-            );
-        }
-        failover.elsewhere = Arc::new(elsewhere);
-        Ok(failover)
-    }
 }
 
 /// The upstream of guarded calls: each call's request, sent again by each

@@ -22,40 +22,57 @@
 //! **Keys.** Request headers are forwarded, never recorded: the recording
 //! keeps the response's allowlisted headers, as any run's does. Observe
 //! listens on loopback unless told otherwise ([`ObserveError::Remote`]).
+//!
+//! **Where things are**, in the order a request meets them:
+//!
+//! | file | what |
+//! |---|---|
+//! | `server` | accepting connections, HTTP/1.1 and HTTP/2, the connection cap, stopping |
+//! | `limits` | the proxy's limits (`PROXY_*`) and what they turned away |
+//! | `exchange` | one request's phases: route, request filter, admit, the call, its end |
+//! | `routes` | which upstream and dialect a path goes to |
+//! | `state` | what connections share: the run in force, a call's admission and end |
+//! | `retries` | the agent's own retries as attempts of one call |
+//! | `agent` | the agent's side: the body it reads, and noticing it go |
+//! | `answers` | the answers the proxy gives itself, in the dialect's error shape |
+//! | `relay`, `encoding` | a watched call's upstream leg: the agent's bytes as they came, a decoded copy for the core |
+//! | `guard`, `guard/opening`, `failover` | a guarded call's upstream leg: attempts sent again, the agent's answer well-formed, failover with the row's own key |
+//! | `segment`, `lifecycle` | one run of an observer; rotation and closing |
+//! | `would_fire`, `traces` | our clocks replayed on a watched call; calls sent as traces |
 
 mod agent;
 mod answers;
 mod encoding;
 mod exchange;
+mod failover;
 mod guard;
+mod lifecycle;
 mod limits;
 mod relay;
 mod retries;
 pub mod routes;
 mod segment;
 mod server;
+mod state;
 mod traces;
 mod would_fire;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, Settings};
-use crate::core::event::{EventSink, Outcome, StreamId};
+use crate::core::event::EventSink;
 use crate::core::executor::CallReport;
 use crate::core::policy::CorePolicy;
 use crate::core::transport::{ProxySetting, TransportSettings, build_client};
 use crate::diagnosis::Diagnosis;
 use crate::export::otlp::{Destination, OtlpError, Sent};
-use crate::metrics::{Metrics, MetricsServer, ServeError};
+use crate::metrics::{Metrics, ServeError};
 use crate::providers::Dialect;
 use crate::providers::ending::AfterContent;
 use crate::providers::setup::ProviderConfig;
@@ -64,14 +81,11 @@ use crate::sim::{SimError, SimServer, builtin};
 use crate::store::{RunId, StoreError};
 use crate::tunables::Tunables;
 use crate::watch::Retention;
+use failover::Failover;
 pub use guard::Delivered;
-use guard::Failover;
 use limits::Limits;
 pub use limits::{Refusal, Refusals};
-use retries::{Ended, Key, Recent};
 use routes::{Route, Routes};
-use segment::Segment;
-use traces::Traces;
 use would_fire::Replays;
 pub use would_fire::WouldFire;
 
@@ -279,126 +293,6 @@ struct Setup {
     metrics: Option<Arc<Metrics>>,
 }
 
-/// What every connection shares.
-struct State {
-    routes: Routes,
-    clients: HashMap<String, reqwest::Client>,
-    /// The run new calls go to.
-    current: Mutex<Arc<Segment>>,
-    /// Calls that failed or were cut, waiting for the agent's retry.
-    recent: Recent,
-    /// Calls that are over, to send as traces.
-    traces: Option<Arc<Traces>>,
-    on_event: Box<dyn Fn(ObserveEvent<'_>) + Send + Sync>,
-    cancel: CancellationToken,
-    /// The core acts on the streamed calls (`--guard`).
-    guards: bool,
-    /// What the proxy holds its agents to, and what it turned away.
-    limits: Arc<Limits>,
-}
-
-impl State {
-    /// The run in force.
-    fn current(&self) -> Arc<Segment> {
-        Arc::clone(&self.current.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// A request's call: the call it retries (`retried`) when that call's
-    /// run still takes calls, else a new call of the run in force. A retry
-    /// that cannot go on is a new call, and the call it retried is over.
-    /// `None` once observe is stopping: the last run is retired and no
-    /// other will take its place.
-    fn admit(&self, retried: Option<Ended>) -> Option<(Arc<Segment>, StreamId, Option<Ended>)> {
-        if let Some(ended) = retried {
-            if let Some(stream) = ended.segment.admit(Some(ended.stream)) {
-                return Some((Arc::clone(&ended.segment), stream, Some(ended)));
-            }
-            self.over(&ended.segment, &ended.report, &ended.verdict);
-        }
-        // A rotated-out run is retired only once another is in force: a run
-        // that takes no calls when asked twice has no successor.
-        for _ in 0..2 {
-            let segment = self.current();
-            if let Some(stream) = segment.admit(None) {
-                return Some((segment, stream, None));
-            }
-        }
-        None
-    }
-
-    /// Takes a call's report once it has ended, with what our clocks would
-    /// have done on its latest attempt (replayed on observe's replay
-    /// thread, and marked in its events); returns why it failed, for the
-    /// 502 of a call the upstream never answered.
-    pub(super) async fn finished(
-        self: &Arc<Self>,
-        segment: Arc<Segment>,
-        report: CallReport,
-        key: Key,
-        retried: Option<Ended>,
-        delivered: Option<Delivered>,
-    ) -> Option<String> {
-        let (stream, now) = (report.stream, Instant::now());
-        let report = match retried {
-            Some(ended) => {
-                segment.forget(&ended.report, &ended.verdict);
-                let gap = now.saturating_duration_since(ended.at).saturating_sub(report.elapsed);
-                ended.continued(report, gap)
-            }
-            None => report,
-        };
-        let mut record = segment.going.take(stream);
-        let would_fire = match &segment.clocks {
-            Some(clocks) => clocks.first(stream, &record).await,
-            None => None,
-        };
-        let would_fire = would_fire.map(|(would, mark)| {
-            record.push(&mark);
-            segment.out.emit(mark);
-            if let Some(metrics) = &segment.metrics {
-                metrics.would_fire(&report.target, would.timer);
-            }
-            would
-        });
-        let verdict = record.fold().verdict(Some(&segment.limits));
-        let why = report.error.as_ref().map(|e| e.message.clone());
-        let call = ObservedCall { report, verdict, would_fire, delivered };
-        (self.on_event)(ObserveEvent::Call(&call));
-        let ObservedCall { report, verdict, .. } = call;
-        segment.keep(&report, &verdict);
-        // A call that failed or was cut may be retried by the agent.
-        if report.outcome != Outcome::Ok && !self.cancel.is_cancelled() && segment.admitting() {
-            let kept = Ended { key, stream, at: now, record, report, verdict, segment: Arc::clone(&segment) };
-            if let Some(oldest) = self.recent.keep(kept) {
-                self.over(&oldest.segment, &oldest.report, &oldest.verdict);
-            }
-        } else {
-            self.over(&segment, &report, &verdict);
-        }
-        segment.release();
-        why
-    }
-
-    /// A call is over: it ended well, or no retry of it will come. Counted
-    /// (by the route it was made for, its outcome and verdict) and sent as
-    /// a trace.
-    fn over(&self, segment: &Segment, report: &CallReport, verdict: &Diagnosis) {
-        if let Some(metrics) = &segment.metrics {
-            metrics.on_finish(report, verdict);
-        }
-        if let Some(traces) = &self.traces {
-            traces.over(segment, report.stream);
-        }
-    }
-
-    /// The calls whose retry window has passed are over.
-    fn expire(&self, now: Instant) {
-        for ended in self.recent.expired(now) {
-            self.over(&ended.segment, &ended.report, &ended.verdict);
-        }
-    }
-}
-
 /// A bound observer, ready to run.
 pub struct Observer {
     listener: TcpListener,
@@ -556,205 +450,6 @@ impl Observer {
     pub fn site(&self) -> String {
         let kind = if self.setup.guard { "guard" } else { "observe" };
         format!("{kind}@{}", self.service.site.clone().unwrap_or_else(|| self.addr.to_string()))
-    }
-
-    /// Serves until `cancel`, recording the run when asked; `on_call` sees
-    /// each call as it ends, with its verdict. Returns the last run's
-    /// report and the events the recorder could not keep.
-    pub async fn run(
-        self,
-        cancel: &CancellationToken,
-        watcher: Option<Arc<dyn EventSink>>,
-        on_call: impl Fn(&ObservedCall) + Send + Sync + 'static,
-    ) -> Result<SessionOutcome, ObserveError> {
-        self.run_watched(cancel, watcher, move |event| {
-            if let ObserveEvent::Call(call) = event {
-                on_call(call);
-            }
-        })
-        .await
-    }
-
-    /// [`Observer::run`], with everything it does told to `on_event`: each
-    /// call as it ends, where metrics are served, each run rotated out,
-    /// each batch of traces.
-    pub async fn run_watched(
-        mut self,
-        cancel: &CancellationToken,
-        watcher: Option<Arc<dyn EventSink>>,
-        on_event: impl Fn(ObserveEvent<'_>) + Send + Sync + 'static,
-    ) -> Result<SessionOutcome, ObserveError> {
-        self.setup.watcher = watcher;
-        let site = self.site();
-        if let Some(metrics) = &self.setup.metrics {
-            self.limits.refused.report_to(Arc::clone(metrics), site.clone());
-        }
-        let label = self.recording.as_ref().and_then(|r| r.label.clone()).unwrap_or_else(|| site.clone());
-        // What can fail goes first: a run opened and then left would read
-        // as interrupted.
-        let traces = match (&self.service.otlp, &self.recording) {
-            (Some(destination), Some(recording)) => {
-                Some(Arc::new(Traces::new(destination.sender()?, recording.db.clone())))
-            }
-            _ => None,
-        };
-        let server = match (self.service.metrics_addr, &self.setup.metrics) {
-            (Some(addr), Some(metrics)) => Some(MetricsServer::start(addr, Arc::clone(metrics)).await?),
-            _ => None,
-        };
-        let first = Segment::open(&self.setup, label.clone(), self.recording.as_ref()).await?;
-        if let Some(server) = &server {
-            on_event(ObserveEvent::Serving(server.addr()));
-        }
-        let state = Arc::new(State {
-            routes: self.routes,
-            clients: self.clients,
-            current: Mutex::new(Arc::new(first)),
-            recent: Recent::new(self.service.retry_window.unwrap_or(retries::RETRY_WINDOW)),
-            traces: traces.clone(),
-            on_event: Box::new(on_event),
-            cancel: cancel.clone(),
-            guards: self.setup.guard,
-            limits: self.limits,
-        });
-        let closer = Closer {
-            state: Arc::clone(&state),
-            scenario: self.setup.scenario.clone(),
-            tunables: self.setup.settings.tunables.snapshot(),
-            metrics: self.setup.metrics.clone(),
-            site,
-            retention: self.service.retention.filter(|_| self.recording.is_some()),
-            db: self.recording.as_ref().map(|r| r.db.clone()),
-        };
-        let sending = traces.map(|traces| {
-            let state = Arc::clone(&state);
-            tokio::spawn(traces::every(traces, cancel.clone(), move |sent| {
-                (state.on_event)(ObserveEvent::Traces(&sent))
-            }))
-        });
-        let accepting = tokio::spawn(server::accept(self.listener, Arc::clone(&state), cancel.clone()));
-        let mut closing = JoinSet::new();
-        let mut rotate_at = self.service.rotate.map(|every| Instant::now() + every);
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => break,
-                () = tokio::time::sleep(HOUSEKEEPING) => {}
-            }
-            let now = Instant::now();
-            state.expire(now);
-            while closing.try_join_next().is_some() {}
-            // A new run every interval, once the run in force has had a call.
-            if let (Some(at), Some(every)) = (rotate_at, self.service.rotate)
-                && now >= at
-                && state.current().taken() > 0
-            {
-                rotate_at = Some(now + every);
-                match Segment::open(&self.setup, label.clone(), self.recording.as_ref()).await {
-                    Ok(next) => {
-                        let old = std::mem::replace(
-                            &mut *state.current.lock().unwrap_or_else(PoisonError::into_inner),
-                            Arc::new(next),
-                        );
-                        let closer = closer.clone();
-                        closing.spawn(async move {
-                            let (ended, _) = closer.close(old, false).await;
-                            (closer.state.on_event)(ObserveEvent::Rotated(&ended));
-                        });
-                    }
-                    // The database cannot be written: the run in force goes on.
-                    Err(e) => (state.on_event)(ObserveEvent::NotRotated(&e)),
-                }
-            }
-        }
-        // The calls end with their cancelled token, and their answers to the
-        // agents with them; each run closes once its calls have ended.
-        if let Some(sending) = sending {
-            let _ = sending.await;
-        }
-        while closing.join_next().await.is_some() {}
-        let (last, error) = closer.close(state.current(), true).await;
-        // Calls whose run closed as they failed: over, counted, not sent.
-        for ended in state.recent.drain() {
-            state.over(&ended.segment, &ended.report, &ended.verdict);
-        }
-        if let Ok(connections) = accepting.await {
-            connections.close().await;
-        }
-        if let Some(server) = server {
-            server.shutdown().await;
-        }
-        if let Some(server) = self.scenario {
-            server.shutdown().await;
-        }
-        match error {
-            Some(error) => Err(ObserveError::Store(error)),
-            None => Ok(last.outcome),
-        }
-    }
-}
-
-/// How often an observer lets go of the calls whose retry window passed,
-/// and looks whether a rotation is due.
-const HOUSEKEEPING: Duration = Duration::from_secs(1);
-
-/// How long the calls over when observe stops may take to be sent as
-/// traces: observe stops within two seconds, whatever the collector does.
-const LAST_TRACES: Duration = Duration::from_secs(1);
-
-/// Closes an observer's runs.
-#[derive(Clone)]
-struct Closer {
-    state: Arc<State>,
-    scenario: Option<String>,
-    tunables: serde_json::Map<String, serde_json::Value>,
-    metrics: Option<Arc<Metrics>>,
-    site: String,
-    retention: Option<Retention>,
-    db: Option<PathBuf>,
-}
-
-impl Closer {
-    /// Retires `segment` and closes it once its calls have ended (recorded
-    /// as `stopped` when observe stopped with it); sends its calls' traces
-    /// (within [`LAST_TRACES`] when observe stopped), then applies the
-    /// retention, which never deletes the run just closed. Returns the
-    /// store error that lost its record, if one did.
-    async fn close(&self, segment: Arc<Segment>, stopped: bool) -> (RunEnded, Option<StoreError>) {
-        segment.retire();
-        for ended in self.state.recent.take_of(&segment) {
-            self.state.over(&ended.segment, &ended.report, &ended.verdict);
-        }
-        let closed = segment.close(stopped, self.scenario.clone(), self.tunables.clone()).await;
-        if let Some(metrics) = &self.metrics {
-            metrics.recorder_dropped(&self.site, closed.outcome.dropped_events);
-            metrics.unreplayed_calls(&self.site, closed.outcome.unreplayed_calls);
-        }
-        if let Some(traces) = &self.state.traces {
-            let cancel = match stopped {
-                false => self.state.cancel.clone(),
-                true => {
-                    let deadline = CancellationToken::new();
-                    let guard = deadline.clone().drop_guard();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(LAST_TRACES).await;
-                        drop(guard);
-                    });
-                    deadline
-                }
-            };
-            if let Some(result) = traces.send(&cancel).await {
-                (self.state.on_event)(ObserveEvent::Traces(&result));
-            }
-        }
-        let error = closed.error.as_ref().map(ToString::to_string);
-        let mut ended = RunEnded { outcome: closed.outcome, deleted: Vec::new(), error };
-        if let (Some(retention), Some(db), Some(run)) = (self.retention, self.db.clone(), ended.outcome.report.run_id) {
-            match retention.prune_now(db, segment.label.clone(), Some(run)).await {
-                Ok(ids) => ended.deleted = ids,
-                Err(e) => ended.error = Some(format!("retention: {e}")),
-            }
-        }
-        (ended, closed.error)
     }
 }
 

@@ -29,9 +29,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::State;
 use super::exchange;
 use super::limits::Refusal;
+use super::state::State;
 
 /// The first bytes of every HTTP/2 connection with prior knowledge
 /// (RFC 9113 §3.4).
