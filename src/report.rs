@@ -84,6 +84,32 @@ pub struct Summary {
     pub elapsed_ms: f64,
 }
 
+impl StreamReport {
+    /// Fills in what a call's events say of it beyond its outcome and
+    /// wall-clock: its body bytes, parsed events and keep-alives, the time
+    /// to first byte of its last attempt that got one, its stop reason.
+    pub fn read_from(&mut self, events: &[crate::core::event::Event]) {
+        use crate::core::event::{EventClass, EventKind};
+        let (mut started, mut first_byte) = (None, None);
+        for event in events {
+            match &event.kind {
+                EventKind::AttemptStarted { .. } => started = Some((event.attempt, event.at)),
+                EventKind::ChunkReceived { bytes } => {
+                    self.bytes += *bytes as u64;
+                    if let Some((attempt, at)) = started.filter(|(a, _)| first_byte.is_none_or(|(b, _)| b != *a)) {
+                        first_byte = Some((attempt, event.at.saturating_sub(at)));
+                    }
+                }
+                EventKind::SseReceived { class: EventClass::Keepalive, .. } => self.keepalives += 1,
+                EventKind::SseReceived { .. } => self.events += 1,
+                EventKind::Finished { stop_reason, .. } => self.stop_reason.clone_from(stop_reason),
+                _ => {}
+            }
+        }
+        self.ttfb_ms = first_byte.map(|(_, ttfb)| ms(ttfb));
+    }
+}
+
 /// One call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StreamReport {

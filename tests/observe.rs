@@ -84,6 +84,11 @@ async fn a_streamed_call_reads_as_it_does_directly_and_is_recorded() {
     assert_eq!(run.label.as_deref(), Some(format!("observe@{}", base.trim_start_matches("http://")).as_str()));
     let stored = store.diagnosed_report(run.id).unwrap().unwrap();
     assert_eq!(stored.streams[0].diagnosis.as_ref().map(|d| d.kind), Some(VerdictKind::Healthy));
+    // What the run's counted report keeps of no call is read from its events.
+    let shown = &stored.streams[0];
+    assert_eq!(shown.bytes, calls[0].report.bytes, "bytes as the call counted them");
+    assert!(shown.ttfb_ms.is_some() && shown.events > 0, "{shown:?}");
+    assert_eq!(shown.stop_reason, calls[0].report.stop_reason);
     drop(store);
     assert!(!files_text(&dir).contains("RECOGNISABLE"), "the agent's key was recorded");
     direct.shutdown().await;

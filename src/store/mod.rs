@@ -599,8 +599,19 @@ impl Store {
     /// unfinished run.
     pub fn diagnosed_report(&self, id: RunId) -> Result<Option<RunReport>, StoreError> {
         let Some(mut report) = self.run_report(id)? else { return Ok(None) };
-        let streams: Vec<StreamId> = report.streams.iter().map(|s| s.index).collect();
-        report.attach_diagnoses(self.diagnoses(id, &streams)?);
+        let recorded = self.recorded_run(id)?;
+        let counted = report.counted.is_some();
+        let mut diagnoses = Vec::with_capacity(report.streams.len());
+        for stream in &mut report.streams {
+            let events = self.events(id, stream.index)?;
+            // A run that counted its calls kept no report of each: what one
+            // says of its bytes is read back from its events.
+            if counted {
+                stream.read_from(&events);
+            }
+            diagnoses.push((stream.index, recorded.diagnose(stream.index, &events)));
+        }
+        report.attach_diagnoses(diagnoses);
         Ok(Some(report))
     }
 
