@@ -240,6 +240,9 @@ async fn past_the_caps_an_agent_is_told_to_come_back_and_an_upgrade_is_refused()
     let (keep, over) = {
         let base = base.clone();
         tokio::task::spawn_blocking(move || {
+            // The second request's connection, let go by its client, must
+            // have left its place under the cap before these two take theirs.
+            std::thread::sleep(Duration::from_millis(500));
             let keep = connect(&base);
             std::thread::sleep(Duration::from_millis(200));
             let mut over = connect(&base);

@@ -67,6 +67,13 @@ struct Refused {
 /// The answer to one agent request.
 async fn answer(state: Arc<State>, request: hyper::Request<Incoming>, overflow: bool) -> hyper::Response<ResponseBody> {
     let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    // Only a path is appended to an upstream's root: `*` (`OPTIONS *`)
+    // would make its URL none.
+    if !path.starts_with('/') {
+        let why =
+            format!("stallscope observe: the request target {path} is not a path; send one, as /v1/chat/completions");
+        return OwnAnswer::new(400, why).response(None);
+    }
     // Route.
     let Some(routed) = state.routes.route(&path) else {
         let why = format!("stallscope observe: no route for {path}; routes: {}", state.routes.describe());
