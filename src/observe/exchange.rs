@@ -99,7 +99,10 @@ async fn answer(state: Arc<State>, request: hyper::Request<Incoming>, overflow: 
         return refuse(&state, &url, &route, dialect, refused).await;
     };
     let (parts, body) = request.into_parts();
-    let (body, held) = match read_body(body, declared_length(&parts.headers), &state.limits).await {
+    // The length hyper frames the body by (a content-length beside a
+    // chunked encoding is not one).
+    let declared = hyper::body::Body::size_hint(&body).exact();
+    let (body, held) = match read_body(body, declared, &state.limits).await {
         Ok(read) => read,
         Err(refused) => return refuse(&state, &url, &route, dialect, refused).await,
     };
@@ -149,11 +152,6 @@ fn is_upgrade<B>(request: &hyper::Request<B>) -> bool {
     request.headers().contains_key(http::header::UPGRADE) || request.method() == http::Method::CONNECT
 }
 
-/// The body length a request's head declares, when it declares one.
-fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
-    headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok())
-}
-
 /// The request body, read whole within the body timeout, at most the
 /// largest taken, held within the request buffer (its room, held for as
 /// long as the call keeps the body).
@@ -186,7 +184,7 @@ async fn read_body(
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
                 let why = format!("stallscope observe: the request body could not be read: {e}");
-                Refused { why: Refusal::BodyTimeout, answer: OwnAnswer::new(400, why) }
+                Refused { why: Refusal::BrokenBody, answer: OwnAnswer::new(400, why) }
             })?;
             let Ok(data) = frame.into_data() else { continue };
             if collected.len() + data.len() > max {
@@ -238,7 +236,7 @@ async fn refuse(
     };
     let status = refused.answer.status;
     let (category, retryable) = match status {
-        413 => (Category::InvalidRequest, false),
+        400 | 413 => (Category::InvalidRequest, false),
         408 => (Category::Timeout, true),
         _ => (Category::Overloaded, true),
     };

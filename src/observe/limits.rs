@@ -51,6 +51,8 @@ pub enum Refusal {
     HeaderTimeout,
     /// A request body did not arrive whole in time (408).
     BodyTimeout,
+    /// A request body broke off or was not valid framing (400).
+    BrokenBody,
     /// A request body over the limit (413).
     TooLarge,
     /// The request bodies held at once would pass their bound (503).
@@ -72,9 +74,10 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every reason, in the order they are reported.
-    pub const ALL: [Refusal; 9] = [
+    pub const ALL: [Refusal; 10] = [
         Refusal::HeaderTimeout,
         Refusal::BodyTimeout,
+        Refusal::BrokenBody,
         Refusal::TooLarge,
         Refusal::Buffer,
         Refusal::Connections,
@@ -89,6 +92,7 @@ impl Refusal {
         match self {
             Refusal::HeaderTimeout => "header_timeout",
             Refusal::BodyTimeout => "body_timeout",
+            Refusal::BrokenBody => "broken_body",
             Refusal::TooLarge => "too_large",
             Refusal::Buffer => "request_buffer",
             Refusal::Connections => "connections",
@@ -108,7 +112,7 @@ impl Refusal {
             Refusal::Buffer => Some("STALLSCOPE_PROXY_REQUEST_BUFFER_MB"),
             Refusal::Connections => Some("STALLSCOPE_PROXY_MAX_CONNECTIONS"),
             Refusal::InFlight => Some("STALLSCOPE_PROXY_MAX_IN_FLIGHT"),
-            Refusal::Upgrade | Refusal::Stopping | Refusal::AcceptError => None,
+            Refusal::BrokenBody | Refusal::Upgrade | Refusal::Stopping | Refusal::AcceptError => None,
         }
     }
 
@@ -117,6 +121,7 @@ impl Refusal {
         match self {
             Refusal::HeaderTimeout => "connections closed by the header timeout",
             Refusal::BodyTimeout => "request bodies too slow (408)",
+            Refusal::BrokenBody => "request bodies that broke off (400)",
             Refusal::TooLarge => "request bodies too large (413)",
             Refusal::Buffer => "requests past the request buffer (503)",
             Refusal::Connections => "connections past the connection cap",
