@@ -35,6 +35,17 @@
 //! replay dropped anything and whether its database holds every call.
 //! The goal (issue 32): memory after the last call within 16 MiB of
 //! memory after the 10,000th. It never runs without `--bench`.
+//!
+//! The half-open bench, instead: `STALLSCOPE_HALF_OPEN=10000 cargo bench
+//! --bench observe` measures 100 streams (a chunk every 20 ms) directly
+//! and through observe alone, taking turns over 3 rounds, three times:
+//! before, while that many idle agent connections that each sent half a
+//! request head are held open against observe (run with
+//! `PROXY_MAX_CONNECTIONS` twice that and its default 30 s header
+//! timeout), and after the timeout has closed them, each counted. The
+//! goal (issue 32): the added p99 changes by under 1 ms. The bench lifts
+//! its own open-file limit to the hard limit (setrlimit; observe inherits
+//! it) and says so when that is too low. It never runs without `--bench`.
 
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
@@ -175,6 +186,13 @@ struct Proxy {
     base: String,
 }
 
+impl Proxy {
+    /// The address it listens on.
+    fn base_addr(&self) -> SocketAddr {
+        self.base.trim_start_matches("http://").parse().unwrap()
+    }
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -228,15 +246,22 @@ fn nginx(upstream: SocketAddr, dir: &Path) -> Option<Proxy> {
 
 /// `stallscope observe` in front of `upstream`, recording into `dir`, as an
 /// operator runs it: this build's binary, nothing of this environment
-/// (no config, no STALLSCOPE_ variables). Its one line a call is read on a
+/// (no config, no STALLSCOPE_ variables), tunables at their defaults but
+/// for `settings` (`NAME=VALUE`, as `--set` takes them). Its one line a call is read on a
 /// thread of its own so the pipe never fills; the thread returns the last.
-fn observe(upstream: SocketAddr, dir: &Path, mode: Mode) -> (Proxy, std::thread::JoinHandle<Option<String>>) {
+fn observe(
+    upstream: SocketAddr,
+    dir: &Path,
+    mode: Mode,
+    settings: &[String],
+) -> (Proxy, std::thread::JoinHandle<Option<String>>) {
     let port = free_port();
     let name = mode.name();
     let errors = dir.join(format!("{name}.err"));
     let child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
         .args(["observe", "--listen", &format!("127.0.0.1:{port}"), "--upstream", &format!("http://{upstream}")])
         .args(mode.flags())
+        .args(settings.iter().flat_map(|setting| ["--set", setting]))
         .args(["--set", "RECORDER_FLUSH_MS=200", "--label", "bench", "--db"])
         .arg(dir.join(format!("{name}.db")))
         .env_clear()
@@ -297,11 +322,12 @@ fn not_kept(last_line: &str) -> u64 {
     said(last_line, " events the recorder fell behind on were not kept")
 }
 
-/// The count before `what` in one of the `; `-separated clauses of
-/// observe's last line (0 when none says it).
+/// The count before `what` in one of the clauses of observe's last line
+/// (each ends at `;`, `:` or `,`, as in "…; the proxy's limits acted: 3
+/// connections closed by the header timeout, …"; 0 when none says it).
 fn said(last_line: &str, what: &str) -> u64 {
-    let count = last_line.split("; ").find_map(|p| p.strip_suffix(what));
-    count.and_then(|n| n.parse().ok()).unwrap_or(0)
+    let count = last_line.split([';', ':', ',']).find_map(|p| p.trim().strip_suffix(what));
+    count.and_then(|n| n.trim().parse().ok()).unwrap_or(0)
 }
 
 /// Streams with events recorded in `db` (observe's one run).
@@ -313,20 +339,29 @@ fn recorded_streams(db: &Path) -> usize {
 
 /// Lifts this process's open-file limit to its hard limit: 1,000 streams
 /// hold two sockets each on every path, and observe inherits the limit.
+/// The limit now in force, when it could be read.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn raise_open_files() {
+fn raise_open_files() -> Option<u64> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit and setrlimit only read and write the struct given.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
             limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+            }
         }
     }
+    Some(limit.rlim_cur)
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn raise_open_files() {}
+fn raise_open_files() -> Option<u64> {
+    None
+}
 
 /// One path's latencies, and the CPU of this process and of the proxy's,
 /// over one round.
@@ -344,6 +379,80 @@ async fn measure(client: &reqwest::Client, base: &str, load: Load, proxy_pid: Op
         latencies,
         cpu_s: cpu_s("self") - ours,
         proxy_cpu_s: proxy_pid.map_or(0.0, |p| cpu_s(&p.to_string())) - theirs,
+    }
+}
+
+/// A path the bench reads streams through: its name, its base URL and
+/// the proxy's process (`None` for direct).
+type Via<'a> = (&'a str, &'a str, Option<u32>);
+
+/// `rounds` rounds of `load` through each of `paths`, the paths taking
+/// turns (in reverse order every other round); each path's rounds.
+async fn take_turns(client: &reqwest::Client, paths: &[Via<'_>], load: Load, rounds: usize) -> Vec<Vec<Measured>> {
+    let mut results: Vec<Vec<Measured>> = paths.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        let order: Vec<usize> =
+            if round % 2 == 0 { (0..paths.len()).collect() } else { (0..paths.len()).rev().collect() };
+        for i in order {
+            let (_, base, pid) = paths[i];
+            results[i].push(measure(client, base, load, pid).await);
+        }
+    }
+    results
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// One path's figures over its rounds: each the median of the rounds'.
+struct Summary {
+    p50: f64,
+    p99: f64,
+    /// What the path adds over direct, each round against direct's in the
+    /// same round.
+    added_p50: f64,
+    added_p99: f64,
+    /// CPU per chunk, µs, of this process and of the proxy's.
+    ours: f64,
+    proxy: f64,
+    /// The fewest chunks a round read.
+    read: usize,
+}
+
+impl Summary {
+    fn of(path: &[Measured], direct: &[Measured], load: Load) -> Summary {
+        let per_chunk = (load.streams * load.chunks) as f64;
+        let at = |p: f64| median(path.iter().map(|m| percentile(&m.latencies, p)).collect());
+        let added = |p: f64| {
+            median(
+                path.iter()
+                    .zip(direct)
+                    .map(|(m, d)| percentile(&m.latencies, p) - percentile(&d.latencies, p))
+                    .collect(),
+            )
+        };
+        Summary {
+            p50: at(0.5),
+            p99: at(0.99),
+            added_p50: added(0.5),
+            added_p99: added(0.99),
+            ours: median(path.iter().map(|m| m.cpu_s / per_chunk * 1e6).collect()),
+            proxy: median(path.iter().map(|m| m.proxy_cpu_s / per_chunk * 1e6).collect()),
+            read: path.iter().map(|m| m.latencies.len()).min().unwrap_or(0),
+        }
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Summary { p50, p99, added_p50, added_p99, ours, proxy, read } = self;
+        write!(
+            f,
+            "p50 {p50:7.3} ms  p99 {p99:7.3} ms  added p50 {added_p50:+.3} ms  p99 {added_p99:+.3} ms  \
+             this process {ours:6.1} µs/chunk  proxy process {proxy:6.1} µs/chunk  ({read} chunks read)"
+        )
     }
 }
 
@@ -390,7 +499,7 @@ async fn soak_calls(client: &reqwest::Client, base: &str, calls: u64, pid: u32) 
 /// process of its own; its figures printed, and every call checked to be
 /// recorded with nothing dropped.
 fn soak(calls: u64) {
-    raise_open_files();
+    let _ = raise_open_files();
     let dir = std::env::temp_dir().join(format!("stallscope-bench-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -399,7 +508,7 @@ fn soak(calls: u64) {
         let client = reqwest::Client::builder().pool_max_idle_per_host(2 * SOAK_IN_FLIGHT).build().unwrap();
         for mode in [Mode::Observe, Mode::Guard] {
             let name = mode.name();
-            let (proxy, lines) = observe(upstream, &dir, mode);
+            let (proxy, lines) = observe(upstream, &dir, mode, &[]);
             let pid = proxy.child.id();
             let (rss_at_start, clock) = (rss_kib(pid), Instant::now());
             let readings = soak_calls(&client, &proxy.base, calls, pid).await;
@@ -437,11 +546,185 @@ fn soak(calls: u64) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The real streams the half-open bench measures: 100 at once, each 100
+/// chunks, one every 20 ms.
+const HALF_OPEN_LOAD: Load = Load { streams: 100, chunks: 100, every: Duration::from_millis(20) };
+
+/// Observe's header timeout in the half-open bench: its default, said
+/// here so the bench knows when the connections are due to be closed.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What each half-open connection sends: half a request head, never
+/// finished.
+const HALF_HEAD: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-ty";
+
+/// Open file descriptors of process `pid`.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |fds| fds.count())
+}
+
+/// Opens `count` connections to `addr`, each sending [`HALF_HEAD`] and
+/// then waiting to be closed, 64 connecting at a time; each task returns
+/// how long its connection was held after it sent, and `closed` counts
+/// them as they close.
+fn half_open_connections(
+    addr: SocketAddr,
+    count: usize,
+    sent: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    closed: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> tokio::task::JoinSet<Duration> {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let connecting = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
+    let mut connections = tokio::task::JoinSet::new();
+    for _ in 0..count {
+        let (connecting, sent, closed) = (connecting.clone(), sent.clone(), closed.clone());
+        connections.spawn(async move {
+            let permit = connecting.acquire_owned().await.unwrap();
+            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("a half-open connection to observe");
+            stream.write_all(HALF_HEAD).await.expect("half a request head written");
+            let since = Instant::now();
+            sent.fetch_add(1, Ordering::Relaxed);
+            drop(permit);
+            let mut answer = [0u8; 1024];
+            while matches!(stream.read(&mut answer).await, Ok(n) if n > 0) {}
+            closed.fetch_add(1, Ordering::Relaxed);
+            since.elapsed()
+        });
+    }
+    connections
+}
+
+/// The half-open bench: 100 real streams' added p99 through observe
+/// alone, then while `connections` idle agent connections, each having
+/// sent half a request head, are held open against it, then again once
+/// its header timeout has closed them all.
+fn half_open(connections: usize) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let limit = raise_open_files();
+    // Each process holds every half-open connection's socket and each
+    // real stream's two, with room for the rest.
+    let needed = connections + 2 * HALF_OPEN_LOAD.streams + 200;
+    if let Some(limit) = limit {
+        assert!(
+            limit >= needed as u64,
+            "STALLSCOPE_HALF_OPEN={connections} needs {needed} open files in this process and in observe's; \
+             the limit here is {limit} (raise the hard limit, `ulimit -Hn`, or ask for fewer)"
+        );
+    }
+    let rounds = 3;
+    let dir = std::env::temp_dir().join(format!("stallscope-bench-half-open-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let _ = *EPOCH;
+        let upstream = server().await;
+        let direct = format!("http://{upstream}");
+        let settings = [
+            format!("PROXY_MAX_CONNECTIONS={}", 2 * connections),
+            format!("PROXY_HEADER_TIMEOUT_S={}", HEADER_TIMEOUT.as_secs()),
+        ];
+        let (proxy, lines) = observe(upstream, &dir, Mode::Observe, &settings);
+        let pid = proxy.child.id();
+        let idle_fds = open_fds(pid);
+        // Idle keep-alive connections are let go well within the header
+        // timeout, so it closes only the half-open ones.
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(2 * HALF_OPEN_LOAD.streams)
+            .pool_idle_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let paths: [Via; 2] = [("direct", &direct, None), ("observe", &proxy.base, Some(pid))];
+        let run = |phase: &'static str| {
+            let (client, paths) = (&client, &paths);
+            async move {
+                let results = take_turns(client, paths, HALF_OPEN_LOAD, rounds).await;
+                let summary = Summary::of(&results[1], &results[0], HALF_OPEN_LOAD);
+                println!(
+                    "  {phase:<28} direct p99 {:7.3} ms  observe {summary}",
+                    Summary::of(&results[0], &results[0], HALF_OPEN_LOAD).p99
+                );
+                summary.added_p99
+            }
+        };
+        let Load { streams, chunks, every } = HALF_OPEN_LOAD;
+        println!(
+            "{streams} streams, {chunks} chunks each, one every {every:?}, {rounds} round(s) a phase; {connections} \
+             half-open connections, observe's header timeout {HEADER_TIMEOUT:?}:"
+        );
+        let before = run("before").await;
+        let (sent, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let clock = Instant::now();
+        let mut held = half_open_connections(proxy.base_addr(), connections, &sent, &closed);
+        let deadline = clock + Duration::from_secs(60);
+        while sent.load(Ordering::Relaxed) < connections || open_fds(pid) < idle_fds + connections {
+            assert!(
+                Instant::now() < deadline,
+                "observe held {} sockets of {connections} half-open connections ({} sent) 60 s after they began",
+                open_fds(pid).saturating_sub(idle_fds),
+                sent.load(Ordering::Relaxed)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let opened = clock.elapsed();
+        let during = run("while held").await;
+        let closed_during = closed.load(Ordering::Relaxed);
+        let measured = clock.elapsed();
+        // Each is due to be closed a header timeout after it sent; a
+        // bound past that, the rest count as still held.
+        let mut times = Vec::new();
+        let bound = tokio::time::Instant::now() + HEADER_TIMEOUT + Duration::from_secs(30);
+        while let Ok(Some(Ok(time))) = tokio::time::timeout_at(bound, held.join_next()).await {
+            times.push(time);
+        }
+        held.abort_all();
+        let after = run("after they were closed").await;
+        let last_line = stop(proxy, lines);
+        let by_timeout = said(&last_line, " connections closed by the header timeout");
+        times.sort_unstable();
+        println!(
+            "  {connections} half-open connections held by observe {:.1} s after they began; the measurement \
+             while held ended {:.1} s after they began, {closed_during} closed before it did",
+            opened.as_secs_f64(),
+            measured.as_secs_f64()
+        );
+        if let (Some(first), Some(last)) = (times.first(), times.last()) {
+            println!(
+                "  {} closed by observe, held {:.1}–{:.1} s after each sent; its last line counts {by_timeout} \
+                 closed by the header timeout",
+                times.len(),
+                first.as_secs_f64(),
+                last.as_secs_f64()
+            );
+        }
+        println!(
+            "  added p99 while held {:+.3} ms against {:+.3} before ({:+.3} ms) and {:+.3} after ({:+.3} ms): \
+             the goal is a change under 1 ms",
+            during,
+            before,
+            during - before,
+            after,
+            during - after
+        );
+        println!("  last line: {last_line}");
+        let recorded = recorded_streams(&dir.join("observe.db"));
+        assert_eq!(recorded, 3 * rounds * HALF_OPEN_LOAD.streams, "every real stream is recorded");
+        assert_eq!(times.len(), connections, "every half-open connection was closed");
+        assert_eq!(by_timeout, connections as u64, "observe counted each closed by the header timeout");
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     if let (true, Ok(calls)) = (full, std::env::var("STALLSCOPE_SOAK")) {
         let calls = calls.parse().expect("STALLSCOPE_SOAK is a number of calls, e.g. 1000000");
         return soak(calls);
+    }
+    if let (true, Ok(connections)) = (full, std::env::var("STALLSCOPE_HALF_OPEN")) {
+        let connections = connections.parse().expect("STALLSCOPE_HALF_OPEN is a number of connections, e.g. 10000");
+        return half_open(connections);
     }
     let load = |streams, chunks, every_ms| Load { streams, chunks, every: Duration::from_millis(every_ms) };
     // At 1,000 streams, a chunk every 100 ms leaves this machine's two
@@ -451,7 +734,7 @@ fn main() {
         true => (vec![load(1, 100, 20), load(1000, 50, 100), load(1000, 100, 20)], 3),
         false => (vec![load(1, 5, 20), load(4, 5, 20)], 1),
     };
-    raise_open_files();
+    let _ = raise_open_files();
     let dir = std::env::temp_dir().join(format!("stallscope-bench-observe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -459,15 +742,15 @@ fn main() {
         let _ = *EPOCH;
         let upstream = server().await;
         let direct = format!("http://{upstream}");
-        let (observe_proxy, observe_lines) = observe(upstream, &dir, Mode::Observe);
-        let (guard, guard_lines) = observe(upstream, &dir, Mode::Guard);
+        let (observe_proxy, observe_lines) = observe(upstream, &dir, Mode::Observe, &[]);
+        let (guard, guard_lines) = observe(upstream, &dir, Mode::Guard, &[]);
         let nginx = nginx(upstream, &dir);
         if nginx.is_none() {
             println!("nginx: skipped (not installed: apt-get install nginx-light)");
         }
         let client = reqwest::Client::builder().pool_max_idle_per_host(2000).build().unwrap();
         for &load in &loads {
-            let mut paths: Vec<(&str, &str, Option<u32>)> = vec![
+            let mut paths: Vec<Via> = vec![
                 ("direct", &direct, None),
                 ("observe", &observe_proxy.base, Some(observe_proxy.child.id())),
                 ("guard", &guard.base, Some(guard.child.id())),
@@ -475,43 +758,11 @@ fn main() {
             if let Some(proxy) = &nginx {
                 paths.push(("nginx", &proxy.base, Some(proxy.child.id())));
             }
-            let mut results: Vec<Vec<Measured>> = paths.iter().map(|_| Vec::new()).collect();
-            for round in 0..rounds {
-                let order: Vec<usize> =
-                    if round % 2 == 0 { (0..paths.len()).collect() } else { (0..paths.len()).rev().collect() };
-                for i in order {
-                    let (_, base, pid) = paths[i];
-                    results[i].push(measure(&client, base, load, pid).await);
-                }
-            }
+            let results = take_turns(&client, &paths, load, rounds).await;
             let Load { streams, chunks, every } = load;
             println!("{streams} stream(s), {chunks} chunks each, one every {every:?}, {rounds} round(s):");
-            let per_chunk = (streams * chunks) as f64;
-            let median = |mut v: Vec<f64>| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            };
             for (i, (name, _, _)) in paths.iter().enumerate() {
-                let p50 = median(results[i].iter().map(|m| percentile(&m.latencies, 0.5)).collect());
-                let p99 = median(results[i].iter().map(|m| percentile(&m.latencies, 0.99)).collect());
-                let added = |p: f64| {
-                    median(
-                        results[i]
-                            .iter()
-                            .zip(&results[0])
-                            .map(|(m, d)| percentile(&m.latencies, p) - percentile(&d.latencies, p))
-                            .collect(),
-                    )
-                };
-                let ours = median(results[i].iter().map(|m| m.cpu_s / per_chunk * 1e6).collect());
-                let proxy = median(results[i].iter().map(|m| m.proxy_cpu_s / per_chunk * 1e6).collect());
-                let read = results[i].iter().map(|m| m.latencies.len()).min().unwrap_or(0);
-                println!(
-                    "  {name:<8} p50 {p50:7.3} ms  p99 {p99:7.3} ms  added p50 {:+.3} ms  p99 {:+.3} ms  \
-                     this process {ours:6.1} µs/chunk  proxy process {proxy:6.1} µs/chunk  ({read} chunks read)",
-                    added(0.5),
-                    added(0.99)
-                );
+                println!("  {name:<8} {}", Summary::of(&results[i], &results[0], load));
             }
         }
         let calls = loads.iter().map(|l| l.streams).sum::<usize>() * rounds;
