@@ -47,6 +47,10 @@
 //! its own open-file limit to the hard limit (setrlimit; observe inherits
 //! it) and says so when that is too low. It never runs without `--bench`.
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::median;
+
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -399,11 +403,6 @@ async fn take_turns(client: &reqwest::Client, paths: &[Via<'_>], load: Load, rou
         }
     }
     results
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// One path's figures over its rounds: each the median of the rounds'.

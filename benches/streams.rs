@@ -81,6 +81,10 @@
 //! (above 1 only by noise, since every other path does more work); for
 //! lateness and CPU, 1 means "costs nothing beyond the baseline".
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::median;
+
 use std::convert::Infallible;
 use std::future::poll_fn;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -387,11 +391,6 @@ fn status_kib(key: &str) -> u64 {
         .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    if values.is_empty() { f64::NAN } else { values[values.len() / 2] }
 }
 
 /// The smallest and the largest value.

@@ -22,6 +22,10 @@
 //!    over that time). The in-process simulator serving the scenario is
 //!    part of the round's cost.
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::median;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -187,11 +191,6 @@ fn timed<T>(work: impl FnOnce() -> T) -> (f64, T) {
     let started = Instant::now();
     let out = work();
     (started.elapsed().as_secs_f64() * 1e3, out)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 struct Canary {
